@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
+# Idempotent: a finished install is marked with a .done stamp and skipped next time.
+# Usage: scripts/deps.sh [nsqd|python|node|all]...   (default: all)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+deps_nsqd() {
+  local name="nsqd-$NSQD_VERSION"
+  cached "$name" && return 0
+  log "building official nsqd $NSQD_VERSION (go install, one time)"
+  mkdir -p "$RUSTQUEUE_CACHE/$name"
+  GOBIN="$RUSTQUEUE_CACHE/$name/bin" go install "github.com/nsqio/nsq/apps/nsqd@$NSQD_VERSION"
+  GOBIN="$RUSTQUEUE_CACHE/$name/bin" go install "github.com/nsqio/nsq/apps/nsq_tail@$NSQD_VERSION"
+  finish "$name"
+}
+
+deps_python() {
+  local name="pynsq-$PYNSQ_VERSION"
+  cached "$name" && return 0
+  log "creating the pynsq $PYNSQ_VERSION virtualenv (one time)"
+  rm -rf "${RUSTQUEUE_CACHE:?}/$name"
+  python3 -m venv "$RUSTQUEUE_CACHE/$name"
+  "$RUSTQUEUE_CACHE/$name/bin/pip" install --quiet --disable-pip-version-check \
+    "pynsq==$PYNSQ_VERSION" "tornado==$TORNADO_VERSION" python-snappy
+  finish "$name"
+}
+
+deps_node() {
+  local name="nsqjs-$NSQJS_VERSION"
+  cached "$name" && return 0
+  log "installing nsqjs $NSQJS_VERSION (one time)"
+  rm -rf "${RUSTQUEUE_CACHE:?}/$name"
+  mkdir -p "$RUSTQUEUE_CACHE/$name"
+  (cd "$RUSTQUEUE_CACHE/$name" && npm init -y >/dev/null &&
+    npm install --silent --no-audit --no-fund "nsqjs@$NSQJS_VERSION")
+  finish "$name"
+}
+
+main() {
+  mkdir -p "$RUSTQUEUE_CACHE"
+  local targets=("$@")
+  [ ${#targets[@]} -gt 0 ] || targets=(all)
+  for t in "${targets[@]}"; do
+    case "$t" in
+      all) deps_nsqd; deps_python; deps_node ;;
+      nsqd | python | node) "deps_$t" ;;
+      *) die "unknown tool '$t' (expected: nsqd python node all)" ;;
+    esac
+  done
+}
+main "$@"

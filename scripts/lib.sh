@@ -1,0 +1,16 @@
+# Shared helpers for the scripts in this folder. Source it; do not run it.
+# shellcheck shell=bash
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.env
+source "$ROOT/scripts/versions.env"
+RUSTQUEUE_CACHE="${RUSTQUEUE_CACHE:-$HOME/.cache/rustqueue}"
+export RUSTQUEUE_CACHE
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# cached NAME: true when $RUSTQUEUE_CACHE/NAME holds a finished install (a .done stamp).
+cached() { [ -f "$RUSTQUEUE_CACHE/$1/.done" ]; }
+# finish NAME: mark an install complete; only called after every step succeeded.
+finish() { touch "$RUSTQUEUE_CACHE/$1/.done"; }
