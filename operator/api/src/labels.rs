@@ -1,0 +1,63 @@
+//! Names the operator, its rendered objects and the broker agree on: label and annotation
+//! keys, ports, mount paths and environment variables.
+
+/// API group of the RustQueue custom resources.
+pub const GROUP: &str = "rustqueue.io";
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "rustqueue-operator";
+
+/// `app.kubernetes.io/name`; always [`APP_NAME`].
+pub const NAME: &str = "app.kubernetes.io/name";
+/// `app.kubernetes.io/instance`; the RustQueue object name.
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/managed-by`; always [`FIELD_MANAGER`].
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// `app.kubernetes.io/component`; one of the `COMPONENT_*` values.
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+/// Value of [`NAME`].
+pub const APP_NAME: &str = "rustqueue";
+/// Component of broker Pods, their StatefulSet, Service and PVCs.
+pub const COMPONENT_BROKER: &str = "broker";
+/// Component of the runtime ServiceAccount, Role and RoleBinding.
+pub const COMPONENT_RUNTIME: &str = "runtime";
+
+/// Pod-template annotation: hash of everything that should roll a broker Pod.
+pub const REVISION_ANNOTATION: &str = "rustqueue.io/revision";
+/// Default Node label that marks a Node eligible for a broker.
+pub const DEFAULT_ELIGIBLE_NODE_SELECTOR: &str = "rustqueue.io/eligible=true";
+
+/// NSQ TCP port of a broker.
+pub const BROKER_TCP_PORT: u16 = 4150;
+/// HTTP port of a broker (NSQ-compatible and `/v1/*` endpoints).
+pub const BROKER_HTTP_PORT: u16 = 4151;
+/// Port of the operator's `/healthz`, `/readyz`, `/metrics`.
+pub const OPERATOR_HTTP_PORT: u16 = 8080;
+
+/// Where a broker's PVC is mounted.
+pub const DATA_PATH: &str = "/data";
+/// Where the broker ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/rustqueue";
+/// Key (file name) of the broker TOML in the ConfigMap.
+pub const CONFIG_FILE: &str = "rustqueue.toml";
+/// Where the auth Secret is mounted; token files are `<dir>/<scope>-token`.
+pub const SECRETS_DIR: &str = "/run/secrets/rustqueue";
+
+/// Broker environment variables the operator sets.
+pub mod env {
+    /// Pod name (fieldRef); the broker derives its node id from the ordinal.
+    pub const POD_NAME: &str = "POD_NAME";
+    /// Pod namespace (fieldRef).
+    pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+    /// Pod IP (fieldRef `status.podIP`); listeners bind to it.
+    pub const POD_IP: &str = "POD_IP";
+    /// NSQ TCP listen address.
+    pub const TCP_ADDRESS: &str = "RUSTQUEUE_TCP_ADDRESS";
+    /// HTTP listen address.
+    pub const HTTP_ADDRESS: &str = "RUSTQUEUE_HTTP_ADDRESS";
+    /// Address advertised to clients.
+    pub const BROADCAST_ADDRESS: &str = "RUSTQUEUE_BROADCAST_ADDRESS";
+    /// Data directory.
+    pub const DATA_PATH: &str = "RUSTQUEUE_DATA_PATH";
+    /// Message index cache size.
+    pub const MESSAGE_INDEX_CACHE_BYTES: &str = "RUSTQUEUE_MESSAGE_INDEX_CACHE_BYTES";
+}

@@ -1,0 +1,16 @@
+//! Types shared by the RustQueue broker and its operator.
+//!
+//! - [`contract`]: the broker control contract (`/v1/capabilities`, `/v1/health`, `/v1/drain`,
+//!   `/v1/registry`, `/v1/registry/head`). The broker serves these types and the operator reads
+//!   them, so both sides compile the same definitions. Versioned: every type here is the
+//!   `v1` wire shape; a breaking change gets a new module.
+//! - [`labels`]: label keys, annotation keys, well-known ports and file paths that rendered
+//!   Kubernetes objects and the broker agree on.
+//! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
+//!   broker builds this crate without the feature and so never compiles `kube`.
+
+pub mod contract;
+pub mod labels;
+
+#[cfg(feature = "kube")]
+pub mod crd;
