@@ -7,11 +7,16 @@ source "$(dirname "$0")/lib.sh"
 
 deps_nsqd() {
   local name="nsqd-$NSQD_VERSION"
-  cached "$name" && return 0
-  log "building official nsqd $NSQD_VERSION (go install, one time)"
-  mkdir -p "$RUSTQUEUE_CACHE/$name"
-  GOBIN="$RUSTQUEUE_CACHE/$name/bin" go install "github.com/nsqio/nsq/apps/nsqd@$NSQD_VERSION"
-  GOBIN="$RUSTQUEUE_CACHE/$name/bin" go install "github.com/nsqio/nsq/apps/nsq_tail@$NSQD_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/nsqlookupd" ] && return 0
+  log "building official nsqd $NSQD_VERSION (one time)"
+  # Not `go install pkg@version`: that also asks the proxy for the module's version list
+  # (deprecation check), which the registry mirror refuses. Download the exact version and
+  # build inside it with its own go.mod instead.
+  local src
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/nsqio/nsq@$NSQD_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+  (cd "$src" && go build -o "$RUSTQUEUE_CACHE/$name/bin/" ./apps/nsqd ./apps/nsqlookupd ./apps/nsq_tail)
   finish "$name"
 }
 
