@@ -21,7 +21,7 @@ deps_nsqd() {
 }
 
 deps_python() {
-  local name="pynsq-$PYNSQ_VERSION"
+  local name="pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION"
   cached "$name" && return 0
   log "creating the pynsq $PYNSQ_VERSION virtualenv (one time)"
   rm -rf "${RUSTQUEUE_CACHE:?}/$name"
