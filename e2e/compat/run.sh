@@ -25,7 +25,7 @@ clients=("$@")
 [ ${#clients[@]} -gt 0 ] || clients=(go python node)
 
 NSQ_BIN="$RUSTQUEUE_CACHE/nsqd-$NSQD_VERSION/bin"
-PY="$RUSTQUEUE_CACHE/pynsq-$PYNSQ_VERSION/bin/python"
+PY="${COMPAT_PY:-$RUSTQUEUE_CACHE/pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION/bin/python}"
 NODE_MODULES="$RUSTQUEUE_CACHE/nsqjs-$NSQJS_VERSION/node_modules"
 RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/rustqueued}"
 MAX_MSG=1048576
