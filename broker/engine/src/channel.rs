@@ -1,0 +1,388 @@
+//! A channel's delivery state: a cursor over the shared topic log plus in-flight deliveries
+//! (with an ordered deadline index and per-delivery tokens), requeued and deferred positions,
+//! attempts and per-consumer counters.
+//!
+//! All of it is memory; the durable part ([`ChannelState`]) changes only through
+//! [`ChannelCommand`]s that the caller also sends to the channel WAL, so a restart redelivers
+//! exactly the unfinished messages with their recorded attempts.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use rustqueue_storage::{ChannelCommand, ChannelState, Entry, TopicLog};
+use tokio::sync::{Notify, mpsc};
+
+use crate::commit::WalReq;
+use crate::error::DeliveryError;
+use crate::types::{ClientInfo, ClientStats};
+
+pub(crate) struct Channel {
+    pub name: String,
+    pub ephemeral: bool,
+    pub st: Mutex<ChanState>,
+    pub notify: Notify,
+    pub wal_tx: Option<mpsc::UnboundedSender<WalReq>>,
+    pub deleted: AtomicBool,
+}
+
+struct InFlight {
+    position: u64,
+    token: u64,
+    deadline: Instant,
+    consumer: u64,
+}
+
+pub(crate) struct ConsumerState {
+    pub info: ClientInfo,
+    pub ready: u32,
+    pub in_flight: u32,
+    pub message_count: u64,
+    pub finish_count: u64,
+    pub requeue_count: u64,
+    pub connect_ts: u64,
+    pub sample_rate: u8,
+    pub sample_counter: u8,
+    pub msg_timeout: Duration,
+}
+
+/// The outcome of asking for the next message.
+pub(crate) enum Take {
+    Deliver { entry: Entry, attempts: u16 },
+    DeadLetter { entry: Entry },
+    Nothing,
+}
+
+/// Limits that shape a take.
+pub(crate) struct TakeRules {
+    pub visible: u64,
+    pub now: Instant,
+    pub now_ms: i64,
+    pub max_attempts: u16,
+    pub dead_letter: bool,
+}
+
+pub(crate) struct ChanState {
+    pub durable: ChannelState,
+    cursor: u64,
+    in_flight: HashMap<u64, InFlight>,
+    deadlines: BTreeMap<(Instant, u64), u64>,
+    ready: BTreeSet<u64>,
+    deferred: BTreeSet<(i64, u64)>,
+    attempts: HashMap<u64, u16>,
+    pub consumers: BTreeMap<u64, ConsumerState>,
+    next_token: u64,
+}
+
+impl ChanState {
+    /// Delivery state for a recovered or new durable state: every unfinished message is due.
+    pub fn new(durable: ChannelState) -> ChanState {
+        let mut s = ChanState {
+            cursor: durable.ack_floor + 1,
+            in_flight: HashMap::new(),
+            deadlines: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            deferred: BTreeSet::new(),
+            attempts: HashMap::new(),
+            consumers: BTreeMap::new(),
+            next_token: 1,
+            durable,
+        };
+        for (&pos, &(avail, attempts)) in &s.durable.requeued {
+            s.attempts.insert(pos, attempts);
+            s.deferred.insert((avail, pos));
+        }
+        s
+    }
+
+    /// Returns timed-out deliveries to the channel; yields the timeout counter command if any.
+    pub fn expire(&mut self, now: Instant) -> Option<ChannelCommand> {
+        let mut any = false;
+        while let Some((&(deadline, token), &id)) = self.deadlines.first_key_value() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.remove(&(deadline, token));
+            if let Some(f) = self.in_flight.remove(&id) {
+                self.ready.insert(f.position);
+                if let Some(c) = self.consumers.get_mut(&f.consumer) {
+                    c.in_flight = c.in_flight.saturating_sub(1);
+                }
+                if f.consumer != 0 {
+                    self.durable.timeout_count += 1;
+                    any = true;
+                }
+            }
+        }
+        any.then_some(ChannelCommand::Timeout {
+            timeout_count: self.durable.timeout_count,
+        })
+    }
+
+    /// Picks the next message for `consumer`; commands in `persist` must reach the WAL.
+    pub fn take(
+        &mut self,
+        consumer: u64,
+        log: &TopicLog,
+        r: &TakeRules,
+        persist: &mut Vec<ChannelCommand>,
+    ) -> Take {
+        persist.extend(self.expire(r.now));
+        while let Some(&(avail, pos)) = self.deferred.first() {
+            if avail > r.now_ms {
+                break;
+            }
+            self.deferred.pop_first();
+            self.ready.insert(pos);
+        }
+        loop {
+            let Some(pos) = self.ready.pop_first().or_else(|| self.scan(log, r)) else {
+                return Take::Nothing;
+            };
+            let Some(entry) = log.entry(pos) else {
+                continue;
+            };
+            let prior = self.attempts.get(&pos).copied().unwrap_or(0);
+            if r.dead_letter && r.max_attempts > 0 && prior.saturating_add(1) >= r.max_attempts {
+                self.start(entry, 0, r.now + Duration::from_secs(60), prior);
+                return Take::DeadLetter { entry };
+            }
+            let Some(c) = self.consumers.get_mut(&consumer) else {
+                self.ready.insert(pos);
+                return Take::Nothing;
+            };
+            if c.sample_rate > 0 {
+                let n = c.sample_counter;
+                c.sample_counter = (n + 1) % 100;
+                if n >= c.sample_rate {
+                    let cmd = ChannelCommand::Finish {
+                        position: pos,
+                        id: entry.id,
+                    };
+                    self.durable.apply(&cmd);
+                    self.attempts.remove(&pos);
+                    persist.push(cmd);
+                    continue;
+                }
+            }
+            let timeout = c.msg_timeout;
+            c.in_flight += 1;
+            c.message_count += 1;
+            let attempts = prior.saturating_add(1);
+            self.attempts.insert(pos, attempts);
+            self.start(entry, consumer, r.now + timeout, attempts);
+            return Take::Deliver { entry, attempts };
+        }
+    }
+
+    fn scan(&mut self, log: &TopicLog, r: &TakeRules) -> Option<u64> {
+        while self.cursor <= r.visible {
+            let p = self.cursor;
+            self.cursor += 1;
+            if self.durable.is_done(p) || self.durable.requeued.contains_key(&p) {
+                continue;
+            }
+            let Some(e) = log.entry(p) else { continue };
+            if e.available_at_ms > r.now_ms {
+                self.deferred.insert((e.available_at_ms, p));
+                continue;
+            }
+            return Some(p);
+        }
+        None
+    }
+
+    fn start(&mut self, entry: Entry, consumer: u64, deadline: Instant, _attempts: u16) {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.deadlines.insert((deadline, token), entry.id);
+        self.in_flight.insert(
+            entry.id,
+            InFlight {
+                position: entry.position,
+                token,
+                deadline,
+                consumer,
+            },
+        );
+    }
+
+    fn remove_in_flight(&mut self, consumer: u64, id: u64) -> Result<InFlight, DeliveryError> {
+        match self.in_flight.get(&id) {
+            Some(f) if f.consumer == consumer => {}
+            _ => return Err(DeliveryError::NotInFlight),
+        }
+        let f = self
+            .in_flight
+            .remove(&id)
+            .ok_or(DeliveryError::NotInFlight)?;
+        self.deadlines.remove(&(f.deadline, f.token));
+        if let Some(c) = self.consumers.get_mut(&consumer) {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+        Ok(f)
+    }
+
+    /// FIN: the message is done for this channel.
+    pub fn finish(&mut self, consumer: u64, id: u64) -> Result<ChannelCommand, DeliveryError> {
+        let f = self.remove_in_flight(consumer, id)?;
+        self.attempts.remove(&f.position);
+        if let Some(c) = self.consumers.get_mut(&consumer) {
+            c.finish_count += 1;
+        }
+        let cmd = ChannelCommand::Finish {
+            position: f.position,
+            id,
+        };
+        self.durable.apply(&cmd);
+        Ok(cmd)
+    }
+
+    /// REQ: deliver again after `delay` (attempts are kept).
+    pub fn requeue(
+        &mut self,
+        consumer: u64,
+        id: u64,
+        delay: Duration,
+        now_ms: i64,
+    ) -> Result<ChannelCommand, DeliveryError> {
+        let f = self.remove_in_flight(consumer, id)?;
+        if let Some(c) = self.consumers.get_mut(&consumer) {
+            c.requeue_count += 1;
+        }
+        let available_at_ms = now_ms + delay.as_millis() as i64;
+        let attempts = self.attempts.get(&f.position).copied().unwrap_or(1);
+        let cmd = ChannelCommand::Requeue {
+            position: f.position,
+            id,
+            available_at_ms,
+            attempts,
+            requeue_count: self.durable.requeue_count + 1,
+        };
+        self.durable.apply(&cmd);
+        if delay.is_zero() {
+            self.ready.insert(f.position);
+        } else {
+            self.deferred.insert((available_at_ms, f.position));
+        }
+        Ok(cmd)
+    }
+
+    /// TOUCH: restart the delivery's timeout.
+    pub fn touch(&mut self, consumer: u64, id: u64, now: Instant) -> Result<(), DeliveryError> {
+        let timeout = self
+            .consumers
+            .get(&consumer)
+            .map(|c| c.msg_timeout)
+            .ok_or(DeliveryError::NotInFlight)?;
+        let f = self
+            .in_flight
+            .get_mut(&id)
+            .filter(|f| f.consumer == consumer)
+            .ok_or(DeliveryError::NotInFlight)?;
+        self.deadlines.remove(&(f.deadline, f.token));
+        f.deadline = now + timeout;
+        self.deadlines.insert((f.deadline, f.token), id);
+        Ok(())
+    }
+
+    /// Finishes an internal (dead-letter) reservation.
+    pub fn finish_internal(&mut self, id: u64) -> Option<ChannelCommand> {
+        self.finish(0, id).ok()
+    }
+
+    /// Disconnect: the consumer's in-flight messages are deliverable again at once.
+    pub fn release_consumer(&mut self, consumer: u64) {
+        let ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.consumer == consumer)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Ok(f) = self.remove_in_flight(consumer, id) {
+                self.ready.insert(f.position);
+            }
+        }
+        self.consumers.remove(&consumer);
+    }
+
+    /// Empties the channel through `through` (in-flight deliveries are dropped).
+    pub fn empty(&mut self, through: u64) -> ChannelCommand {
+        self.in_flight.clear();
+        self.deadlines.clear();
+        self.ready.clear();
+        self.deferred.clear();
+        self.attempts.clear();
+        for c in self.consumers.values_mut() {
+            c.in_flight = 0;
+        }
+        let cmd = ChannelCommand::Empty { through };
+        self.durable.apply(&cmd);
+        self.cursor = self.cursor.max(through + 1);
+        cmd
+    }
+
+    /// In-flight count of one consumer.
+    pub fn consumer_in_flight(&self, consumer: u64) -> u32 {
+        self.consumers.get(&consumer).map_or(0, |c| c.in_flight)
+    }
+
+    /// The earliest instant something changes without outside input (deadline or deferral).
+    pub fn next_wake(&self, now: Instant, now_ms: i64) -> Option<Instant> {
+        let d = self.deadlines.first_key_value().map(|((d, _), _)| *d);
+        let f = self
+            .deferred
+            .first()
+            .map(|(ms, _)| now + Duration::from_millis((*ms - now_ms).max(0) as u64));
+        match (d, f) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Lowest position still in flight (retention must keep it).
+    pub fn min_in_flight(&self) -> Option<u64> {
+        self.in_flight.values().map(|f| f.position).min()
+    }
+
+    /// (in_flight, deferred, depth) for stats.
+    pub fn counts(&self, visible: u64) -> (u64, u64, u64) {
+        let backlog = visible
+            .saturating_sub(self.durable.ack_floor)
+            .saturating_sub(self.durable.acked.range(..=visible).count() as u64);
+        let in_flight = self.in_flight.values().filter(|f| f.consumer != 0).count() as u64;
+        let deferred = self.deferred.len() as u64;
+        (
+            in_flight,
+            deferred,
+            backlog.saturating_sub(in_flight + deferred),
+        )
+    }
+
+    /// Stats rows of the consumers.
+    pub fn client_stats(&self) -> Vec<ClientStats> {
+        self.consumers
+            .values()
+            .map(|c| ClientStats {
+                client_id: c.info.client_id.clone(),
+                hostname: c.info.hostname.clone(),
+                remote_address: c.info.remote_address.clone(),
+                user_agent: c.info.user_agent.clone(),
+                state: 3,
+                ready_count: u64::from(c.ready),
+                in_flight_count: u64::from(c.in_flight),
+                message_count: c.message_count,
+                finish_count: c.finish_count,
+                requeue_count: c.requeue_count,
+                connect_ts: c.connect_ts,
+                sample_rate: c.sample_rate,
+                tls: c.info.tls,
+                deflate: c.info.deflate,
+                snappy: c.info.snappy,
+                authed: false,
+            })
+            .collect()
+    }
+}

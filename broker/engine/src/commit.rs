@@ -1,0 +1,153 @@
+//! FIN/REQ group commit to a channel WAL.
+//!
+//! One worker per durable channel owns its [`ChannelWal`]. It collects commands for up to
+//! 1 ms from the first (or 1,024 requests), appends all frames in one write, fdatasyncs once,
+//! checkpoints when due, and only then answers: every success has crossed the WAL fsync.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use rustqueue_storage::{ChannelCommand, ChannelWal, StorageError};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::channel::Channel;
+use crate::topic::lock;
+
+type Reply = oneshot::Sender<Result<(), String>>;
+
+/// A request to a channel WAL worker.
+pub(crate) enum WalReq {
+    /// Persist commands; reply (if any) after the fsync.
+    Cmds(Vec<ChannelCommand>, Option<Reply>),
+    /// Write a checkpoint now (shutdown).
+    Checkpoint(Reply),
+    /// Delete the channel's files and stop.
+    Delete(Reply),
+}
+
+const MAX_GROUP: usize = 1_024;
+const WINDOW: Duration = Duration::from_millis(1);
+
+/// The worker loop; ends on delete or when every sender is gone.
+pub(crate) async fn wal_worker(
+    chan: Weak<Channel>,
+    wal: ChannelWal,
+    mut rx: mpsc::UnboundedReceiver<WalReq>,
+) {
+    let mut wal = Some(wal);
+    while let Some(first) = rx.recv().await {
+        let mut cmds = Vec::new();
+        let mut replies: Vec<Reply> = Vec::new();
+        let mut control: Option<WalReq> = None;
+        let push = |req: WalReq,
+                    cmds: &mut Vec<ChannelCommand>,
+                    replies: &mut Vec<Reply>|
+         -> Option<WalReq> {
+            match req {
+                WalReq::Cmds(c, r) => {
+                    cmds.extend(c);
+                    replies.extend(r);
+                    None
+                }
+                other => Some(other),
+            }
+        };
+        control = control.or(push(first, &mut cmds, &mut replies));
+        if control.is_none() {
+            let deadline = tokio::time::Instant::now() + WINDOW;
+            while replies.len() < MAX_GROUP && control.is_none() {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(req)) => control = push(req, &mut cmds, &mut replies),
+                    _ => break,
+                }
+            }
+        }
+        let Some(w) = wal.take() else { break };
+        let chan2 = chan.clone();
+        let ckpt = matches!(control, Some(WalReq::Checkpoint(_)));
+        let delete = matches!(control, Some(WalReq::Delete(_)));
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut w = w;
+            let r = persist(&mut w, &chan2, &cmds, ckpt);
+            if delete {
+                let d = w.delete();
+                return (None, r.and(d));
+            }
+            (Some(w), r)
+        })
+        .await;
+        let (back, result) = match joined {
+            Ok((back, r)) => (back, r.map_err(|e| e.to_string())),
+            Err(e) => (None, Err(format!("channel commit task failed: {e}"))),
+        };
+        wal = back;
+        for r in replies {
+            let _ = r.send(result.clone());
+        }
+        if let Some(WalReq::Checkpoint(r) | WalReq::Delete(r)) = control {
+            let _ = r.send(result.clone());
+        }
+        if wal.is_none() {
+            break;
+        }
+    }
+}
+
+fn persist(
+    w: &mut ChannelWal,
+    chan: &Weak<Channel>,
+    cmds: &[ChannelCommand],
+    force_checkpoint: bool,
+) -> Result<(), StorageError> {
+    if !cmds.is_empty() {
+        w.append(cmds)?;
+        w.sync()?;
+    }
+    if (force_checkpoint || w.needs_checkpoint())
+        && let Some(c) = chan.upgrade()
+    {
+        let snapshot = lock(&c.st).durable.clone();
+        w.checkpoint(&snapshot)?;
+    }
+    Ok(())
+}
+
+/// Sends commands and waits for their fsync.
+pub(crate) async fn persist_wait(
+    chan: &Arc<Channel>,
+    cmds: Vec<ChannelCommand>,
+) -> Result<(), String> {
+    let Some(tx) = &chan.wal_tx else {
+        return Ok(());
+    };
+    if cmds.is_empty() {
+        return Ok(());
+    }
+    let (rtx, rrx) = oneshot::channel();
+    tx.send(WalReq::Cmds(cmds, Some(rtx)))
+        .map_err(|_| "channel closed".to_string())?;
+    rrx.await.map_err(|_| "channel closed".to_string())?
+}
+
+/// Sends commands without waiting (timeout counters, sampled auto-FINs).
+pub(crate) fn persist_later(chan: &Channel, cmds: Vec<ChannelCommand>) {
+    if let Some(tx) = &chan.wal_tx
+        && !cmds.is_empty()
+    {
+        let _ = tx.send(WalReq::Cmds(cmds, None));
+    }
+}
+
+/// Sends a control request and waits.
+pub(crate) async fn control(
+    chan: &Channel,
+    make: impl FnOnce(Reply) -> WalReq,
+) -> Result<(), String> {
+    let Some(tx) = &chan.wal_tx else {
+        return Ok(());
+    };
+    let (rtx, rrx) = oneshot::channel();
+    tx.send(make(rtx))
+        .map_err(|_| "channel closed".to_string())?;
+    rrx.await.map_err(|_| "channel closed".to_string())?
+}

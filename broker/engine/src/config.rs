@@ -1,0 +1,105 @@
+//! Engine configuration ([`EngineConfig`]) with the broker specification's defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// When a PUB/MPUB/DPUB is acknowledged (spec/broker.md §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckMode {
+    /// Reply after the segment is fdatasynced; consumers see only synced messages. Nothing
+    /// acknowledged is lost in a crash.
+    Durable,
+    /// Reply after the append; consumers see only synced messages; a crash can lose the
+    /// acknowledged-but-unsynced tail (synced in the background).
+    WriteAck,
+    /// Reply after the append and deliver at once, like nsqd; a crash can lose an acknowledged
+    /// and even delivered tail.
+    NsqRelaxed,
+}
+
+/// Engine settings; `Default` gives the specification defaults with data path `data`.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Data directory (one per broker process).
+    pub data_path: PathBuf,
+    /// Node id (1..=65,535); part of every message id.
+    pub node_id: u16,
+    /// Storage feature level (1 or 2; 2 allows 100 MiB messages).
+    pub feature_level: u8,
+    /// Publish acknowledgement mode.
+    pub ack_mode: AckMode,
+    /// Segment rotation size.
+    pub max_segment_bytes: u64,
+    /// Largest message body.
+    pub max_message_bytes: u64,
+    /// Default in-flight timeout per delivery.
+    pub message_timeout: Duration,
+    /// Largest per-consumer message timeout.
+    pub max_message_timeout: Duration,
+    /// Largest DPUB defer / REQ delay.
+    pub max_defer: Duration,
+    /// A message is dead-lettered instead of delivered for this attempt number.
+    pub max_delivery_attempts: u16,
+    /// Suffix of dead-letter topics `<topic>.<channel><suffix>`.
+    pub dead_letter_suffix: String,
+    /// New durable channels start this far back.
+    pub bootstrap_retention: Duration,
+    /// Relaxed modes sync after this many unsynced messages...
+    pub relaxed_sync_messages: u64,
+    /// ...or this many unsynced bytes...
+    pub relaxed_sync_bytes: u64,
+    /// ...or this age of the oldest unsynced message.
+    pub relaxed_sync_interval: Duration,
+    /// Durable topic limit.
+    pub max_topics: usize,
+    /// Channels per topic.
+    pub max_channels_per_topic: usize,
+    /// Node-wide publish working set (bodies in flight to storage).
+    pub node_publish_inflight_bytes: u64,
+    /// Node-wide delivery working set (bodies being read for delivery).
+    pub node_delivery_inflight_bytes: u64,
+    /// How often retention GC runs.
+    pub gc_interval: Duration,
+    /// Publish group commit: most requests per group.
+    pub group_max_requests: usize,
+    /// Publish group commit: most encoded bytes per group.
+    pub group_max_bytes: u64,
+    /// Longest a group waits for more requests once several are arriving.
+    pub group_window: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            data_path: PathBuf::from("data"),
+            node_id: 1,
+            feature_level: 1,
+            ack_mode: AckMode::Durable,
+            max_segment_bytes: 104_857_600,
+            max_message_bytes: 20_971_520,
+            message_timeout: Duration::from_secs(60),
+            max_message_timeout: Duration::from_secs(900),
+            max_defer: Duration::from_secs(3600),
+            max_delivery_attempts: 16,
+            dead_letter_suffix: ".DLQ".into(),
+            bootstrap_retention: Duration::from_secs(90),
+            relaxed_sync_messages: 2_500,
+            relaxed_sync_bytes: 8 << 20,
+            relaxed_sync_interval: Duration::from_millis(10),
+            max_topics: 10_000,
+            max_channels_per_topic: 1_024,
+            node_publish_inflight_bytes: 512 << 20,
+            node_delivery_inflight_bytes: 512 << 20,
+            gc_interval: Duration::from_secs(5),
+            group_max_requests: 64,
+            group_max_bytes: 8 << 20,
+            group_window: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Largest message body readable at a feature level.
+pub fn feature_level_message_cap(level: u8) -> u64 {
+    if level >= 2 { 100 << 20 } else { 20 << 20 }
+}

@@ -1,0 +1,295 @@
+//! A subscribed consumer: RDY, next delivery, FIN/REQ/TOUCH. Dropping it is a disconnect.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rustqueue_storage::log::read_body_from;
+use rustqueue_storage::{Entry, FsFile};
+use tokio::sync::watch;
+
+use crate::channel::{Channel, ConsumerState, Take, TakeRules};
+use crate::commit::{persist_later, persist_wait};
+use crate::engine::Inner;
+use crate::error::DeliveryError;
+use crate::topic::{Topic, lock};
+use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms, valid_name};
+
+/// A consumer registered with one channel.
+pub struct Consumer {
+    inner: Arc<Inner>,
+    topic: Arc<Topic>,
+    channel: Arc<Channel>,
+    id: u64,
+    visible: watch::Receiver<u64>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("topic", &self.topic.name)
+            .field("channel", &self.channel.name)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// Bodies above this size are read on the blocking pool.
+const BLOCKING_READ_BYTES: u32 = 1 << 20;
+
+impl Consumer {
+    pub(crate) fn register(
+        inner: Arc<Inner>,
+        topic: Arc<Topic>,
+        channel: Arc<Channel>,
+        opts: ConsumerOptions,
+    ) -> Consumer {
+        let id = inner.next_consumer.fetch_add(1, Ordering::SeqCst);
+        let state = ConsumerState {
+            info: opts.client,
+            ready: 0,
+            in_flight: 0,
+            message_count: 0,
+            finish_count: 0,
+            requeue_count: 0,
+            connect_ts: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            sample_rate: opts.sample_rate.min(99),
+            sample_counter: 0,
+            msg_timeout: opts.msg_timeout.unwrap_or(inner.cfg.message_timeout),
+        };
+        lock(&channel.st).consumers.insert(id, state);
+        let visible = topic.visible.subscribe();
+        Consumer {
+            inner,
+            topic,
+            channel,
+            id,
+            visible,
+        }
+    }
+
+    /// RDY: how many messages may be in flight to this consumer (0 pauses it).
+    pub fn set_ready(&self, count: u32) {
+        if let Some(c) = lock(&self.channel.st).consumers.get_mut(&self.id) {
+            c.ready = count;
+        }
+        self.channel.notify.notify_waiters();
+    }
+
+    fn closed(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::SeqCst)
+            || self.channel.deleted.load(Ordering::SeqCst)
+            || self.topic.deleted.load(Ordering::SeqCst)
+    }
+
+    fn dead_letter_target(&self) -> String {
+        let suffix = &self.inner.cfg.dead_letter_suffix;
+        let chan = self.channel.name.replace('#', "_");
+        let name = format!("{}.{}{}", self.topic.name, chan, suffix);
+        if valid_name(&name) {
+            return name;
+        }
+        let mut h = crc32fast::Hasher::new();
+        h.update(self.topic.name.as_bytes());
+        h.update(&[0]);
+        h.update(self.channel.name.as_bytes());
+        let tail = format!(".{:08x}{}", h.finalize(), suffix);
+        let prefix: String = self
+            .topic
+            .name
+            .replace('#', "_")
+            .chars()
+            .take(64usize.saturating_sub(tail.len()))
+            .collect();
+        format!("{prefix}{tail}")
+    }
+
+    /// The next message for this consumer, respecting RDY, in-flight count, pauses, deferral
+    /// and sampling. `None` once the channel or topic is deleted or the engine shuts down.
+    pub async fn next(&mut self) -> Option<Delivery> {
+        let suffix = self.inner.cfg.dead_letter_suffix.clone();
+        let dlq_allowed = !self.topic.name.ends_with(&suffix);
+        loop {
+            if self.closed() {
+                return None;
+            }
+            let notified = self.channel.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.visible.borrow_and_update();
+            let now = Instant::now();
+            let now_ms = now_ms();
+            let mut persist = Vec::new();
+            let (take, wake) = {
+                let mut st = lock(&self.channel.st);
+                let ready = st.consumers.get(&self.id).map_or(0, |c| c.ready);
+                let paused = st.durable.paused
+                    || self.topic.paused.load(Ordering::SeqCst)
+                    || self.inner.frozen.load(Ordering::SeqCst);
+                let take = if !paused && st.consumer_in_flight(self.id) < ready {
+                    let log = lock(&self.topic.log);
+                    let rules = TakeRules {
+                        visible: self.topic.visible_through(),
+                        now,
+                        now_ms,
+                        max_attempts: self.inner.cfg.max_delivery_attempts,
+                        dead_letter: dlq_allowed,
+                    };
+                    let take = st.take(self.id, &log, &rules, &mut persist);
+                    match take {
+                        Take::Deliver { entry, .. } | Take::DeadLetter { entry } => {
+                            Some((take, log.body_source(&entry)))
+                        }
+                        Take::Nothing => None,
+                    }
+                } else {
+                    persist.extend(st.expire(now));
+                    None
+                };
+                (take, st.next_wake(now, now_ms))
+            };
+            persist_later(&self.channel, persist);
+            match take {
+                Some((Take::Deliver { entry, attempts }, source)) => {
+                    match read(source, entry).await {
+                        Some(body) => {
+                            return Some(Delivery {
+                                id: MessageId::from_u64(entry.id),
+                                timestamp_ns: entry.timestamp_ns,
+                                attempts,
+                                body,
+                            });
+                        }
+                        None => {
+                            // The body vanished or failed its read: storage is suspect; fail closed.
+                            self.inner.store.fault().trip(format!(
+                                "cannot read body of position {} in topic {}",
+                                entry.position, self.topic.name
+                            ));
+                            return None;
+                        }
+                    }
+                }
+                Some((Take::DeadLetter { entry }, source)) => {
+                    let target = self.dead_letter_target();
+                    tokio::spawn(dead_letter(
+                        self.inner.clone(),
+                        self.channel.clone(),
+                        target,
+                        entry,
+                        source,
+                    ));
+                    continue;
+                }
+                _ => {}
+            }
+            let sleep_until = wake
+                .unwrap_or(now + Duration::from_secs(1))
+                .min(now + Duration::from_secs(1));
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = self.visible.changed() => {}
+                _ = tokio::time::sleep_until(sleep_until.into()) => {}
+            }
+        }
+    }
+
+    /// FIN; resolves after the channel WAL fsync (durable channels).
+    pub async fn finish(&self, id: MessageId) -> Result<(), DeliveryError> {
+        let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
+        let cmd = lock(&self.channel.st).finish(self.id, raw)?;
+        self.channel.notify.notify_waiters();
+        persist_wait(&self.channel, vec![cmd])
+            .await
+            .map_err(DeliveryError::StorageFault)
+    }
+
+    /// REQ with a delay (0 = at once); attempts are kept.
+    pub async fn requeue(&self, id: MessageId, delay: Duration) -> Result<(), DeliveryError> {
+        if delay > self.inner.cfg.max_defer {
+            return Err(DeliveryError::InvalidDelay);
+        }
+        let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
+        let cmd = lock(&self.channel.st).requeue(self.id, raw, delay, now_ms())?;
+        self.channel.notify.notify_waiters();
+        persist_wait(&self.channel, vec![cmd])
+            .await
+            .map_err(DeliveryError::StorageFault)
+    }
+
+    /// TOUCH: restarts the message's timeout.
+    pub fn touch(&self, id: MessageId) -> Result<(), DeliveryError> {
+        let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
+        lock(&self.channel.st).touch(self.id, raw, Instant::now())?;
+        self.channel.notify.notify_waiters();
+        Ok(())
+    }
+
+    /// Messages currently in flight to this consumer.
+    pub fn in_flight(&self) -> usize {
+        let mut st = lock(&self.channel.st);
+        if let Some(cmd) = st.expire(Instant::now()) {
+            persist_later(&self.channel, vec![cmd]);
+        }
+        st.consumer_in_flight(self.id) as usize
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let empty = {
+            let mut st = lock(&self.channel.st);
+            st.release_consumer(self.id);
+            st.consumers.is_empty()
+        };
+        self.channel.notify.notify_waiters();
+        if empty && self.channel.ephemeral && !self.channel.deleted.load(Ordering::SeqCst) {
+            self.inner
+                .drop_ephemeral_channel(&self.topic, &self.channel);
+        }
+    }
+}
+
+async fn read(source: Option<Arc<dyn FsFile>>, entry: Entry) -> Option<Bytes> {
+    let file = source?;
+    if entry.body_len > BLOCKING_READ_BYTES {
+        tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry).ok())
+            .await
+            .ok()
+            .flatten()
+            .map(Bytes::from)
+    } else {
+        read_body_from(file.as_ref(), &entry).ok().map(Bytes::from)
+    }
+}
+
+/// Moves a message to its dead-letter topic: durable append first, then FIN of the source,
+/// so a crash can duplicate the dead letter but never lose the message.
+async fn dead_letter(
+    inner: Arc<Inner>,
+    channel: Arc<Channel>,
+    target: String,
+    entry: Entry,
+    source: Option<Arc<dyn FsFile>>,
+) {
+    let Some(body) = read(source, entry).await else {
+        return;
+    };
+    let Ok(t) = inner.get_or_create_topic(&target) else {
+        return;
+    };
+    if inner
+        .publish_to(&t, vec![body], now_ms(), true)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let cmd = lock(&channel.st).finish_internal(entry.id);
+    if let Some(cmd) = cmd {
+        let _ = persist_wait(&channel, vec![cmd]).await;
+    }
+}

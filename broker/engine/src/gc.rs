@@ -1,0 +1,82 @@
+//! Retention: deletes whole sealed segments that no channel, bootstrap window or unrouted
+//! boundary still needs (spec/broker.md §5.1). Runs every `gc_interval`.
+
+use std::sync::{Arc, Weak};
+
+use crate::engine::Inner;
+use crate::topic::{Topic, lock};
+use crate::types::now_ns;
+
+/// Lowest position of `t` that must be kept.
+pub(crate) fn retention_floor(t: &Topic, bootstrap_ns: i64) -> u64 {
+    let log = lock(&t.log);
+    let mut floor = log.first_position_since(now_ns() - bootstrap_ns);
+    let mut durable = false;
+    drop(log);
+    for c in t.channel_list() {
+        let st = lock(&c.st);
+        if !c.ephemeral {
+            durable = true;
+            floor = floor.min(st.durable.ack_floor + 1);
+        }
+        if let Some(p) = st.min_in_flight() {
+            floor = floor.min(p);
+        }
+    }
+    if !durable {
+        let m = lock(&t.manifest);
+        floor = floor.min(m.unrouted_from_position.unwrap_or(m.next_position));
+    }
+    floor
+}
+
+/// One GC pass over a topic; returns the number of segments deleted.
+pub(crate) fn gc_topic(inner: &Inner, t: &Topic) -> Result<usize, rustqueue_storage::StorageError> {
+    if t.ephemeral {
+        let floor = retention_floor(t, 0);
+        return lock(&t.log).gc(floor);
+    }
+    let floor = retention_floor(t, inner.cfg.bootstrap_retention.as_nanos() as i64);
+    if lock(&t.log).first_position() >= floor {
+        return Ok(0);
+    }
+    let mut m = lock(&t.manifest).clone();
+    let next = lock(&t.log).next_position();
+    if m.next_position != next {
+        m.next_position = next;
+        inner.store.write_manifest(&m)?;
+        *lock(&t.manifest) = m;
+    }
+    lock(&t.log).gc(floor)
+}
+
+/// Background maintenance; ends when the engine is dropped or shut down.
+pub(crate) async fn maintenance_loop(inner: Weak<Inner>) {
+    let period = match inner.upgrade() {
+        Some(i) => i.cfg.gc_interval,
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(i) = inner.upgrade() else { return };
+        if i.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let topics: Vec<Arc<Topic>> = i
+            .topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let i2 = i.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in topics {
+                if let Err(e) = gc_topic(&i2, &t) {
+                    tracing::error!(topic = %t.name, error = %e, "retention GC failed; storage isolated");
+                }
+            }
+        })
+        .await;
+    }
+}

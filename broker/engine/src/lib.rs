@@ -1,0 +1,34 @@
+//! `rustqueue-engine`: the broker's queueing engine on top of `rustqueue-storage`.
+//!
+//! ```text
+//! Engine ── topics ── Topic: TopicLog (shared by all channels) + publish group-commit worker
+//!                      └─ Channel: cursor + in-flight/deadline index + requeue/deferred sets
+//!                               + FIN/REQ group-commit worker owning the channel WAL
+//!        ── Consumer: RDY, next(), finish/requeue/touch; drop = disconnect
+//!        ── maintenance: retention GC of whole sealed segments
+//! ```
+//!
+//! Payloads are stored once per topic; each channel is an independent cursor over the log.
+//! Publishing resolves only when the batch is durable per [`AckMode`]; FIN/REQ resolve after the
+//! channel WAL fsync. A storage failure isolates the store and shows in [`Engine::health`].
+
+mod channel;
+mod commit;
+mod config;
+mod consumer;
+mod engine;
+mod error;
+mod gc;
+mod registry;
+mod topic;
+mod types;
+
+pub use bytes::Bytes;
+pub use config::{AckMode, EngineConfig, feature_level_message_cap};
+pub use consumer::Consumer;
+pub use engine::Engine;
+pub use error::{DeliveryError, EngineError, OpenError, PublishError};
+pub use types::{
+    ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,
+    MessageId, TopicStats, valid_name,
+};

@@ -1,0 +1,278 @@
+//! Building topics and channels: from recovery, on first use, and their removal.
+//!
+//! Retention boundaries live here too: a topic with no durable channel keeps an "unrouted"
+//! boundary in its manifest; the first durable channel starts exactly there, later ones start
+//! at the oldest message inside the bootstrap window, ephemeral ones at the tail.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rustqueue_storage::meta::{FORMAT_VERSION, Manifest};
+use rustqueue_storage::simfs::SimFs;
+use rustqueue_storage::{ChannelState, ChannelWal, Fault, RecoveredTopic, TopicLog};
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::channel::{ChanState, Channel};
+use crate::commit::wal_worker;
+use crate::engine::Inner;
+use crate::error::EngineError;
+use crate::topic::{GroupSettings, Topic, lock, publish_worker};
+use crate::types::{is_ephemeral, now_ns, valid_name};
+
+impl Inner {
+    fn group_settings(&self) -> GroupSettings {
+        let c = &self.cfg;
+        GroupSettings {
+            max_requests: c.group_max_requests,
+            max_bytes: c.group_max_bytes,
+            window: c.group_window,
+            ack_mode: c.ack_mode,
+            sync_messages: c.relaxed_sync_messages,
+            sync_bytes: c.relaxed_sync_bytes,
+            sync_interval: c.relaxed_sync_interval,
+        }
+    }
+
+    fn build_topic(&self, log: TopicLog, manifest: Manifest, ephemeral: bool) -> Arc<Topic> {
+        let (tx, rx) = mpsc::channel(1_024);
+        let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
+            log.next_position() - 1
+        } else {
+            log.durable_position()
+        };
+        let t = Arc::new(Topic {
+            name: manifest.name.clone(),
+            ephemeral,
+            paused: AtomicBool::new(manifest.paused),
+            log: Mutex::new(log),
+            manifest: Mutex::new(manifest),
+            channels: RwLock::new(BTreeMap::new()),
+            deleted: AtomicBool::new(false),
+            visible: watch::channel(visible).0,
+            pub_tx: tx,
+            ack_mode: self.cfg.ack_mode,
+        });
+        tokio::spawn(publish_worker(
+            Arc::downgrade(&t),
+            self.store.clone(),
+            self.group_settings(),
+            rx,
+        ));
+        t
+    }
+
+    fn build_channel(
+        &self,
+        name: &str,
+        state: ChannelState,
+        wal: Option<ChannelWal>,
+    ) -> Arc<Channel> {
+        let (tx, rx) = match wal {
+            Some(_) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let c = Arc::new(Channel {
+            name: name.to_string(),
+            ephemeral: is_ephemeral(name),
+            st: Mutex::new(ChanState::new(state)),
+            notify: Notify::new(),
+            wal_tx: tx,
+            deleted: AtomicBool::new(false),
+        });
+        if let (Some(wal), Some(rx)) = (wal, rx) {
+            tokio::spawn(wal_worker(Arc::downgrade(&c), wal, rx));
+        }
+        c
+    }
+
+    /// Installs the topics recovered from disk.
+    pub(crate) fn install_recovered(&self, recovered: Vec<RecoveredTopic>) {
+        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        for rt in recovered {
+            let t = self.build_topic(rt.log, rt.manifest, false);
+            {
+                let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+                for rc in rt.channels {
+                    let c = self.build_channel(&rc.name, rc.state, Some(rc.wal));
+                    chans.insert(rc.name, c);
+                }
+            }
+            topics.insert(t.name.clone(), t);
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(EngineError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Returns the topic, creating it (durably unless ephemeral) if needed.
+    pub(crate) fn get_or_create_topic(&self, name: &str) -> Result<Arc<Topic>, EngineError> {
+        if !valid_name(name) {
+            return Err(EngineError::BadName(name.to_string()));
+        }
+        self.check_open()?;
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = topics.get(name) {
+            return Ok(t.clone());
+        }
+        let ephemeral = is_ephemeral(name);
+        if !ephemeral && topics.values().filter(|t| !t.ephemeral).count() >= self.cfg.max_topics {
+            return Err(EngineError::TooManyTopics);
+        }
+        let manifest = Manifest {
+            format: FORMAT_VERSION,
+            name: name.to_string(),
+            paused: false,
+            deleted: false,
+            next_position: 1,
+            unrouted_from_position: Some(1),
+        };
+        let log = if ephemeral {
+            let mem = Arc::new(SimFs::new());
+            TopicLog::open(
+                mem,
+                std::path::Path::new("/ephemeral"),
+                Fault::default(),
+                self.cfg.max_segment_bytes,
+                1,
+            )?
+        } else {
+            let log = self.store.create_topic(&manifest)?;
+            self.store.bump_revision()?;
+            log
+        };
+        let t = self.build_topic(log, manifest, ephemeral);
+        topics.insert(name.to_string(), t.clone());
+        self.bump_local_revision();
+        Ok(t)
+    }
+
+    /// Returns the channel, creating it if needed (durable ones get their files first).
+    pub(crate) fn get_or_create_channel(
+        &self,
+        t: &Arc<Topic>,
+        name: &str,
+    ) -> Result<Arc<Channel>, EngineError> {
+        if !valid_name(name) {
+            return Err(EngineError::BadName(name.to_string()));
+        }
+        self.check_open()?;
+        if let Some(c) = t.channel(name) {
+            return Ok(c);
+        }
+        let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = chans.get(name) {
+            return Ok(c.clone());
+        }
+        if chans.len() >= self.cfg.max_channels_per_topic {
+            return Err(EngineError::TooManyChannels);
+        }
+        let ephemeral = is_ephemeral(name) || t.ephemeral;
+        let (start, tail) = {
+            let log = lock(&t.log);
+            let since = now_ns() - self.cfg.bootstrap_retention.as_nanos() as i64;
+            (log.first_position_since(since), log.next_position())
+        };
+        let c = if ephemeral {
+            self.build_channel(name, ChannelState::new(name, tail), None)
+        } else {
+            let mut manifest = lock(&t.manifest);
+            let start = manifest.unrouted_from_position.unwrap_or(start);
+            let state = ChannelState::new(name, start);
+            let wal = self.store.create_channel(&t.name, &state)?;
+            if manifest.unrouted_from_position.is_some() {
+                let mut m = manifest.clone();
+                m.unrouted_from_position = None;
+                m.next_position = tail;
+                self.store.write_manifest(&m)?;
+                *manifest = m;
+            }
+            self.store.bump_revision()?;
+            self.build_channel(name, state, Some(wal))
+        };
+        chans.insert(name.to_string(), c.clone());
+        self.bump_local_revision();
+        Ok(c)
+    }
+
+    /// Removes a channel from its topic (files via its WAL worker) and wakes its consumers.
+    pub(crate) async fn remove_channel(
+        &self,
+        t: &Arc<Topic>,
+        name: &str,
+    ) -> Result<(), EngineError> {
+        let c = {
+            let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+            chans.remove(name).ok_or(EngineError::ChannelNotFound)?
+        };
+        c.deleted.store(true, Ordering::SeqCst);
+        c.notify.notify_waiters();
+        if c.wal_tx.is_some() {
+            crate::commit::control(&c, crate::commit::WalReq::Delete)
+                .await
+                .map_err(EngineError::StorageFault)?;
+            let durable_left = t.channel_list().iter().any(|c| !c.ephemeral);
+            if !durable_left && !t.ephemeral {
+                let mut manifest = lock(&t.manifest);
+                let mut m = manifest.clone();
+                m.next_position = lock(&t.log).next_position();
+                m.unrouted_from_position = Some(m.next_position);
+                self.store.write_manifest(&m)?;
+                *manifest = m;
+            }
+            self.store.bump_revision()?;
+        }
+        self.bump_local_revision();
+        if t.ephemeral && t.channel_list().is_empty() {
+            self.remove_topic_entry(t);
+        }
+        Ok(())
+    }
+
+    /// Drops an ephemeral channel whose last consumer left (memory only, no I/O).
+    pub(crate) fn drop_ephemeral_channel(&self, t: &Arc<Topic>, c: &Arc<Channel>) {
+        {
+            let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+            if chans.get(&c.name).is_some_and(|x| Arc::ptr_eq(x, c)) {
+                chans.remove(&c.name);
+            }
+        }
+        c.deleted.store(true, Ordering::SeqCst);
+        c.notify.notify_waiters();
+        self.bump_local_revision();
+        if t.ephemeral && t.channel_list().is_empty() {
+            self.remove_topic_entry(t);
+        }
+    }
+
+    pub(crate) fn remove_topic_entry(&self, t: &Arc<Topic>) {
+        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        if topics.get(&t.name).is_some_and(|x| Arc::ptr_eq(x, t)) {
+            topics.remove(&t.name);
+        }
+        t.deleted.store(true, Ordering::SeqCst);
+        for c in t.channel_list() {
+            c.deleted.store(true, Ordering::SeqCst);
+            c.notify.notify_waiters();
+        }
+        self.bump_local_revision();
+    }
+}

@@ -1,0 +1,388 @@
+//! Delivery semantics of the engine against a real data directory.
+
+use std::time::{Duration, Instant};
+
+use rustqueue_engine::{
+    AckMode, Bytes, ConsumerOptions, DeliveryError, Engine, EngineConfig, OpenError,
+};
+
+fn cfg(dir: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        data_path: dir.to_path_buf(),
+        message_timeout: Duration::from_secs(30),
+        ..EngineConfig::default()
+    }
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::from(s.to_string())
+}
+
+async fn next(c: &mut rustqueue_engine::Consumer) -> rustqueue_engine::Delivery {
+    tokio::time::timeout(Duration::from_secs(5), c.next())
+        .await
+        .expect("a delivery within 5 s")
+        .expect("not closed")
+}
+
+async fn none_within(c: &mut rustqueue_engine::Consumer, ms: u64) {
+    if let Ok(d) = tokio::time::timeout(Duration::from_millis(ms), c.next()).await {
+        panic!("unexpected delivery {:?}", d.map(|d| d.body));
+    }
+}
+
+#[tokio::test]
+async fn published_messages_are_delivered_in_order_and_finished_ones_stay_finished_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("one")], None).await.unwrap();
+    e.publish("t", vec![b("two"), b("three")], None)
+        .await
+        .unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(10);
+    let got: Vec<_> = [next(&mut c).await, next(&mut c).await, next(&mut c).await].to_vec();
+    assert_eq!(
+        got.iter().map(|d| d.body.clone()).collect::<Vec<_>>(),
+        vec![b("one"), b("two"), b("three")]
+    );
+    assert!(got.iter().all(|d| d.attempts == 1));
+    c.finish(got[0].id).await.unwrap();
+    c.finish(got[2].id).await.unwrap();
+    assert_eq!(c.finish(got[0].id).await, Err(DeliveryError::NotInFlight));
+    drop(c);
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(10);
+    let d = next(&mut c).await;
+    assert_eq!((d.body, d.id), (b("two"), got[1].id));
+    none_within(&mut c, 200).await;
+    e.publish("t", vec![b("four")], None).await.unwrap();
+    let d4 = next(&mut c).await;
+    assert!(
+        d4.id.to_u64().unwrap() > got[2].id.to_u64().unwrap(),
+        "ids are never reused"
+    );
+}
+
+#[tokio::test]
+async fn a_consumer_never_has_more_than_its_rdy_count_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", (0..5).map(|i| b(&i.to_string())).collect(), None)
+        .await
+        .unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    none_within(&mut c, 100).await;
+    c.set_ready(2);
+    let a = next(&mut c).await;
+    next(&mut c).await;
+    none_within(&mut c, 150).await;
+    assert_eq!(c.in_flight(), 2);
+    c.finish(a.id).await.unwrap();
+    next(&mut c).await;
+    assert_eq!(c.in_flight(), 2);
+}
+
+#[tokio::test]
+async fn an_expired_delivery_returns_with_its_attempts_and_a_late_fin_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("x")], None).await.unwrap();
+    let opts = ConsumerOptions {
+        msg_timeout: Some(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let mut c = e.subscribe("t", "c", opts).unwrap();
+    c.set_ready(1);
+    let first = next(&mut c).await;
+    let again = next(&mut c).await;
+    assert_eq!((again.id, again.attempts), (first.id, 2));
+    let s = e.stats(Some("t"), Some("c"));
+    assert_eq!(s.topics[0].channels[0].timeout_count, 1);
+    c.touch(again.id).unwrap();
+    c.finish(again.id).await.unwrap();
+    assert_eq!(c.touch(again.id), Err(DeliveryError::NotInFlight));
+}
+
+#[tokio::test]
+async fn requeue_with_delay_redelivers_later_and_attempts_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("x")], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    let d = next(&mut c).await;
+    let t0 = Instant::now();
+    c.requeue(d.id, Duration::from_millis(300)).await.unwrap();
+    let d2 = next(&mut c).await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(290),
+        "REQ delay honoured"
+    );
+    assert_eq!(d2.attempts, 2);
+    c.requeue(d2.id, Duration::ZERO).await.unwrap();
+    assert_eq!(e.stats(None, None).topics[0].channels[0].requeue_count, 2);
+    assert_eq!(
+        c.requeue(d2.id, Duration::from_secs(100_000)).await,
+        Err(DeliveryError::InvalidDelay)
+    );
+    drop(c);
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    let d3 = next(&mut c).await;
+    assert_eq!((d3.id, d3.attempts), (d.id, 3));
+    assert_eq!(
+        e.stats(None, None).topics[0].channels[0].requeue_count,
+        2,
+        "counters survive restart"
+    );
+}
+
+#[tokio::test]
+async fn deferred_publish_is_not_delivered_before_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let t0 = Instant::now();
+    e.publish("t", vec![b("later")], Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    e.publish("t", vec![b("now")], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(5);
+    assert_eq!(next(&mut c).await.body, b("now"));
+    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
+    assert_eq!(next(&mut c).await.body, b("later"));
+    assert!(t0.elapsed() >= Duration::from_millis(290));
+}
+
+#[tokio::test]
+async fn every_channel_gets_every_message_with_the_same_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "a").unwrap();
+    e.create_channel("t", "b").unwrap();
+    e.publish("t", vec![b("m")], None).await.unwrap();
+    let mut a = e.subscribe("t", "a", ConsumerOptions::default()).unwrap();
+    let mut bb = e.subscribe("t", "b", ConsumerOptions::default()).unwrap();
+    a.set_ready(1);
+    bb.set_ready(1);
+    let (da, db) = (next(&mut a).await, next(&mut bb).await);
+    assert_eq!((da.id, da.body), (db.id, db.body));
+}
+
+#[tokio::test]
+async fn the_first_channel_receives_messages_published_before_it_existed() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.publish("t", vec![b("early")], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    assert_eq!(next(&mut c).await.body, b("early"));
+}
+
+#[tokio::test]
+async fn ephemeral_channels_start_at_the_tail_and_vanish_with_their_last_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.publish("t", vec![b("old")], None).await.unwrap();
+    let mut c = e
+        .subscribe("t", "x#ephemeral", ConsumerOptions::default())
+        .unwrap();
+    c.set_ready(1);
+    none_within(&mut c, 100).await;
+    e.publish("t", vec![b("new")], None).await.unwrap();
+    assert_eq!(next(&mut c).await.body, b("new"));
+    assert_eq!(e.channels("t").unwrap(), vec!["x#ephemeral".to_string()]);
+    drop(c);
+    assert!(e.channels("t").unwrap().is_empty());
+    let mut et = e
+        .subscribe("e#ephemeral", "c", ConsumerOptions::default())
+        .unwrap();
+    et.set_ready(1);
+    e.publish("e#ephemeral", vec![b("m")], None).await.unwrap();
+    assert_eq!(next(&mut et).await.body, b("m"));
+    drop(et);
+    e.delete_channel("e#ephemeral", "c").await.unwrap();
+    assert_eq!(e.topics(), vec!["t".to_string()]);
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    assert_eq!(
+        e.topics(),
+        vec!["t".to_string()],
+        "ephemeral topics are never persisted"
+    );
+}
+
+#[tokio::test]
+async fn sampling_delivers_exactly_the_requested_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", (0..100).map(|i| b(&format!("m{i}"))).collect(), None)
+        .await
+        .unwrap();
+    let mut c = e
+        .subscribe(
+            "t",
+            "c",
+            ConsumerOptions {
+                sample_rate: 50,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    c.set_ready(100);
+    let mut n = 0;
+    while let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(300), c.next()).await {
+        c.finish(d.id).await.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 50);
+    assert_eq!(e.stats(None, None).topics[0].channels[0].depth, 0);
+}
+
+#[tokio::test]
+async fn paused_channels_and_frozen_deliveries_hold_messages_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.pause_channel("t", "c", true).await.unwrap();
+    e.publish("t", vec![b("m")], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    none_within(&mut c, 150).await;
+    e.set_deliveries_frozen(true);
+    e.pause_channel("t", "c", false).await.unwrap();
+    none_within(&mut c, 150).await;
+    e.set_deliveries_frozen(false);
+    e.pause_topic("t", true).await.unwrap();
+    none_within(&mut c, 150).await;
+    e.pause_topic("t", false).await.unwrap();
+    assert_eq!(next(&mut c).await.body, b("m"));
+}
+
+#[tokio::test]
+async fn a_message_is_dead_lettered_instead_of_its_sixteenth_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        max_delivery_attempts: 3,
+        ..cfg(dir.path())
+    })
+    .await
+    .unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("poison")], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    for attempt in 1..=2 {
+        let d = next(&mut c).await;
+        assert_eq!(d.attempts, attempt);
+        c.requeue(d.id, Duration::ZERO).await.unwrap();
+    }
+    none_within(&mut c, 300).await;
+    let mut dlq = e
+        .subscribe("t.c.DLQ", "inspect", ConsumerOptions::default())
+        .unwrap();
+    dlq.set_ready(1);
+    assert_eq!(next(&mut dlq).await.body, b("poison"));
+}
+
+#[tokio::test]
+async fn empty_and_delete_channel_drop_pending_messages_and_close_consumers() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("a"), b("b")], None).await.unwrap();
+    e.empty_channel("t", "c").await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(5);
+    none_within(&mut c, 100).await;
+    e.delete_channel("t", "c").await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), c.next())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let rev = e.registry_revision();
+    e.delete_topic("t").await.unwrap();
+    assert!(e.registry_revision() > rev);
+    assert!(e.topics().is_empty());
+}
+
+#[tokio::test]
+async fn a_second_engine_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    let err = Engine::open(cfg(dir.path())).await.err().expect("locked");
+    assert!(
+        matches!(err, OpenError::Storage(_)) && err.to_string().contains("locked"),
+        "{err}"
+    );
+    e.shutdown().await;
+    Engine::open(cfg(dir.path()))
+        .await
+        .expect("lock released by shutdown");
+}
+
+#[tokio::test]
+async fn publish_validates_names_sizes_and_defer() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        max_message_bytes: 10,
+        ..cfg(dir.path())
+    })
+    .await
+    .unwrap();
+    use rustqueue_engine::PublishError::*;
+    assert!(matches!(
+        e.publish("bad topic", vec![b("x")], None).await,
+        Err(BadTopic(_))
+    ));
+    assert!(matches!(
+        e.publish("t", vec![b("01234567890")], None).await,
+        Err(TooBig { .. })
+    ));
+    assert_eq!(
+        e.publish("t", vec![Bytes::new()], None).await,
+        Err(EmptyBody)
+    );
+    assert_eq!(
+        e.publish("t", vec![b("x")], Some(Duration::from_secs(4000)))
+            .await,
+        Err(InvalidDefer)
+    );
+}
+
+#[tokio::test]
+async fn relaxed_modes_ack_before_sync_and_sync_in_the_background() {
+    for mode in [AckMode::WriteAck, AckMode::NsqRelaxed] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig {
+            ack_mode: mode,
+            ..cfg(dir.path())
+        })
+        .await
+        .unwrap();
+        e.create_channel("t", "c").unwrap();
+        e.publish("t", vec![b("m")], None).await.unwrap();
+        let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+        c.set_ready(1);
+        assert_eq!(next(&mut c).await.body, b("m"));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while e.stats(None, None).topics[0].unsynced_messages > 0 {
+            assert!(Instant::now() < deadline, "background sync within 2 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(e.stats(None, None).topics[0].last_durable_position, 1);
+    }
+}

@@ -1,0 +1,2 @@
+//! Crash worker (feature `crash-injection`): filled in below.
+fn main() {}

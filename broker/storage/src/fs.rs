@@ -1,0 +1,158 @@
+//! The one I/O seam of the storage crate.
+//!
+//! Every byte the store reads or writes goes through [`Fs`] and [`FsFile`], so tests can swap
+//! the real file system ([`RealFs`]) for a simulated one ([`crate::simfs::SimFs`]) that loses
+//! unsynced data, tears the last write or fails any operation on purpose.
+
+use std::any::Any;
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An open file. Appends are the only writes; reads are positional so they never race appends.
+pub trait FsFile: Send + Sync {
+    /// Current length in bytes (including unsynced appends).
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file has no bytes.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Appends all of `bufs` at the end of the file (vectored; bodies are not copied).
+    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()>;
+    /// `fdatasync`: appended data survives a crash once this returns.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Full `fsync` (data and metadata such as the length).
+    fn sync_all(&self) -> io::Result<()>;
+    /// Shrinks the file to `len` bytes (not durable until synced).
+    fn truncate(&self, len: u64) -> io::Result<()>;
+}
+
+/// A file system: files, directory entries and the directory lock.
+pub trait Fs: Send + Sync + 'static {
+    /// Opens `path` for reading and appending, creating it (empty) when `create` is set.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>>;
+    /// Reads a whole (small) file.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Atomically replaces `to` with `from` (durable once the parent directory is synced).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Unlinks a file (durable once the parent directory is synced).
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Removes a directory tree.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Names of the entries of a directory (files and subdirectories), sorted.
+    fn list(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Whether a file or directory exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Takes an exclusive lock on `path` (created if missing) for the life of the returned guard;
+    /// fails with `WouldBlock` when another process holds it.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+}
+
+/// The real, POSIX file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFs;
+
+struct RealFile(File);
+
+impl FsFile for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        let mut owned: Vec<IoSlice<'_>> = bufs.to_vec();
+        let mut slices = &mut owned[..];
+        let mut file = &self.0;
+        while !slices.is_empty() {
+            let n = file.write_vectored(slices)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "append wrote 0 bytes",
+                ));
+            }
+            IoSlice::advance_slices(&mut slices, n);
+        }
+        Ok(())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl Fs for RealFs {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(create)
+            .open(path)?;
+        Ok(Arc::new(RealFile(file)))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "locked by another process",
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        file.set_len(0)?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(Box::new(file))
+    }
+}

@@ -1,0 +1,125 @@
+//! `rustqueue-storage`: the synchronous durable storage of one RustQueue broker.
+//!
+//! It owns the bytes on disk and nothing else (no tokio, no delivery policy):
+//!
+//! ```text
+//! Store ── directory lock, FORMAT, COMPATIBILITY, broker.meta (id reservation), topics/
+//!   ├─ TopicLog      append-only CRC'd segments, per-topic positions, sealed-segment index, GC
+//!   └─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
+//! ```
+//!
+//! All file I/O goes through [`fs::Fs`]; [`simfs::SimFs`] simulates crashes and failures.
+//! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
+//! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
+
+pub mod channel;
+pub mod failpoint;
+pub mod fs;
+pub mod index;
+pub mod log;
+pub mod meta;
+pub mod record;
+pub mod simfs;
+pub mod store;
+pub mod wal;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use channel::{ChannelCommand, ChannelState};
+pub use failpoint::crash_failpoint;
+pub use fs::{Fs, FsFile, RealFs};
+pub use log::{AppendBatch, Entry, TopicLog};
+pub use store::{RecoveredChannel, RecoveredTopic, Store, StoreOptions};
+pub use wal::ChannelWal;
+
+/// Everything that can go wrong in storage. Each variant says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// An I/O call failed; storage is isolated until restart.
+    #[error("storage I/O error: {op} {file}: {source}; storage is isolated, restart the broker")]
+    Io {
+        /// The operation that failed.
+        op: &'static str,
+        /// The file it failed on.
+        file: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A complete record or file is invalid; startup refuses rather than guess.
+    #[error(
+        "corrupt data in {file} at offset {offset}: {detail}; restore the file or remove the topic to start"
+    )]
+    Corrupt {
+        /// The damaged file.
+        file: PathBuf,
+        /// Byte offset of the damage.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A previous failure isolated storage; no writes are accepted until restart.
+    #[error("storage is isolated after an earlier failure ({0}); restart the broker")]
+    Isolated(String),
+    /// Another process holds the data directory lock.
+    #[error("data directory {0} is locked by another process; stop it or use another data path")]
+    Locked(PathBuf),
+    /// The directory is not a compatible RustQueue data directory.
+    #[error("incompatible data directory: {0}")]
+    Incompatible(String),
+    /// The batch does not fit in one record.
+    #[error("batch too large: {0} payload bytes exceed the record limit")]
+    BatchTooLarge(u64),
+    /// Message-id space exhausted for this node.
+    #[error("message id sequence exhausted; retry on another broker")]
+    SequenceExhausted,
+}
+
+/// Builds a `map_err` closure that records operation and file.
+pub fn io_err<'a>(
+    op: &'static str,
+    file: &'a Path,
+) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+    move |source| StorageError::Io {
+        op,
+        file: file.to_path_buf(),
+        source,
+    }
+}
+
+/// The fail-closed switch shared by every writer of one store.
+#[derive(Clone, Debug, Default)]
+pub struct Fault(Arc<Mutex<Option<String>>>);
+
+impl Fault {
+    /// `Err(Isolated)` once tripped.
+    pub fn check(&self) -> Result<(), StorageError> {
+        match &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(StorageError::Isolated(why.clone())),
+            None => Ok(()),
+        }
+    }
+    /// Trips the switch (first reason wins).
+    pub fn trip(&self, why: String) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(why);
+        }
+    }
+    /// The reason, if tripped.
+    pub fn reason(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Runs a write step; any error trips the switch.
+    pub fn guard<T>(&self, r: Result<T, StorageError>) -> Result<T, StorageError> {
+        if let Err(e) = &r
+            && !matches!(
+                e,
+                StorageError::BatchTooLarge(_) | StorageError::SequenceExhausted
+            )
+        {
+            self.trip(e.to_string());
+        }
+        r
+    }
+}

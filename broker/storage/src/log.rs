@@ -1,0 +1,582 @@
+//! One topic's append-only log: a directory of segments `segment-<20-digit base index>.rqlog`
+//! plus `.rqidx` indexes for sealed ones.
+//!
+//! Positions are per topic, 1-based and never reused; every message keeps its metadata in an
+//! in-memory [`Entry`] so readers fetch a body with one positional read. Appends become durable
+//! only after [`TopicLog::sync`] (or after the out-of-lock [`TopicLog::sync_handle`] +
+//! [`TopicLog::mark_durable`] pair the engine uses so readers are not blocked by fsync).
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::failpoint::crash_failpoint;
+use crate::fs::{Fs, FsFile};
+use crate::record::{self, DecodeError, HEADER_LEN, RecordHeader};
+use crate::{Fault, StorageError, index, io_err, meta};
+
+/// Metadata of one stored message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Topic position.
+    pub position: u64,
+    /// Broker-wide message id (`node_id << 48 | sequence`).
+    pub id: u64,
+    /// Publish time (ns since the epoch).
+    pub timestamp_ns: i64,
+    /// Earliest delivery time (ms since the epoch).
+    pub available_at_ms: i64,
+    /// Absolute offset of the body in its segment file.
+    pub body_offset: u64,
+    /// Body length.
+    pub body_len: u32,
+    /// Base log index of the segment holding the body.
+    pub segment: u64,
+}
+
+/// A batch to append: one PUB/DPUB (one body) or one MPUB (many), stored as one record.
+pub struct AppendBatch<'a, B: AsRef<[u8]>> {
+    /// Id of the first message (the rest follow contiguously).
+    pub first_id: u64,
+    /// Bodies in order.
+    pub bodies: &'a [B],
+    /// Publish time (ns); forced non-decreasing.
+    pub timestamp_ns: i64,
+    /// Earliest delivery time (ms).
+    pub available_at_ms: i64,
+}
+
+struct Segment {
+    base: u64,
+    path: PathBuf,
+    file: Arc<dyn FsFile>,
+    len: u64,
+    last_log_index: Option<u64>,
+    last_position: Option<u64>,
+}
+
+/// The log of one topic.
+pub struct TopicLog {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    fault: Fault,
+    max_segment_bytes: u64,
+    segments: Vec<Segment>,
+    entries: VecDeque<Entry>,
+    next_index: u64,
+    next_position: u64,
+    last_ts: i64,
+    durable_position: u64,
+    unsynced_messages: u64,
+    unsynced_bytes: u64,
+}
+
+fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
+    dir.join(format!("segment-{base:020}.{ext}"))
+}
+
+fn parse_name(name: &str) -> Option<(u64, &str)> {
+    let rest = name.strip_prefix("segment-")?;
+    let (num, ext) = rest.split_once('.')?;
+    if num.len() != 20 || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((num.parse().ok()?, ext))
+}
+
+impl TopicLog {
+    /// Opens (recovering) or creates the log in `dir`; `min_next_position` comes from the manifest.
+    pub fn open(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        fault: Fault,
+        max_segment_bytes: u64,
+        min_next_position: u64,
+    ) -> Result<TopicLog, StorageError> {
+        fs.create_dir_all(dir)
+            .map_err(io_err("create directory", dir))?;
+        let mut bases = Vec::new();
+        let mut indexes = Vec::new();
+        for name in fs.list(dir).map_err(io_err("list", dir))? {
+            let path = dir.join(&name);
+            match parse_name(&name) {
+                Some((base, "rqlog")) => bases.push(base),
+                Some((base, "rqidx")) => indexes.push(base),
+                _ if name.ends_with(".tmp") => fs
+                    .remove_file(&path)
+                    .map_err(io_err("remove temp", &path))?,
+                _ => {
+                    return Err(StorageError::Corrupt {
+                        file: path,
+                        offset: 0,
+                        detail: "unexpected file name in segments directory".into(),
+                    });
+                }
+            }
+        }
+        bases.sort_unstable();
+        for base in indexes {
+            if bases.binary_search(&base).is_err() {
+                let p = segment_path(dir, base, "rqidx");
+                fs.remove_file(&p)
+                    .map_err(io_err("remove orphan index", &p))?;
+            }
+        }
+        let mut log = TopicLog {
+            fs: fs.clone(),
+            dir: dir.to_path_buf(),
+            fault,
+            max_segment_bytes,
+            segments: Vec::new(),
+            entries: VecDeque::new(),
+            next_index: bases.first().copied().unwrap_or(1),
+            next_position: min_next_position.max(1),
+            last_ts: 0,
+            durable_position: 0,
+            unsynced_messages: 0,
+            unsynced_bytes: 0,
+        };
+        let count = bases.len();
+        for (i, base) in bases.into_iter().enumerate() {
+            log.recover_segment(base, i + 1 == count)?;
+        }
+        if log.segments.is_empty() {
+            log.create_segment()?;
+        }
+        if let Some(last) = log.entries.back() {
+            log.next_position = log.next_position.max(last.position + 1);
+        }
+        log.durable_position = log.next_position - 1;
+        Ok(log)
+    }
+
+    fn recover_segment(&mut self, base: u64, last: bool) -> Result<(), StorageError> {
+        let path = segment_path(&self.dir, base, "rqlog");
+        if base != self.next_index {
+            return Err(StorageError::Corrupt {
+                file: path,
+                offset: 0,
+                detail: format!(
+                    "segment base {base} is not contiguous (expected {})",
+                    self.next_index
+                ),
+            });
+        }
+        let file = self.fs.open(&path, false).map_err(io_err("open", &path))?;
+        let len = file.len().map_err(io_err("stat", &path))?;
+        let mut seg = Segment {
+            base,
+            path: path.clone(),
+            file,
+            len,
+            last_log_index: None,
+            last_position: None,
+        };
+        if !last {
+            let idx_path = segment_path(&self.dir, base, "rqidx");
+            if let Ok(bytes) = self.fs.read(&idx_path)
+                && let Some(d) = index::decode(&bytes, base, len)
+            {
+                seg.last_log_index = Some(d.last_log_index);
+                seg.last_position = d.entries.last().map(|e| e.position);
+                self.next_index = d.last_log_index + 1;
+                self.entries.extend(d.entries);
+                self.segments.push(seg);
+                return Ok(());
+            }
+        }
+        let mut offset = 0u64;
+        let mut hbuf = [0u8; HEADER_LEN];
+        while offset < len {
+            let torn = |detail: &str| -> Result<(), StorageError> {
+                if last {
+                    Ok(())
+                } else {
+                    Err(StorageError::Corrupt {
+                        file: path.clone(),
+                        offset,
+                        detail: format!("{detail} in a sealed segment"),
+                    })
+                }
+            };
+            if len - offset < HEADER_LEN as u64 {
+                torn("partial record header")?;
+                break;
+            }
+            seg.file
+                .read_exact_at(&mut hbuf, offset)
+                .map_err(io_err("read", &path))?;
+            let h = record::decode_header(&hbuf).map_err(|e| corrupt(&path, offset, e))?;
+            if h.log_index != self.next_index {
+                return Err(StorageError::Corrupt {
+                    file: path,
+                    offset,
+                    detail: format!(
+                        "log index {} where {} was expected",
+                        h.log_index, self.next_index
+                    ),
+                });
+            }
+            let end = offset + HEADER_LEN as u64 + u64::from(h.payload_len);
+            if end > len {
+                torn("partial record payload")?;
+                break;
+            }
+            let mut payload = vec![0u8; h.payload_len as usize];
+            seg.file
+                .read_exact_at(&mut payload, offset + HEADER_LEN as u64)
+                .map_err(io_err("read", &path))?;
+            let items = record::decode_payload(&hbuf, &h, &payload)
+                .map_err(|e| corrupt(&path, offset, e))?;
+            self.push_items(&h, &items, offset, base);
+            seg.last_log_index = Some(h.log_index);
+            seg.last_position = items.last().map(|i| i.position);
+            self.next_index += 1;
+            offset = end;
+        }
+        if offset < len {
+            // Torn tail of the last segment: cut it off durably.
+            seg.file
+                .truncate(offset)
+                .map_err(io_err("truncate torn tail", &path))?;
+            seg.file.sync_all().map_err(io_err("fsync", &path))?;
+            seg.len = offset;
+        }
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    fn push_items(&mut self, h: &RecordHeader, items: &[record::Item], offset: u64, segment: u64) {
+        self.last_ts = self.last_ts.max(h.timestamp_ns);
+        for it in items {
+            self.entries.push_back(Entry {
+                position: it.position,
+                id: it.id,
+                timestamp_ns: h.timestamp_ns,
+                available_at_ms: h.available_at_ms,
+                body_offset: offset + HEADER_LEN as u64 + u64::from(it.body_offset),
+                body_len: it.body_len,
+                segment,
+            });
+        }
+    }
+
+    fn create_segment(&mut self) -> Result<(), StorageError> {
+        let path = segment_path(&self.dir, self.next_index, "rqlog");
+        let file = self
+            .fs
+            .open(&path, true)
+            .map_err(io_err("create segment", &path))?;
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(io_err("fsync directory", &self.dir))?;
+        self.segments.push(Segment {
+            base: self.next_index,
+            path,
+            file,
+            len: 0,
+            last_log_index: None,
+            last_position: None,
+        });
+        Ok(())
+    }
+
+    /// Seals the active segment (full fsync + index) and starts a new one.
+    fn rotate(&mut self) -> Result<(), StorageError> {
+        let Some(active) = self.segments.last() else {
+            return self.create_segment();
+        };
+        active
+            .file
+            .sync_all()
+            .map_err(io_err("fsync", &active.path))?;
+        let first = self.entries.partition_point(|e| e.segment < active.base);
+        let seg_entries: Vec<Entry> = self.entries.range(first..).copied().collect();
+        let bytes = index::encode(
+            active.base,
+            active.len,
+            active.last_log_index.unwrap_or(0),
+            &seg_entries,
+        );
+        meta::atomic_write(
+            self.fs.as_ref(),
+            &segment_path(&self.dir, active.base, "rqidx"),
+            &bytes,
+        )?;
+        self.mark_durable(self.next_position - 1);
+        self.create_segment()
+    }
+
+    /// Appends one batch as one record; returns its first position. Not durable until synced.
+    pub fn append<B: AsRef<[u8]>>(
+        &mut self,
+        batch: &AppendBatch<'_, B>,
+    ) -> Result<u64, StorageError> {
+        self.fault.check()?;
+        let n = batch.bodies.len();
+        if n == 0 || n > record::MAX_BATCH {
+            return Err(StorageError::BatchTooLarge(n as u64));
+        }
+        let plen = record::payload_len(batch.bodies.iter().map(|b| b.as_ref().len()));
+        if plen > record::MAX_PAYLOAD {
+            return Err(StorageError::BatchTooLarge(plen));
+        }
+        let r = self.append_inner(batch, plen);
+        self.fault.guard(r)
+    }
+
+    fn append_inner<B: AsRef<[u8]>>(
+        &mut self,
+        batch: &AppendBatch<'_, B>,
+        plen: u64,
+    ) -> Result<u64, StorageError> {
+        let rec_len = HEADER_LEN as u64 + plen;
+        if self
+            .segments
+            .last()
+            .is_some_and(|s| s.len > 0 && s.len + rec_len > self.max_segment_bytes)
+        {
+            self.rotate()?;
+        }
+        let first_pos = self.next_position;
+        let ts = batch.timestamp_ns.max(self.last_ts);
+        let count = (batch.bodies.len() as u32).to_be_bytes();
+        let items: Vec<[u8; record::ITEM_LEN]> = batch
+            .bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                record::item_header(
+                    first_pos + i as u64,
+                    batch.first_id + i as u64,
+                    b.as_ref().len() as u32,
+                )
+            })
+            .collect();
+        let mut payload: Vec<&[u8]> = Vec::with_capacity(1 + 2 * items.len());
+        payload.push(&count);
+        for (it, b) in items.iter().zip(batch.bodies) {
+            payload.push(it);
+            payload.push(b.as_ref());
+        }
+        let h = RecordHeader {
+            log_index: self.next_index,
+            timestamp_ns: ts,
+            first_id: batch.first_id,
+            available_at_ms: batch.available_at_ms,
+            payload_len: plen as u32,
+            crc: 0,
+        };
+        let header = record::encode_header(&h, &payload);
+        let mut slices = Vec::with_capacity(payload.len() + 1);
+        slices.push(IoSlice::new(&header));
+        slices.extend(payload.iter().map(|p| IoSlice::new(p)));
+        let seg = self
+            .segments
+            .last_mut()
+            .ok_or_else(|| StorageError::Isolated("no active segment".into()))?;
+        seg.file
+            .append(&slices)
+            .map_err(io_err("append", &seg.path))?;
+        let offset = seg.len;
+        seg.len += rec_len;
+        seg.last_log_index = Some(h.log_index);
+        seg.last_position = Some(first_pos + batch.bodies.len() as u64 - 1);
+        let base = seg.base;
+        let mut at = offset + HEADER_LEN as u64 + 4;
+        for (i, b) in batch.bodies.iter().enumerate() {
+            at += record::ITEM_LEN as u64;
+            let len = b.as_ref().len() as u32;
+            self.entries.push_back(Entry {
+                position: first_pos + i as u64,
+                id: batch.first_id + i as u64,
+                timestamp_ns: ts,
+                available_at_ms: batch.available_at_ms,
+                body_offset: at,
+                body_len: len,
+                segment: base,
+            });
+            at += u64::from(len);
+        }
+        self.last_ts = ts;
+        self.next_index += 1;
+        self.next_position += batch.bodies.len() as u64;
+        self.unsynced_messages += batch.bodies.len() as u64;
+        self.unsynced_bytes += rec_len;
+        crash_failpoint("publish_after_append_before_fsync");
+        Ok(first_pos)
+    }
+
+    /// The active file and the last appended position, for an fdatasync outside the lock.
+    pub fn sync_handle(&self) -> Option<(Arc<dyn FsFile>, PathBuf, u64)> {
+        self.segments
+            .last()
+            .map(|s| (s.file.clone(), s.path.clone(), self.next_position - 1))
+    }
+
+    /// Records that everything through `position` is on stable storage.
+    pub fn mark_durable(&mut self, position: u64) {
+        if position > self.durable_position {
+            self.durable_position = position;
+        }
+        if self.durable_position + 1 >= self.next_position {
+            self.unsynced_messages = 0;
+            self.unsynced_bytes = 0;
+        }
+    }
+
+    /// fdatasync of the active segment; everything appended so far becomes durable.
+    pub fn sync(&mut self) -> Result<(), StorageError> {
+        self.fault.check()?;
+        let Some((file, path, through)) = self.sync_handle() else {
+            return Ok(());
+        };
+        let r = file.sync_data().map_err(io_err("fdatasync", &path));
+        self.fault.guard(r)?;
+        crash_failpoint("publish_after_fsync_before_reply");
+        self.mark_durable(through);
+        Ok(())
+    }
+
+    /// Metadata of the message at `position`, if stored.
+    pub fn entry(&self, position: u64) -> Option<Entry> {
+        let first = self.entries.front()?.position;
+        let guess = position.checked_sub(first)? as usize;
+        if let Some(e) = self.entries.get(guess)
+            && e.position == position
+        {
+            return Some(*e);
+        }
+        let i = self
+            .entries
+            .binary_search_by_key(&position, |e| e.position)
+            .ok()?;
+        self.entries.get(i).copied()
+    }
+
+    /// The file and offset to read a body from without holding the log lock.
+    pub fn body_source(&self, e: &Entry) -> Option<Arc<dyn FsFile>> {
+        let i = self
+            .segments
+            .partition_point(|s| s.base <= e.segment)
+            .checked_sub(1)?;
+        self.segments
+            .get(i)
+            .filter(|s| s.base == e.segment)
+            .map(|s| s.file.clone())
+    }
+
+    /// Reads the body of `e` (CRC is checked at recovery and by record scans, not per read).
+    pub fn read_body(&self, e: &Entry) -> Result<Vec<u8>, StorageError> {
+        let file = self.body_source(e).ok_or_else(|| StorageError::Corrupt {
+            file: self.dir.clone(),
+            offset: e.body_offset,
+            detail: format!("segment {} of position {} is gone", e.segment, e.position),
+        })?;
+        read_body_from(file.as_ref(), e).map_err(io_err("read", &self.dir))
+    }
+
+    /// First stored position (or the next position when empty).
+    pub fn first_position(&self) -> u64 {
+        self.entries
+            .front()
+            .map_or(self.next_position, |e| e.position)
+    }
+
+    /// Next position to be assigned.
+    pub fn next_position(&self) -> u64 {
+        self.next_position
+    }
+
+    /// Raises the next position (e.g. above positions channels reference after a lost tail).
+    pub fn ensure_next_position(&mut self, p: u64) {
+        if p > self.next_position {
+            self.next_position = p;
+            self.durable_position = self.durable_position.max(p - 1);
+        }
+    }
+
+    /// Highest position known to be on stable storage.
+    pub fn durable_position(&self) -> u64 {
+        self.durable_position
+    }
+
+    /// Appended-but-unsynced messages and record bytes.
+    pub fn unsynced(&self) -> (u64, u64) {
+        (self.unsynced_messages, self.unsynced_bytes)
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// First position whose timestamp is at or after `ts_ns` (or the next position).
+    pub fn first_position_since(&self, ts_ns: i64) -> u64 {
+        let i = self.entries.partition_point(|e| e.timestamp_ns < ts_ns);
+        self.entries
+            .get(i)
+            .map_or(self.next_position, |e| e.position)
+    }
+
+    /// Deletes whole sealed segments whose every position is below `floor` (a prefix only;
+    /// the active segment is never deleted). The caller persists the manifest first.
+    pub fn gc(&mut self, floor: u64) -> Result<usize, StorageError> {
+        self.fault.check()?;
+        let mut removed = 0;
+        while self.segments.len() > 1 && self.segments[0].last_position.is_none_or(|p| p < floor) {
+            let seg = self.segments.remove(0);
+            let r = self.delete_segment(&seg);
+            self.fault.guard(r)?;
+            let keep_from = self.entries.partition_point(|e| e.segment <= seg.base);
+            self.entries.drain(..keep_from);
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    fn delete_segment(&self, seg: &Segment) -> Result<(), StorageError> {
+        crash_failpoint("gc_before_segment_delete");
+        let idx = segment_path(&self.dir, seg.base, "rqidx");
+        if self.fs.exists(&idx) {
+            self.fs.remove_file(&idx).map_err(io_err("remove", &idx))?;
+        }
+        self.fs
+            .remove_file(&seg.path)
+            .map_err(io_err("remove", &seg.path))?;
+        crash_failpoint("gc_after_segment_delete_before_dir_fsync");
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(io_err("fsync directory", &self.dir))
+    }
+
+    /// Forces the current active segment to be sealed (used by tests and spill).
+    pub fn seal_active(&mut self) -> Result<(), StorageError> {
+        self.fault.check()?;
+        if self.segments.last().is_some_and(|s| s.len > 0) {
+            let r = self.rotate();
+            self.fault.guard(r)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads one body given its source file.
+pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; e.body_len as usize];
+    file.read_exact_at(&mut buf, e.body_offset)?;
+    Ok(buf)
+}
+
+fn corrupt(path: &Path, offset: u64, e: DecodeError) -> StorageError {
+    let detail = match e {
+        DecodeError::Short => "record shorter than its header".to_string(),
+        DecodeError::Corrupt(d) => d.to_string(),
+    };
+    StorageError::Corrupt {
+        file: path.to_path_buf(),
+        offset,
+        detail,
+    }
+}

@@ -1,0 +1,179 @@
+//! Small JSON metadata files and the atomic write they share.
+//!
+//! `FORMAT`, `COMPATIBILITY`, `broker.meta` and each topic `manifest` are replaced with
+//! [`atomic_write`]: write a temp file, full fsync, rename over the target, fsync the directory.
+//! A crash leaves either the old or the new file, never a mix.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::failpoint::crash_failpoint;
+use crate::fs::Fs;
+use crate::{StorageError, io_err};
+
+/// Storage format version written to `FORMAT`.
+pub const FORMAT_VERSION: u32 = 7;
+/// Message-id sequences are reserved durably in blocks of this size.
+pub const ID_BLOCK: u64 = 1 << 20;
+/// Largest sequence number; ids are `node_id << 48 | sequence`.
+pub const MAX_SEQUENCE: u64 = (1 << 48) - 1;
+/// Metadata files larger than this are refused.
+pub const MAX_META_BYTES: usize = 64 << 20;
+
+/// Contents of `FORMAT`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FormatFile {
+    /// Always [`FORMAT_VERSION`].
+    pub version: u32,
+}
+
+/// Contents of `COMPATIBILITY`: the feature-level fence.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Compatibility {
+    /// Always [`FORMAT_VERSION`].
+    pub data_format: u32,
+    /// Highest feature level any writer has used on this directory.
+    pub active_writer_feature_level: u8,
+    /// Oldest binary feature level allowed to read it.
+    pub minimum_reader_feature_level: u8,
+    /// Bumped on every change.
+    pub generation: u64,
+}
+
+/// Contents of `broker.meta`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerMeta {
+    /// Always [`FORMAT_VERSION`].
+    pub format: u32,
+    /// Node id this directory belongs to.
+    pub node_id: u16,
+    /// First sequence not yet reserved: restarts resume here, so ids are never reused.
+    pub next_sequence: u64,
+    /// Bumped on open and on every topic/channel create or delete.
+    pub registry_revision: u64,
+}
+
+/// Contents of a topic `manifest`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    /// Always [`FORMAT_VERSION`].
+    pub format: u32,
+    /// Topic name (the directory is its hex encoding).
+    pub name: String,
+    /// Whether deliveries are paused.
+    pub paused: bool,
+    /// A deleted topic found at startup is removed.
+    pub deleted: bool,
+    /// Lower bound for the next position (positions are never reused, even after GC).
+    pub next_position: u64,
+    /// Present while the topic has no durable channel: GC never deletes from here on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrouted_from_position: Option<u64>,
+}
+
+/// Writes `bytes` to `path` atomically (temp, fsync, rename, fsync dir).
+pub fn atomic_write(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    atomic_write_at(fs, path, bytes, "meta_after_file_fsync_before_rename")
+}
+
+/// [`atomic_write`] with a named failpoint between the temp fsync and the rename.
+pub fn atomic_write_at(
+    fs: &dyn Fs,
+    path: &Path,
+    bytes: &[u8],
+    failpoint: &str,
+) -> Result<(), StorageError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    if fs.exists(&tmp) {
+        fs.remove_file(&tmp)
+            .map_err(io_err("remove stale temp", &tmp))?;
+    }
+    let f = fs.open(&tmp, true).map_err(io_err("create", &tmp))?;
+    f.append(&[std::io::IoSlice::new(bytes)])
+        .map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    crash_failpoint(failpoint);
+    fs.rename(&tmp, path).map_err(io_err("rename", path))?;
+    fs.sync_dir(dir).map_err(io_err("fsync directory", dir))?;
+    Ok(())
+}
+
+/// Serializes `value` as JSON and writes it atomically.
+pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<(), StorageError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| StorageError::Corrupt {
+        file: path.to_path_buf(),
+        offset: 0,
+        detail: format!("cannot encode: {e}"),
+    })?;
+    atomic_write(fs, path, &bytes)
+}
+
+/// Reads and parses a JSON metadata file.
+pub fn read_json<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, StorageError> {
+    let bytes = fs.read(path).map_err(io_err("read", path))?;
+    if bytes.len() > MAX_META_BYTES {
+        return Err(StorageError::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            detail: "metadata file too large".into(),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt {
+        file: path.to_path_buf(),
+        offset: e.column() as u64,
+        detail: format!("invalid JSON: {e}"),
+    })
+}
+
+/// Lowercase hex of a name (directory and file names on disk).
+pub fn hex(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Inverse of [`hex`].
+pub fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simfs::SimFs;
+
+    #[test]
+    fn names_round_trip_through_hex() {
+        assert_eq!(hex("ab.c"), "61622e63");
+        assert_eq!(unhex("61622e63").as_deref(), Some("ab.c"));
+        assert_eq!(unhex("6"), None);
+    }
+
+    #[test]
+    fn atomic_write_leaves_old_or_new_content_after_a_crash_at_any_step() {
+        for step in 0..6 {
+            let fs = SimFs::new();
+            let p = Path::new("/d/m.json");
+            fs.create_dir_all(Path::new("/d")).unwrap();
+            write_json(&fs, p, &FormatFile { version: 1 }).unwrap();
+            fs.fail_after(step);
+            let ok = write_json(&fs, p, &FormatFile { version: 2 }).is_ok();
+            fs.crash(&mut |n| n);
+            let got: FormatFile = read_json(&fs, p).unwrap();
+            assert!(
+                got.version == 2 || (!ok && got.version == 1),
+                "step {step}: {got:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The data directory as a whole: lock, format fences, id reservation, topic and channel files,
+//! and startup recovery.
+//!
+//! Recovery order: take the lock; check `FORMAT` and `COMPATIBILITY`; load `broker.meta` and
+//! bump the registry revision; then per topic remove half-deleted ones, open the log (torn tail
+//! truncated, middle corruption refused with file and offset) and every channel (checkpoint +
+//! WAL replay), dropping half-created or half-deleted channel files.
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::channel::ChannelState;
+use crate::fs::Fs;
+use crate::log::TopicLog;
+use crate::meta::{
+    self, BrokerMeta, Compatibility, FORMAT_VERSION, FormatFile, ID_BLOCK, MAX_SEQUENCE, Manifest,
+    hex, unhex,
+};
+use crate::wal::{self, ChannelWal};
+use crate::{Fault, StorageError, io_err};
+
+/// Highest storage feature level this binary can read and write.
+pub const MAX_FEATURE_LEVEL: u8 = 2;
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Node id (must match `broker.meta`).
+    pub node_id: u16,
+    /// Configured storage feature level (1 or 2).
+    pub feature_level: u8,
+    /// Segment rotation size.
+    pub max_segment_bytes: u64,
+}
+
+/// A recovered durable channel.
+pub struct RecoveredChannel {
+    /// Channel name.
+    pub name: String,
+    /// Its open WAL.
+    pub wal: ChannelWal,
+    /// State after checkpoint + WAL replay.
+    pub state: ChannelState,
+}
+
+/// A recovered topic.
+pub struct RecoveredTopic {
+    /// Its manifest as stored.
+    pub manifest: Manifest,
+    /// Its log.
+    pub log: TopicLog,
+    /// Its durable channels.
+    pub channels: Vec<RecoveredChannel>,
+}
+
+struct Ids {
+    meta: BrokerMeta,
+    next: u64,
+    reserved_until: u64,
+}
+
+/// An open data directory.
+pub struct Store {
+    fs: Arc<dyn Fs>,
+    root: PathBuf,
+    fault: Fault,
+    opts: StoreOptions,
+    ids: Mutex<Ids>,
+    lock: Mutex<Option<Box<dyn Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).finish()
+    }
+}
+
+fn incompatible(msg: String) -> StorageError {
+    StorageError::Incompatible(msg)
+}
+
+impl Store {
+    /// Opens and recovers `root`.
+    pub fn open(
+        fs: Arc<dyn Fs>,
+        root: &Path,
+        opts: StoreOptions,
+    ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
+        fs.create_dir_all(root)
+            .map_err(io_err("create directory", root))?;
+        let lock_path = root.join(".rustqueue.lock");
+        let lock = fs.lock(&lock_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => StorageError::Locked(root.to_path_buf()),
+            _ => StorageError::Io {
+                op: "lock",
+                file: lock_path.clone(),
+                source: e,
+            },
+        })?;
+        let fault = Fault::default();
+        Self::check_format(fs.as_ref(), root)?;
+        Self::check_compatibility(fs.as_ref(), root, opts.feature_level)?;
+        let meta_path = root.join("broker.meta");
+        let mut bm: BrokerMeta = if fs.exists(&meta_path) {
+            meta::read_json(fs.as_ref(), &meta_path)?
+        } else {
+            BrokerMeta {
+                format: FORMAT_VERSION,
+                node_id: opts.node_id,
+                next_sequence: 1,
+                registry_revision: 0,
+            }
+        };
+        if bm.node_id != opts.node_id {
+            return Err(incompatible(format!(
+                "{} belongs to node {} but this broker is node {}; use the right data path or node id",
+                meta_path.display(),
+                bm.node_id,
+                opts.node_id
+            )));
+        }
+        bm.registry_revision += 1;
+        meta::write_json(fs.as_ref(), &meta_path, &bm)?;
+        let topics_dir = root.join("topics");
+        fs.create_dir_all(&topics_dir)
+            .map_err(io_err("create directory", &topics_dir))?;
+        let ids = Ids {
+            next: bm.next_sequence,
+            reserved_until: bm.next_sequence,
+            meta: bm,
+        };
+        let store = Store {
+            fs: fs.clone(),
+            root: root.to_path_buf(),
+            fault,
+            opts,
+            ids: Mutex::new(ids),
+            lock: Mutex::new(Some(lock)),
+        };
+        let mut topics = Vec::new();
+        for name in fs.list(&topics_dir).map_err(io_err("list", &topics_dir))? {
+            if let Some(t) = store.recover_topic(&topics_dir.join(&name), &name)? {
+                topics.push(t);
+            }
+        }
+        Ok((store, topics))
+    }
+
+    fn check_format(fs: &dyn Fs, root: &Path) -> Result<(), StorageError> {
+        let path = root.join("FORMAT");
+        if fs.exists(&path) {
+            let f: FormatFile = meta::read_json(fs, &path)?;
+            if f.version != FORMAT_VERSION {
+                return Err(incompatible(format!(
+                    "{} says format {}, this broker reads {FORMAT_VERSION}",
+                    path.display(),
+                    f.version
+                )));
+            }
+            return Ok(());
+        }
+        if [
+            "broker.meta",
+            "topics",
+            "catalog.json",
+            "rustqueue-format.json",
+        ]
+        .iter()
+        .any(|n| fs.exists(&root.join(n)))
+        {
+            return Err(incompatible(format!(
+                "{} has data but no FORMAT file; migrate it or use an empty directory",
+                root.display()
+            )));
+        }
+        meta::write_json(
+            fs,
+            &path,
+            &FormatFile {
+                version: FORMAT_VERSION,
+            },
+        )
+    }
+
+    fn check_compatibility(fs: &dyn Fs, root: &Path, level: u8) -> Result<(), StorageError> {
+        if level == 0 || level > MAX_FEATURE_LEVEL {
+            return Err(incompatible(format!(
+                "feature level {level} is outside 1..={MAX_FEATURE_LEVEL}"
+            )));
+        }
+        let path = root.join("COMPATIBILITY");
+        let mut c: Compatibility = if fs.exists(&path) {
+            meta::read_json(fs, &path)?
+        } else {
+            let c = Compatibility {
+                data_format: FORMAT_VERSION,
+                active_writer_feature_level: 1,
+                minimum_reader_feature_level: 1,
+                generation: 1,
+            };
+            meta::write_json(fs, &path, &c)?;
+            c
+        };
+        if c.minimum_reader_feature_level > MAX_FEATURE_LEVEL {
+            return Err(incompatible(format!(
+                "data needs reader level {} (rollback fence); run a newer broker",
+                c.minimum_reader_feature_level
+            )));
+        }
+        if level < c.active_writer_feature_level {
+            return Err(incompatible(format!(
+                "configured feature level {level} is below the active level {}; levels cannot be lowered",
+                c.active_writer_feature_level
+            )));
+        }
+        if level > c.active_writer_feature_level {
+            c.active_writer_feature_level = level;
+            c.minimum_reader_feature_level = c.minimum_reader_feature_level.max(level);
+            c.generation += 1;
+            meta::write_json(fs, &path, &c)?;
+        }
+        Ok(())
+    }
+
+    fn recover_topic(
+        &self,
+        dir: &Path,
+        dirname: &str,
+    ) -> Result<Option<RecoveredTopic>, StorageError> {
+        let fs = self.fs.as_ref();
+        let name = unhex(dirname).ok_or_else(|| StorageError::Corrupt {
+            file: dir.to_path_buf(),
+            offset: 0,
+            detail: "topic directory name is not hex".into(),
+        })?;
+        let mpath = dir.join("manifest");
+        let manifest: Option<Manifest> = if fs.exists(&mpath) {
+            Some(meta::read_json(fs, &mpath)?)
+        } else {
+            None
+        };
+        let Some(manifest) = manifest.filter(|m| !m.deleted) else {
+            fs.remove_dir_all(dir)
+                .map_err(io_err("remove deleted topic", dir))?;
+            fs.sync_dir(&self.root.join("topics"))
+                .map_err(io_err("fsync directory", dir))?;
+            return Ok(None);
+        };
+        if manifest.name != name {
+            return Err(StorageError::Corrupt {
+                file: mpath,
+                offset: 0,
+                detail: format!("manifest names topic {:?}", manifest.name),
+            });
+        }
+        let mut log = TopicLog::open(
+            self.fs.clone(),
+            &dir.join("segments"),
+            self.fault.clone(),
+            self.opts.max_segment_bytes,
+            manifest.next_position,
+        )?;
+        let cdir = dir.join("channels");
+        fs.create_dir_all(&cdir)
+            .map_err(io_err("create directory", &cdir))?;
+        let mut stems: Vec<String> = Vec::new();
+        for f in fs.list(&cdir).map_err(io_err("list", &cdir))? {
+            if f.ends_with(".tmp") {
+                fs.remove_file(&cdir.join(&f))
+                    .map_err(io_err("remove temp", &cdir))?;
+            } else if let Some((stem, _)) = f.rsplit_once('.')
+                && !stems.iter().any(|s| s == stem)
+            {
+                stems.push(stem.to_string());
+            }
+        }
+        let mut channels = Vec::new();
+        for stem in stems {
+            let cname = unhex(&stem).ok_or_else(|| StorageError::Corrupt {
+                file: cdir.join(&stem),
+                offset: 0,
+                detail: "channel file name is not hex".into(),
+            })?;
+            let (w, c) = wal::paths(&cdir, &cname);
+            if !(fs.exists(&w) && fs.exists(&c)) || cname.ends_with("#ephemeral") {
+                wal::remove_files(fs, &cdir, &w, &c)?;
+                continue;
+            }
+            let (wal, state) =
+                ChannelWal::open(self.fs.clone(), &cdir, &cname, self.fault.clone())?;
+            log.ensure_next_position(state.highest_position() + 1);
+            channels.push(RecoveredChannel {
+                name: cname,
+                wal,
+                state,
+            });
+        }
+        Ok(Some(RecoveredTopic {
+            manifest,
+            log,
+            channels,
+        }))
+    }
+
+    /// Releases the directory lock (graceful shutdown); later writes are refused.
+    pub fn release_lock(&self) {
+        self.fault.trip("store closed".into());
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// The shared fail-closed switch.
+    pub fn fault(&self) -> &Fault {
+        &self.fault
+    }
+
+    /// The file system in use.
+    pub fn fs(&self) -> &Arc<dyn Fs> {
+        &self.fs
+    }
+
+    /// Reserves `n` contiguous message ids and returns the first; the reservation is persisted
+    /// in blocks before any id of a new block is handed out.
+    pub fn allocate_ids(&self, n: u64) -> Result<u64, StorageError> {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.next + n > MAX_SEQUENCE {
+            return Err(StorageError::SequenceExhausted);
+        }
+        if ids.next + n > ids.reserved_until {
+            self.fault.check()?;
+            let mut m = ids.meta.clone();
+            m.next_sequence = ids.next + n.max(ID_BLOCK);
+            let r = meta::write_json(self.fs.as_ref(), &self.root.join("broker.meta"), &m);
+            self.fault.guard(r)?;
+            ids.reserved_until = m.next_sequence;
+            ids.meta = m;
+        }
+        let first = ids.next;
+        ids.next += n;
+        Ok((u64::from(self.opts.node_id) << 48) | first)
+    }
+
+    /// Durably bumps the registry revision and returns it.
+    pub fn bump_revision(&self) -> Result<u64, StorageError> {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        self.fault.check()?;
+        let mut m = ids.meta.clone();
+        m.registry_revision += 1;
+        let r = meta::write_json(self.fs.as_ref(), &self.root.join("broker.meta"), &m);
+        self.fault.guard(r)?;
+        ids.meta = m;
+        Ok(ids.meta.registry_revision)
+    }
+
+    /// Current registry revision.
+    pub fn revision(&self) -> u64 {
+        self.ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .meta
+            .registry_revision
+    }
+
+    fn topic_dir(&self, topic: &str) -> PathBuf {
+        self.root.join("topics").join(hex(topic))
+    }
+
+    /// Directory holding a topic's channel files.
+    pub fn channels_dir(&self, topic: &str) -> PathBuf {
+        self.topic_dir(topic).join("channels")
+    }
+
+    /// Creates a topic's directory and manifest and opens its (empty) log.
+    pub fn create_topic(&self, manifest: &Manifest) -> Result<TopicLog, StorageError> {
+        self.fault.check()?;
+        let r = (|| {
+            let dir = self.topic_dir(&manifest.name);
+            for d in [dir.join("segments"), dir.join("channels")] {
+                self.fs
+                    .create_dir_all(&d)
+                    .map_err(io_err("create directory", &d))?;
+            }
+            meta::write_json(self.fs.as_ref(), &dir.join("manifest"), manifest)?;
+            let topics = self.root.join("topics");
+            self.fs
+                .sync_dir(&topics)
+                .map_err(io_err("fsync directory", &topics))?;
+            TopicLog::open(
+                self.fs.clone(),
+                &dir.join("segments"),
+                self.fault.clone(),
+                self.opts.max_segment_bytes,
+                manifest.next_position,
+            )
+        })();
+        self.fault.guard(r)
+    }
+
+    /// Atomically rewrites a topic manifest.
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StorageError> {
+        self.fault.check()?;
+        let r = meta::write_json(
+            self.fs.as_ref(),
+            &self.topic_dir(&manifest.name).join("manifest"),
+            manifest,
+        );
+        self.fault.guard(r)
+    }
+
+    /// Deletes a topic: marks the manifest deleted, then removes its directory.
+    pub fn delete_topic(&self, manifest: &Manifest) -> Result<(), StorageError> {
+        let mut m = manifest.clone();
+        m.deleted = true;
+        self.write_manifest(&m)?;
+        let r = (|| {
+            let dir = self.topic_dir(&m.name);
+            self.fs
+                .remove_dir_all(&dir)
+                .map_err(io_err("remove topic", &dir))?;
+            let topics = self.root.join("topics");
+            self.fs
+                .sync_dir(&topics)
+                .map_err(io_err("fsync directory", &topics))
+        })();
+        self.fault.guard(r)
+    }
+
+    /// Creates a durable channel's WAL and checkpoint.
+    pub fn create_channel(
+        &self,
+        topic: &str,
+        state: &ChannelState,
+    ) -> Result<ChannelWal, StorageError> {
+        ChannelWal::create(
+            self.fs.clone(),
+            &self.channels_dir(topic),
+            state,
+            self.fault.clone(),
+        )
+    }
+}
