@@ -45,3 +45,21 @@ test: lint unit ## the whole suite: what .ci/run runs
 
 .PHONY: ci
 ci: test
+
+# --- benchmarks (issue 8): not part of `make test`; see docs/benchmarks.md -------------------
+NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
+BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
+
+.PHONY: deps-nsqd
+deps-nsqd:
+	scripts/deps.sh nsqd
+
+# rustqueue-bench's own tests run against the real nsqd: install it first, never skip.
+unit: deps-nsqd
+
+.PHONY: bench
+bench: deps-nsqd ## RustQueue vs nsqd side by side (~12 min); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES
+	$(CARGO) build --release -p rustqueue-server -p rustqueue-bench
+	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
+	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
+	  --markdown docs/benchmarks.md --notes bench/notes.md

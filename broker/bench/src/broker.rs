@@ -1,0 +1,285 @@
+//! The brokers under test and their durability profiles. Every run gets a fresh broker process
+//! on fresh loopback ports with a fresh temporary data directory, removed afterwards.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Which server a profile starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `rustqueued`, configured through `RUSTQUEUE_*` environment variables.
+    Rustqueue,
+    /// Official nsqd, configured through flags.
+    Nsqd,
+}
+
+/// A broker configuration under test, named and labelled with what an ack promises.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Profile {
+    /// Short name used in results (`rustqueue-durable`, `nsqd-default`, ...).
+    pub name: String,
+    /// The server.
+    pub kind: Kind,
+    /// What a publish acknowledgement means in this profile.
+    pub durability: String,
+    /// Extra command-line flags.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// The profile every ratio is taken against.
+pub const BASELINE: &str = "nsqd-default";
+
+/// The six profiles in run order: RustQueue and nsqd alternate, strongest promise first.
+pub fn profiles() -> Vec<Profile> {
+    let rq = |mode: &str, durability: &str| Profile {
+        name: format!("rustqueue-{mode}"),
+        kind: Kind::Rustqueue,
+        durability: durability.to_owned(),
+        args: vec![],
+        env: vec![("RUSTQUEUE_PUBLISH_ACK_MODE".to_owned(), mode.to_owned())],
+    };
+    let nsqd = |name: &str, args: &[&str], durability: &str| Profile {
+        name: name.to_owned(),
+        kind: Kind::Nsqd,
+        durability: durability.to_owned(),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: vec![],
+    };
+    vec![
+        rq(
+            "durable",
+            "durable: ack after the write is fsynced (group commit)",
+        ),
+        nsqd(
+            BASELINE,
+            &[],
+            "memory: in-memory queue of 10,000 per topic/channel, overflow to disk, no fsync before ack",
+        ),
+        rq(
+            "write_ack",
+            "write_ack: ack after the write reaches the OS page cache, fsync later",
+        ),
+        nsqd(
+            "nsqd-sync-every-1",
+            &["--mem-queue-size=0", "--sync-every=1"],
+            "disk queue, fsync after every message, but the ack is sent before that fsync",
+        ),
+        rq(
+            "nsq_relaxed",
+            "nsq_relaxed: NSQ-like, ack before fsync, periodic sync",
+        ),
+        nsqd(
+            "nsqd-sync-every-2500",
+            &["--sync-every=2500"],
+            "memory queue first, disk overflow fsynced every 2,500 messages or 2 s, ack before fsync",
+        ),
+    ]
+}
+
+/// Where the server binaries are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Binaries {
+    /// The nsqd executable.
+    pub nsqd: PathBuf,
+    /// The rustqueued executable; RustQueue profiles are skipped without it.
+    pub rustqueued: Option<PathBuf>,
+}
+
+/// A broker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// No binary for this kind of broker.
+    #[error(
+        "no {0} binary (build rustqueued with `cargo build --release -p rustqueue-server`; install nsqd with `scripts/deps.sh nsqd`)"
+    )]
+    NoBinary(&'static str),
+    /// Temp dir, port or spawn failed.
+    #[error("starting {what}: {source}")]
+    Io {
+        /// The step.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It exited or never accepted connections.
+    #[error("{name} did not become ready: {reason}; last log lines:\n{log}")]
+    NotReady {
+        /// Profile name.
+        name: String,
+        /// What happened.
+        reason: String,
+        /// The tail of its log.
+        log: String,
+    },
+}
+
+/// A running broker; stopped and its data removed on drop.
+pub struct Broker {
+    child: Child,
+    /// TCP (NSQ protocol) address.
+    pub tcp: String,
+    /// HTTP address.
+    pub http: String,
+    /// Data directory (a fresh temp dir).
+    pub data: tempfile::TempDir,
+}
+
+impl Broker {
+    /// Starts `profile` and waits (up to 30 s) until its TCP port accepts connections.
+    pub fn start(profile: &Profile, bins: &Binaries) -> Result<Broker, BrokerError> {
+        let io = |what: &str| {
+            let what = format!("{} ({what})", profile.name);
+            move |source| BrokerError::Io { what, source }
+        };
+        let data = tempfile::Builder::new()
+            .prefix(&format!("rustqueue-bench-{}-", profile.name))
+            .tempdir()
+            .map_err(io("temp dir"))?;
+        let tcp = free_address().map_err(io("free port"))?;
+        let http = free_address().map_err(io("free port"))?;
+        let log = std::fs::File::create(data.path().join("broker.log")).map_err(io("log"))?;
+        let store = data.path().join("data");
+        std::fs::create_dir(&store).map_err(io("data dir"))?;
+        let mut cmd = match profile.kind {
+            Kind::Nsqd => {
+                let mut cmd = Command::new(&bins.nsqd);
+                cmd.arg(format!("--tcp-address={tcp}"))
+                    .arg(format!("--http-address={http}"))
+                    .arg(format!("--data-path={}", store.display()))
+                    .arg("--log-level=warn");
+                cmd
+            }
+            Kind::Rustqueue => {
+                let bin = bins
+                    .rustqueued
+                    .as_ref()
+                    .ok_or(BrokerError::NoBinary("rustqueued"))?;
+                let mut cmd = Command::new(bin);
+                cmd.env("RUSTQUEUE_DATA_PATH", &store)
+                    .env("RUSTQUEUE_TCP_ADDRESS", &tcp)
+                    .env("RUSTQUEUE_HTTP_ADDRESS", &http)
+                    .env("RUST_LOG", "warn");
+                cmd
+            }
+        };
+        cmd.args(&profile.args)
+            .envs(profile.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(io("log"))?)
+            .stderr(log);
+        let child = cmd.spawn().map_err(io("spawn"))?;
+        let mut broker = Broker {
+            child,
+            tcp,
+            http,
+            data,
+        };
+        broker.wait_ready(&profile.name)?;
+        Ok(broker)
+    }
+
+    /// The process id, for /proc sampling.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_ready(&mut self, name: &str) -> Result<(), BrokerError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(self.not_ready(name, format!("exited with {status}")));
+            }
+            if TcpStream::connect(&self.tcp).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready(name, "no TCP listener after 30 s".to_owned()));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn not_ready(&self, name: &str, reason: String) -> BrokerError {
+        BrokerError::NotReady {
+            name: name.to_owned(),
+            reason,
+            log: log_tail(&self.data.path().join("broker.log")),
+        }
+    }
+
+    /// SIGTERM, up to 10 s for a clean exit, then SIGKILL.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn free_address() -> std::io::Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_alternate_rustqueue_and_nsqd_and_include_the_baseline() {
+        let p = profiles();
+        assert_eq!(p.len(), 6);
+        for pair in p.chunks(2) {
+            assert_eq!((pair[0].kind, pair[1].kind), (Kind::Rustqueue, Kind::Nsqd));
+        }
+        assert!(p.iter().any(|p| p.name == BASELINE));
+        assert!(p.iter().all(|p| !p.durability.is_empty()));
+    }
+
+    #[test]
+    fn a_missing_rustqueued_is_a_clear_error() {
+        let bins = Binaries {
+            nsqd: PathBuf::from("/nonexistent"),
+            rustqueued: None,
+        };
+        let err = Broker::start(&profiles()[0], &bins)
+            .err()
+            .expect("must fail");
+        assert!(matches!(err, BrokerError::NoBinary("rustqueued")), "{err}");
+    }
+}

@@ -1,0 +1,20 @@
+//! `rustqueue-bench`: a load generator and ledger checker for NSQ V2 brokers, used to measure
+//! RustQueue side by side with official nsqd on the same machine.
+//!
+//! - [`wire`] and [`client`]: a small hand-written NSQ V2 client (the benchmark shares no code
+//!   with the broker it measures).
+//! - [`ledger`]: every body carries a unique sequence id; missing, duplicate and unexpected
+//!   deliveries are counted, and a result only counts after a complete drain.
+//! - [`load`] and [`run`]: producers (PUB/MPUB, timed acks) and consumers (RDY/FIN), one run.
+//! - [`procstat`]: broker RSS and CPU from `/proc`.
+//! - [`broker`], [`compare`] and [`report`]: the side-by-side driver behind `make bench`.
+
+pub mod broker;
+pub mod client;
+pub mod compare;
+pub mod ledger;
+pub mod load;
+pub mod procstat;
+pub mod report;
+pub mod run;
+pub mod wire;

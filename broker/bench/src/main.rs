@@ -1,0 +1,268 @@
+//! `rustqueue-bench`: `run` one benchmark against a broker, `compare` RustQueue and nsqd side
+//! by side (what `make bench` does), or `report` a results JSON as `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+
+use rustqueue_bench::broker::Binaries;
+use rustqueue_bench::compare::{self, Settings};
+use rustqueue_bench::report;
+use rustqueue_bench::run::{self, RunConfig};
+
+#[derive(Parser)]
+#[command(version, about = "NSQ V2 load generator and ledger checker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// One run against a running broker; exits non-zero unless the ledger drained clean.
+    Run(RunArgs),
+    /// RustQueue and nsqd side by side on fresh brokers; writes JSON and the markdown table.
+    Compare(CompareArgs),
+    /// Render a results JSON as markdown.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Broker NSQ TCP address.
+    #[arg(long, default_value = "127.0.0.1:4150")]
+    address: String,
+    /// Topic prefix (a unique suffix is added per run).
+    #[arg(long, default_value = "benchmark")]
+    topic: String,
+    /// Count mode: total messages (ignored when --duration-seconds is given).
+    #[arg(long, default_value_t = 100_000)]
+    messages: u64,
+    /// Body size in bytes (at least 20).
+    #[arg(long, default_value_t = 1024)]
+    message_bytes: usize,
+    #[arg(long, default_value_t = 16)]
+    producers: usize,
+    #[arg(long, default_value_t = 16)]
+    consumers: usize,
+    /// Consumers start reading only after publishing ends (they SUB first).
+    #[arg(long)]
+    consume_after_publish: bool,
+    /// Messages per command: 1 = PUB, more = MPUB.
+    #[arg(long, default_value_t = 1)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 0.0)]
+    warmup_seconds: f64,
+    /// Time mode: measure for this long.
+    #[arg(long)]
+    duration_seconds: Option<f64>,
+    /// Total fixed arrival rate, msg/s (omitted = saturation).
+    #[arg(long)]
+    rate: Option<f64>,
+    #[arg(long, default_value_t = 300.0)]
+    drain_timeout_seconds: f64,
+    /// Skip IDENTIFY (magic then straight to PUB/SUB).
+    #[arg(long)]
+    no_identify: bool,
+    /// Broker pid to sample RSS and CPU from /proc.
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// Print the report as JSON (otherwise a short summary).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    #[arg(long, env = "BENCH_DURATION", default_value_t = 8.0)]
+    duration_seconds: f64,
+    #[arg(long, env = "BENCH_WARMUP", default_value_t = 2.0)]
+    warmup_seconds: f64,
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1)]
+    rounds: usize,
+    /// Messages in the backlog case (issue 8 names 10,000,000).
+    #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 1_000_000)]
+    backlog_messages: u64,
+    #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 300.0)]
+    drain_timeout_seconds: f64,
+    /// Comma-separated case names (default all).
+    #[arg(long, env = "BENCH_CASES", value_delimiter = ',')]
+    cases: Vec<String>,
+    /// Comma-separated profile names (default all).
+    #[arg(long, env = "BENCH_PROFILES", value_delimiter = ',')]
+    profiles: Vec<String>,
+    #[arg(long, env = "NSQD_BIN")]
+    nsqd: PathBuf,
+    /// rustqueued binary; without it only nsqd profiles run (and no results are published).
+    #[arg(long, env = "RUSTQUEUED_BIN")]
+    rustqueued: Option<PathBuf>,
+    /// Results JSON path (default bench/results/<date>.json under --root).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Markdown path to (re)write.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Hand-written notes appended to the markdown.
+    #[arg(long)]
+    notes: Option<PathBuf>,
+    /// Repository root.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    #[arg(long)]
+    input: PathBuf,
+    #[arg(long)]
+    output: PathBuf,
+    #[arg(long)]
+    notes: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    match cli.command {
+        Command::Run(args) => runtime.block_on(run_command(args)),
+        Command::Compare(args) => runtime.block_on(compare_command(args)),
+        Command::Report(args) => report_command(args),
+    }
+}
+
+async fn run_command(a: RunArgs) -> anyhow::Result<()> {
+    let config = RunConfig {
+        address: a.address,
+        topic_prefix: a.topic,
+        producers: a.producers,
+        consumers: a.consumers,
+        consume_after_publish: a.consume_after_publish,
+        batch_size: a.batch_size,
+        message_bytes: a.message_bytes,
+        rate: a.rate,
+        warmup_seconds: a.warmup_seconds,
+        duration_seconds: a.duration_seconds,
+        messages: a.messages,
+        drain_timeout_seconds: a.drain_timeout_seconds,
+        identify: !a.no_identify,
+        broker_pid: a.broker_pid,
+    };
+    let report = run::run(config).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let l = &report.ledger;
+        println!(
+            "published {} in {:.2} s: {:.0} msg/s ({:.1} MiB/s); received {:.0} msg/s; ack p50 {} p99 {} p99.9 {} max {} us; drain {:.2} s; acknowledged {} unique {} missing {} duplicates {} unexpected {}",
+            report.published,
+            report.window_seconds,
+            report.publish_msgs_per_sec,
+            report.publish_mib_per_sec,
+            report.receive_msgs_per_sec,
+            report.latency.p50_us,
+            report.latency.p99_us,
+            report.latency.p999_us,
+            report.latency.max_us,
+            report.drain_seconds,
+            l.acknowledged,
+            l.received_unique,
+            l.missing,
+            l.duplicates,
+            l.unexpected,
+        );
+        for e in &report.errors {
+            eprintln!("error: {e}");
+        }
+    }
+    if !report.complete {
+        bail!(
+            "incomplete run: missing {}, duplicates {}, unexpected {}, drain timed out {}, {} connection error(s)",
+            report.ledger.missing,
+            report.ledger.duplicates,
+            report.ledger.unexpected,
+            report.drain_timed_out,
+            report.errors.len()
+        );
+    }
+    Ok(())
+}
+
+async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
+    if !a.nsqd.is_file() {
+        bail!(
+            "nsqd not found at {} (run `scripts/deps.sh nsqd`)",
+            a.nsqd.display()
+        );
+    }
+    if let Some(rq) = &a.rustqueued
+        && !rq.is_file()
+    {
+        bail!(
+            "rustqueued not found at {} (build it with `cargo build --release -p rustqueue-server`)",
+            rq.display()
+        );
+    }
+    let settings = Settings {
+        duration_seconds: a.duration_seconds,
+        warmup_seconds: a.warmup_seconds,
+        rounds: a.rounds.max(1),
+        backlog_messages: a.backlog_messages,
+        drain_timeout_seconds: a.drain_timeout_seconds,
+        cases: a.cases.into_iter().filter(|c| !c.is_empty()).collect(),
+        profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),
+    };
+    let bins = Binaries {
+        nsqd: a.nsqd,
+        rustqueued: a.rustqueued,
+    };
+    let results = compare::compare(settings, bins, |line| eprintln!("{line}")).await;
+    let output = a
+        .output
+        .unwrap_or_else(|| compare::results_path(&a.root, &results.started_utc));
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&output, serde_json::to_string_pretty(&results)? + "\n")
+        .with_context(|| format!("writing {}", output.display()))?;
+    eprintln!("results: {}", output.display());
+    if let Some(md) = a.markdown {
+        let notes = read_notes(a.notes.as_deref())?;
+        std::fs::write(&md, report::render(&results, notes.as_deref()))
+            .with_context(|| format!("writing {}", md.display()))?;
+        eprintln!("table: {}", md.display());
+    }
+    let failed: Vec<_> = results
+        .runs
+        .iter()
+        .filter(|r| !r.report.as_ref().is_some_and(|r| r.complete))
+        .map(|r| format!("{}/{}/{}", r.case, r.profile, r.round))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} run(s) did not complete: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn report_command(a: ReportArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&a.input)
+        .with_context(|| format!("reading {}", a.input.display()))?;
+    let results: compare::Results =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", a.input.display()))?;
+    let notes = read_notes(a.notes.as_deref())?;
+    std::fs::write(&a.output, report::render(&results, notes.as_deref()))
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    Ok(())
+}
+
+fn read_notes(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    path.map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()
+}

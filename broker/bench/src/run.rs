@@ -1,0 +1,388 @@
+//! One benchmark run against one broker: connect consumers (SUB before any publish), warm up,
+//! measure for a duration (or publish a fixed count), then drain until the ledger has every
+//! acknowledged message back, and report. A run is `complete` only when that drain finished
+//! with nothing missing, duplicated or unexpected, and no connection failed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::{ClientError, Conn};
+use crate::ledger::{self, Ledger, Summary};
+use crate::load::{self, ConsumerControl, PHASE_MEASURE, PHASE_STOP, ProducerPlan};
+use crate::procstat::{self, Sampler};
+
+/// Everything one run needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// Broker TCP address.
+    pub address: String,
+    /// Topic name prefix; the run appends a unique suffix.
+    pub topic_prefix: String,
+    /// Producer connections.
+    pub producers: usize,
+    /// Consumer connections on one channel.
+    pub consumers: usize,
+    /// Consumers only start reading after publishing ends (publish-only and backlog cases;
+    /// they still SUB first, so the channel holds every message).
+    pub consume_after_publish: bool,
+    /// Messages per command: 1 = PUB, more = MPUB.
+    pub batch_size: usize,
+    /// Body size in bytes (at least the 20-byte ledger header).
+    pub message_bytes: usize,
+    /// Total fixed arrival rate in msg/s; `None` = saturation.
+    pub rate: Option<f64>,
+    /// Warm-up seconds (time mode): published and drained, not measured.
+    pub warmup_seconds: f64,
+    /// Measured seconds; `None` = count mode (publish `messages` then stop).
+    pub duration_seconds: Option<f64>,
+    /// Messages in count mode.
+    pub messages: u64,
+    /// Give up draining after this long (the run then does not count).
+    pub drain_timeout_seconds: f64,
+    /// Send IDENTIFY after the magic.
+    pub identify: bool,
+    /// Broker process to sample in /proc (RSS, CPU).
+    pub broker_pid: Option<u32>,
+}
+
+/// Publish-ack latency percentiles, microseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Acknowledged commands recorded (PUB or MPUB).
+    pub count: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 95th percentile.
+    pub p95_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+/// Broker resource use from /proc.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BrokerUsage {
+    /// Largest RSS sampled during the run (every 100 ms), bytes.
+    pub peak_rss_bytes: u64,
+    /// The kernel's high-water mark (VmHWM) at the end, bytes.
+    pub hwm_bytes: u64,
+    /// RSS before the first publish, bytes.
+    pub rss_before_bytes: u64,
+    /// RSS when publishing ended, before the drain, bytes.
+    pub rss_after_publish_bytes: u64,
+    /// (RSS after publish - RSS before) / messages acknowledged.
+    pub rss_growth_per_message_bytes: f64,
+    /// Broker CPU time during the measured window, seconds.
+    pub cpu_seconds: f64,
+    /// Broker CPU during the window in cores (of 2 shared with the load generator).
+    pub cpu_cores: f64,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The configuration it ran with.
+    pub config: RunConfig,
+    /// The topic actually used.
+    pub topic: String,
+    /// Length of the measured window, seconds.
+    pub window_seconds: f64,
+    /// Messages acknowledged in the window.
+    pub published: u64,
+    /// Published msg/s in the window.
+    pub publish_msgs_per_sec: f64,
+    /// Published MiB/s of bodies in the window.
+    pub publish_mib_per_sec: f64,
+    /// Deliveries in the window (0 when consumers start after publishing).
+    pub received_in_window: u64,
+    /// Delivered msg/s in the window.
+    pub receive_msgs_per_sec: f64,
+    /// Delivered MiB/s in the window.
+    pub receive_mib_per_sec: f64,
+    /// Time from the end of publishing until the ledger was complete.
+    pub drain_seconds: f64,
+    /// The drain hit its time limit.
+    pub drain_timed_out: bool,
+    /// The ledger's verdict over the whole run (warm-up included).
+    pub ledger: Summary,
+    /// Publish-ack latency in the window.
+    pub latency: Latency,
+    /// Broker resource use, when a pid was given.
+    pub broker: Option<BrokerUsage>,
+    /// Load generator CPU during the window, cores.
+    pub generator_cpu_cores: f64,
+    /// Connection failures.
+    pub errors: Vec<String>,
+    /// Drained, clean ledger, no errors: only such a run counts.
+    pub complete: bool,
+}
+
+/// Why a run could not start at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A configuration that cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A consumer or producer could not connect or subscribe.
+    #[error("setting up connections: {0}")]
+    Setup(#[from] ClientError),
+}
+
+/// Runs one benchmark.
+pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
+    validate(&config)?;
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ (u64::from(std::process::id()) << 32);
+    let topic = format!("{}-{:x}", config.topic_prefix, nonce);
+    let channel = "bench".to_owned();
+    let ledger = Arc::new(Ledger::new(nonce, config.producers));
+    let (go_tx, go_rx) = watch::channel(!config.consume_after_publish);
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let mut consumers = Vec::new();
+    for i in 0..config.consumers {
+        let mut conn =
+            Conn::connect(&config.address, config.identify, &format!("bench-c{i}")).await?;
+        // SUB is acknowledged before the first publish, so the channel holds every message.
+        load::subscribe(&mut conn, &topic, &channel).await?;
+        let control = ConsumerControl {
+            go: go_rx.clone(),
+            stop: stop_rx.clone(),
+        };
+        let task = load::consume(conn, ledger.clone(), control);
+        consumers.push(tokio::spawn(task));
+    }
+    let mut conns = Vec::new();
+    for i in 0..config.producers {
+        conns.push(Conn::connect(&config.address, config.identify, &format!("bench-p{i}")).await?);
+    }
+    let sampler = config
+        .broker_pid
+        .map(|pid| (pid, Sampler::start(pid, Duration::from_millis(100))));
+    let broker_before = config.broker_pid.and_then(procstat::sample);
+    let phase = Arc::new(AtomicU8::new(if config.warmup_seconds > 0.0 {
+        load::PHASE_WARMUP
+    } else {
+        PHASE_MEASURE
+    }));
+    let mut producers = Vec::new();
+    for (index, conn) in conns.into_iter().enumerate() {
+        let plan = plan_for(&config, &topic, index);
+        producers.push(tokio::spawn(load::produce(
+            conn,
+            plan,
+            ledger.clone(),
+            phase.clone(),
+        )));
+    }
+
+    let mut errors = Vec::new();
+    if config.warmup_seconds > 0.0 && config.duration_seconds.is_some() {
+        tokio::time::sleep(Duration::from_secs_f64(config.warmup_seconds)).await;
+    }
+    let window_start = Mark::take(&ledger, config.broker_pid);
+    phase.store(PHASE_MEASURE, Ordering::Release);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
+    if let Some(seconds) = config.duration_seconds {
+        tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    }
+    let mut window_end = None;
+    if config.duration_seconds.is_some() {
+        window_end = Some(Mark::take(&ledger, config.broker_pid));
+        phase.store(PHASE_STOP, Ordering::Release);
+    }
+    for task in producers {
+        match task.await {
+            Ok(Ok(h)) => hist.add(h).expect("same bounds"),
+            Ok(Err(e)) => errors.push(format!("producer: {e}")),
+            Err(e) => errors.push(format!("producer task: {e}")),
+        }
+    }
+    let window_end = window_end.unwrap_or_else(|| Mark::take(&ledger, config.broker_pid));
+    let broker_after_publish = config.broker_pid.and_then(procstat::sample);
+
+    let drain_start = Instant::now();
+    let _ = go_tx.send(true);
+    let drain_limit = Duration::from_secs_f64(config.drain_timeout_seconds);
+    let mut drain_timed_out = false;
+    while ledger.outstanding() > 0 {
+        if drain_start.elapsed() > drain_limit {
+            drain_timed_out = true;
+            break;
+        }
+        if consumers.iter().all(|c| c.is_finished()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let drain_seconds = drain_start.elapsed().as_secs_f64();
+    let _ = stop_tx.send(true);
+    for task in consumers {
+        match tokio::time::timeout(Duration::from_secs(30), task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => errors.push(format!("consumer: {e}")),
+            Ok(Err(e)) => errors.push(format!("consumer task: {e}")),
+            Err(_) => errors.push("consumer did not finish within 30 s of CLS".to_owned()),
+        }
+    }
+    let summary = ledger.summary();
+    let broker = sampler.map(|(pid, sampler)| {
+        let peak = sampler.finish();
+        let end = procstat::sample(pid).unwrap_or_default();
+        let before = broker_before.unwrap_or_default();
+        let after = broker_after_publish.unwrap_or_default();
+        let window = window_end.at.duration_since(window_start.at).as_secs_f64();
+        let cpu_seconds = (window_end
+            .broker_ticks
+            .saturating_sub(window_start.broker_ticks)) as f64
+            / procstat::TICKS_PER_SECOND;
+        BrokerUsage {
+            peak_rss_bytes: peak.max(end.rss_bytes),
+            hwm_bytes: end.hwm_bytes,
+            rss_before_bytes: before.rss_bytes,
+            rss_after_publish_bytes: after.rss_bytes,
+            rss_growth_per_message_bytes: (after.rss_bytes as f64 - before.rss_bytes as f64)
+                / summary.acknowledged.max(1) as f64,
+            cpu_seconds,
+            cpu_cores: cpu_seconds / window.max(1e-9),
+        }
+    });
+    Ok(report(
+        config,
+        topic,
+        (window_start, window_end),
+        (drain_seconds, drain_timed_out),
+        summary,
+        &hist,
+        broker,
+        errors,
+    ))
+}
+
+fn validate(config: &RunConfig) -> Result<(), RunError> {
+    let bad = |m: &str| Err(RunError::Config(m.to_owned()));
+    if config.producers == 0 || config.consumers == 0 {
+        return bad("at least one producer and one consumer (to check the ledger) are needed");
+    }
+    if config.message_bytes < ledger::HEADER_BYTES {
+        return bad("--message-bytes must be at least 20 (the ledger header)");
+    }
+    if config.batch_size == 0 {
+        return bad("--batch-size must be at least 1");
+    }
+    if config.rate.is_some_and(|r| r <= 0.0 || !r.is_finite()) {
+        return bad("--rate must be positive");
+    }
+    if config.duration_seconds.is_none() && config.messages == 0 {
+        return bad("count mode needs --messages > 0 (or give --duration-seconds)");
+    }
+    if config.topic_prefix.len() > 40 {
+        return bad("--topic is limited to 40 characters (a 17-character run suffix is added)");
+    }
+    Ok(())
+}
+
+fn plan_for(config: &RunConfig, topic: &str, index: usize) -> ProducerPlan {
+    let quota = config.duration_seconds.is_none().then(|| {
+        let n = config.producers as u64;
+        config.messages / n + u64::from((index as u64) < config.messages % n)
+    });
+    let interval = config.rate.map(|rate| {
+        Duration::from_secs_f64(config.batch_size as f64 * config.producers as f64 / rate)
+    });
+    ProducerPlan {
+        index,
+        topic: topic.to_owned(),
+        message_bytes: config.message_bytes,
+        batch: config.batch_size,
+        quota,
+        interval,
+    }
+}
+
+struct Mark {
+    at: Instant,
+    acked: u64,
+    received: u64,
+    broker_ticks: u64,
+    own_ticks: u64,
+}
+
+impl Mark {
+    fn take(ledger: &Ledger, pid: Option<u32>) -> Mark {
+        Mark {
+            at: Instant::now(),
+            acked: ledger.acknowledged(),
+            received: ledger.received_total(),
+            broker_ticks: pid
+                .and_then(procstat::sample)
+                .map(|s| s.cpu_ticks)
+                .unwrap_or(0),
+            own_ticks: procstat::sample(std::process::id())
+                .map(|s| s.cpu_ticks)
+                .unwrap_or(0),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename these
+fn report(
+    config: RunConfig,
+    topic: String,
+    (start, end): (Mark, Mark),
+    (drain_seconds, drain_timed_out): (f64, bool),
+    ledger: Summary,
+    hist: &Histogram<u64>,
+    broker: Option<BrokerUsage>,
+    errors: Vec<String>,
+) -> RunReport {
+    let window = end.at.duration_since(start.at).as_secs_f64().max(1e-9);
+    let published = end.acked - start.acked;
+    let received = end.received - start.received;
+    let mib = config.message_bytes as f64 / (1024.0 * 1024.0);
+    let latency = Latency {
+        count: hist.len(),
+        p50_us: hist.value_at_quantile(0.50),
+        p95_us: hist.value_at_quantile(0.95),
+        p99_us: hist.value_at_quantile(0.99),
+        p999_us: hist.value_at_quantile(0.999),
+        max_us: hist.max(),
+        mean_us: hist.mean(),
+    };
+    let complete = ledger.is_clean() && !drain_timed_out && errors.is_empty();
+    RunReport {
+        topic,
+        window_seconds: window,
+        published,
+        publish_msgs_per_sec: published as f64 / window,
+        publish_mib_per_sec: published as f64 * mib / window,
+        received_in_window: received,
+        receive_msgs_per_sec: received as f64 / window,
+        receive_mib_per_sec: received as f64 * mib / window,
+        drain_seconds,
+        drain_timed_out,
+        ledger,
+        latency,
+        broker,
+        generator_cpu_cores: (end.own_ticks - start.own_ticks) as f64
+            / procstat::TICKS_PER_SECOND
+            / window,
+        errors,
+        complete,
+        config,
+    }
+}

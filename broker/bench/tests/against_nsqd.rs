@@ -1,0 +1,196 @@
+//! The benchmark tool proved against the real peer, official nsqd v1.3.0 (installed by
+//! `scripts/deps.sh nsqd`, a prerequisite of `make test`; a missing nsqd fails, never skips).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use rustqueue_bench::broker::{self, Binaries, Broker, Profile};
+use rustqueue_bench::compare::{self, Settings};
+use rustqueue_bench::report;
+use rustqueue_bench::run::{self, RunConfig};
+
+fn nsqd() -> PathBuf {
+    let path = std::env::var_os("NSQD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("RUSTQUEUE_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/rustqueue")
+                });
+            cache.join("nsqd-v1.3.0/bin/nsqd")
+        });
+    assert!(
+        path.is_file(),
+        "nsqd not found at {} — run `scripts/deps.sh nsqd` (make test does)",
+        path.display()
+    );
+    path
+}
+
+fn bins() -> Binaries {
+    Binaries {
+        nsqd: nsqd(),
+        rustqueued: None,
+    }
+}
+
+fn profile(name: &str) -> Profile {
+    broker::profiles()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap()
+}
+
+fn load(address: &str, pid: u32) -> RunConfig {
+    RunConfig {
+        address: address.to_owned(),
+        topic_prefix: "test".to_owned(),
+        producers: 4,
+        consumers: 4,
+        consume_after_publish: false,
+        batch_size: 1,
+        message_bytes: 1024,
+        rate: None,
+        warmup_seconds: 0.5,
+        duration_seconds: Some(2.0),
+        messages: 0,
+        drain_timeout_seconds: 60.0,
+        identify: true,
+        broker_pid: Some(pid),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pub_fin_for_two_seconds_against_nsqd_drains_with_nothing_missing() {
+    let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
+    let report = run::run(load(&broker.tcp, broker.pid())).await.unwrap();
+    assert!(report.complete, "{report:#?}");
+    assert_eq!(report.ledger.missing, 0);
+    assert_eq!(report.ledger.received_unique, report.ledger.acknowledged);
+    assert!(report.published > 100, "{report:#?}");
+    assert!(report.received_in_window > 100, "{report:#?}");
+    // One command in flight per producer: at most that many straddle each window edge.
+    assert!(
+        report.latency.count.abs_diff(report.published) <= 8,
+        "{report:#?}"
+    );
+    assert!(report.latency.p50_us > 0 && report.latency.p99_us >= report.latency.p50_us);
+    let usage = report.broker.expect("pid was given");
+    assert!(
+        usage.peak_rss_bytes > 1 << 20 && usage.cpu_seconds > 0.0,
+        "{usage:?}"
+    );
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpub_count_mode_past_the_memory_queue_delivers_exactly_the_count_after_publishing() {
+    // 20,003 messages overflow nsqd's 10,000-message memory queue into its disk queue.
+    let broker = Broker::start(&profile("nsqd-sync-every-2500"), &bins()).unwrap();
+    let config = RunConfig {
+        batch_size: 64,
+        consume_after_publish: true,
+        duration_seconds: None,
+        messages: 20_003,
+        message_bytes: 100,
+        ..load(&broker.tcp, broker.pid())
+    };
+    let report = run::run(config).await.unwrap();
+    assert!(report.complete, "{report:#?}");
+    assert_eq!(report.ledger.acknowledged, 20_003);
+    assert_eq!(report.ledger.received_unique, 20_003);
+    assert_eq!(
+        report.received_in_window, 0,
+        "consumers must wait for the publish to end"
+    );
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_rate_is_held_and_latency_is_recorded_per_publish() {
+    let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
+    let config = RunConfig {
+        rate: Some(500.0),
+        warmup_seconds: 0.0,
+        ..load(&broker.tcp, broker.pid())
+    };
+    let report = run::run(config).await.unwrap();
+    assert!(report.complete, "{report:#?}");
+    // 500 msg/s for 2 s: allow timer slack, but a saturating run would be far above.
+    assert!(
+        (800..=1100).contains(&report.published),
+        "published {}",
+        report.published
+    );
+    broker.stop();
+}
+
+#[test]
+fn the_run_command_prints_json_and_exits_zero_on_a_clean_ledger() {
+    let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
+        .args([
+            "run",
+            "--address",
+            &broker.tcp,
+            "--json",
+            "--messages",
+            "5000",
+        ])
+        .args([
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--message-bytes",
+            "200",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["ledger"]["acknowledged"], 5000);
+    assert_eq!(json["ledger"]["missing"], 0);
+    assert_eq!(json["complete"], true);
+    broker.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
+    let settings = Settings {
+        duration_seconds: 1.0,
+        warmup_seconds: 0.0,
+        rounds: 1,
+        backlog_messages: 5_000,
+        drain_timeout_seconds: 60.0,
+        cases: vec!["pub_fin".into(), "backlog".into()],
+        profiles: vec!["nsqd-default".into(), "nsqd-sync-every-2500".into()],
+    };
+    let mut lines = Vec::new();
+    let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
+    let order: Vec<(&str, &str)> = results
+        .runs
+        .iter()
+        .map(|r| (r.case.as_str(), r.profile.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("pub_fin", "nsqd-default"),
+            ("pub_fin", "nsqd-sync-every-2500"),
+            ("backlog", "nsqd-default"),
+            ("backlog", "nsqd-sync-every-2500"),
+        ]
+    );
+    assert!(lines.iter().all(|l| l.contains("complete")), "{lines:#?}");
+    let md = report::render(&results, Some("## Notes\nhand-written"));
+    assert!(md.contains("| `nsqd-default` | 1/1 |"), "{md}");
+    assert!(md.contains("1.00x"), "{md}");
+    assert!(md.contains("hand-written"));
+    assert!(md.contains("share its cores"));
+}
