@@ -181,7 +181,12 @@ impl ChannelState {
                 requeue_count,
                 ..
             } => {
-                if !self.is_done(position) {
+                // Attempts only grow, so an older frame replayed over a newer checkpoint is a no-op.
+                let newer = self
+                    .requeued
+                    .get(&position)
+                    .is_none_or(|&(_, a)| attempts >= a);
+                if !self.is_done(position) && newer {
                     self.requeued.insert(position, (available_at_ms, attempts));
                 }
                 self.requeue_count = self.requeue_count.max(requeue_count);

@@ -80,18 +80,14 @@ impl SimFs {
         let mut s = self.st();
         s.current = s.durable.clone();
         for inode in s.inodes.values_mut() {
-            let keep = if inode.current.len() > inode.durable.len()
+            let mut next = inode.durable.clone();
+            if inode.current.len() > inode.durable.len()
                 && inode.current.starts_with(&inode.durable)
             {
-                tear(inode.current.len() - inode.durable.len())
-            } else {
-                0
-            };
-            let mut next = inode.durable.clone();
-            next.extend_from_slice(
-                &inode.current[inode.durable.len()..]
-                    [..keep.min(inode.current.len().saturating_sub(inode.durable.len()))],
-            );
+                let tail = &inode.current[inode.durable.len()..];
+                let keep = tear(tail.len()).min(tail.len());
+                next.extend_from_slice(&tail[..keep]);
+            }
             inode.current = next.clone();
             inode.durable = next;
         }
