@@ -39,6 +39,10 @@ lint: fmt-check ## rustfmt check and clippy with warnings denied
 unit: ## unit and integration tests of every crate (includes crash tests)
 	$(CARGO) test --workspace --all-features --locked
 
+.PHONY: crash
+crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL failpoints (unit runs them too)
+	$(CARGO) test -p rustqueue-storage --features crash-injection --locked --test crash_sim --test crash_sigkill
+
 .PHONY: test
 test: lint unit ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
