@@ -67,3 +67,31 @@ bench: deps-nsqd ## RustQueue vs nsqd side by side (~12 min); BENCH_DURATION/_RO
 	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
 	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
 	  --markdown docs/benchmarks.md --notes bench/notes.md
+
+# --- official-client matrix (issue 4): see e2e/compat/README.md ------------------------------
+COMPAT_TARGET := $(or $(CARGO_TARGET_DIR),target)
+COMPAT_RESULTS ?= $(COMPAT_TARGET)/compat-results
+
+.PHONY: compat
+compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (parity)
+	scripts/deps.sh nsqd python node
+	$(CARGO) build --release -p rustqueue-server
+	@status=0; rm -rf $(COMPAT_RESULTS); \
+	for target in nsqd rustqueued; do \
+	  COMPAT_RESULTS_DIR=$(COMPAT_RESULTS) RUSTQUEUED_BIN=$(COMPAT_TARGET)/release/rustqueued \
+	    e2e/compat/run.sh $$target go python node || status=1; \
+	done; \
+	python3 e2e/compat/lib/matrix.py $(COMPAT_RESULTS); exit $$status
+
+# --- Kubernetes testbed (issue 6): see docs/e2e.md ---------------------------------------------
+# The control plane (etcd, kube-apiserver, -controller-manager, -scheduler) is built once from
+# the Go module proxy into ~/.cache/rustqueue/k8s-<version>; the testbed's tests need it.
+.PHONY: deps-k8s
+deps-k8s:
+	scripts/deps.sh k8s
+
+unit: deps-k8s
+
+.PHONY: e2e-testbed
+e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
+	$(CARGO) test -p rustqueue-testbed --locked
