@@ -42,8 +42,9 @@ pub struct ProducerPlan {
 }
 
 /// Publishes until the quota is met or the phase turns to stop; returns the ack-latency
-/// histogram (µs, measuring phase only). Latency runs from the *scheduled* send time, so a
-/// fixed-rate run that falls behind is not flattered (no coordinated omission).
+/// histogram (µs, measuring phase only). At a fixed rate, a command that is already overdue
+/// (the previous ack came late) is timed from when it was due, so a stalling broker is not
+/// flattered (no coordinated omission); one sent on time is timed from its actual send.
 pub async fn produce(
     mut conn: Conn,
     plan: ProducerPlan,
@@ -70,8 +71,14 @@ pub async fn produce(
         let scheduled = match plan.interval {
             Some(every) => {
                 let at = start + every * commands;
-                tokio::time::sleep_until(at).await;
-                at
+                if Instant::now() >= at {
+                    // Behind because the broker was slow: count from when it was due.
+                    at
+                } else {
+                    // On time: count from the wake-up, not charging timer slack to the broker.
+                    tokio::time::sleep_until(at).await;
+                    Instant::now()
+                }
             }
             None => Instant::now(),
         };

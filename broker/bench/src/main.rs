@@ -82,7 +82,7 @@ struct CompareArgs {
     #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1)]
     rounds: usize,
     /// Messages in the backlog case (issue 8 names 10,000,000).
-    #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 1_000_000)]
+    #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 500_000)]
     backlog_messages: u64,
     #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 300.0)]
     drain_timeout_seconds: f64,
@@ -219,7 +219,14 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         nsqd: a.nsqd,
         rustqueued: a.rustqueued,
     };
-    let results = compare::compare(settings, bins, |line| eprintln!("{line}")).await;
+    // Ctrl-C or SIGTERM drops the comparison, and with it the running broker (stopped on drop).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let results = tokio::select! {
+        results = compare::compare(settings, bins, |line| eprintln!("{line}")) => results,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted; brokers stopped, nothing written"),
+        _ = term.recv() => bail!("terminated; brokers stopped, nothing written"),
+    };
     let output = a
         .output
         .unwrap_or_else(|| compare::results_path(&a.root, &results.started_utc));

@@ -84,7 +84,7 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
     );
     let _ = writeln!(
         md,
-        "| Profile (durability) | Complete | Publish msg/s | Receive msg/s | Ack p50 / p99 / p99.9 / max µs | Peak RSS MiB | RSS B/msg | Broker CPU | Ratio |\n|---|---|---|---|---|---|---|---|---|"
+        "| Profile (durability) | Complete | Publish msg/s | Receive msg/s | Ack p50 / p99 / p99.9 / max µs | Peak RSS MiB | RSS B/msg | CPU cores broker / bench | Ratio |\n|---|---|---|---|---|---|---|---|---|"
     );
     let baseline = headline_value(results, case, BASELINE);
     for p in &results.profiles {
@@ -120,7 +120,7 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
         };
         let _ = writeln!(
             md,
-            "| `{}` | {complete} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} | {} | {:.2} | {ratio} |",
+            "| `{}` | {complete} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} | {} | {:.2} / {:.2} | {ratio} |",
             p.name,
             med(&|r| r.publish_msgs_per_sec),
             med(&|r| r.receive_msgs_per_sec),
@@ -141,6 +141,7 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
                 "-".to_owned()
             },
             med(&|r| r.broker.as_ref().map_or(0.0, |b| b.cpu_cores)),
+            med(&|r| r.generator_cpu_cores),
         );
     }
 }
