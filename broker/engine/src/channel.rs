@@ -183,7 +183,12 @@ impl ChanState {
             if self.durable.is_done(p) || self.durable.requeued.contains_key(&p) {
                 continue;
             }
-            let Some(e) = log.entry(p) else { continue };
+            let Some(e) = log.entry(p) else {
+                // Never stored (a lost relaxed tail) or already collected: positions are never
+                // reused, so the floor may move past it.
+                self.durable.skip_absent([p]);
+                continue;
+            };
             if e.available_at_ms > r.now_ms {
                 self.deferred.insert((e.available_at_ms, p));
                 continue;

@@ -61,6 +61,11 @@ pub struct EngineConfig {
     pub node_delivery_inflight_bytes: u64,
     /// How often retention GC runs.
     pub gc_interval: Duration,
+    /// How often sealed segments are scrubbed (CRC-verified); the first run is one interval
+    /// after open.
+    pub scrub_interval: Duration,
+    /// Scrub read rate.
+    pub scrub_bytes_per_second: u64,
     /// Publish group commit: most requests per group.
     pub group_max_requests: usize,
     /// Publish group commit: most encoded bytes per group.
@@ -92,6 +97,8 @@ impl Default for EngineConfig {
             node_publish_inflight_bytes: 512 << 20,
             node_delivery_inflight_bytes: 512 << 20,
             gc_interval: Duration::from_secs(5),
+            scrub_interval: Duration::from_secs(3_600),
+            scrub_bytes_per_second: 64 << 20,
             group_max_requests: 64,
             group_max_bytes: 8 << 20,
             group_window: Duration::from_millis(1),

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::channel::{Channel, ConsumerState, Take, TakeRules};
 use crate::commit::{persist_later, persist_wait};
-use crate::engine::Inner;
+use crate::engine::{Inner, PERMIT_BYTES};
 use crate::error::DeliveryError;
 use crate::topic::{Topic, lock};
 use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms, valid_name};
@@ -154,7 +154,7 @@ impl Consumer {
             persist_later(&self.channel, persist);
             match take {
                 Some((Take::Deliver { entry, attempts }, source)) => {
-                    match read(source, entry).await {
+                    match self.budgeted_read(source, entry).await {
                         Some(body) => {
                             return Some(Delivery {
                                 id: MessageId::from_u64(entry.id),
@@ -195,6 +195,18 @@ impl Consumer {
                 _ = tokio::time::sleep_until(sleep_until.into()) => {}
             }
         }
+    }
+
+    /// Reads a body while holding 2 × its size of the node delivery budget (read buffer +
+    /// delivered copy), waiting when the budget is short; one read takes at most half of it.
+    async fn budgeted_read(&self, source: Option<Arc<dyn FsFile>>, entry: Entry) -> Option<Bytes> {
+        let budget = &self.inner.delivery_budget;
+        let cap = (self.inner.cfg.node_delivery_inflight_bytes / PERMIT_BYTES / 2).max(1);
+        let units = (2 * u64::from(entry.body_len))
+            .div_ceil(PERMIT_BYTES)
+            .clamp(1, cap) as u32;
+        let _permit = budget.clone().acquire_many_owned(units).await.ok()?;
+        read(source, entry).await
     }
 
     /// FIN; resolves after the channel WAL fsync (durable channels).

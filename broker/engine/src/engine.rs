@@ -18,8 +18,8 @@ use crate::types::{
     ChannelStats, ConsumerOptions, EngineHealth, EngineStats, TopicStats, now_ms, valid_name,
 };
 
-/// Publish budget permits are 4 KiB units.
-const PERMIT_BYTES: u64 = 4_096;
+/// Publish and delivery budget permits are 4 KiB units.
+pub(crate) const PERMIT_BYTES: u64 = 4_096;
 
 pub(crate) struct Inner {
     pub cfg: EngineConfig,
@@ -30,6 +30,7 @@ pub(crate) struct Inner {
     pub revision: AtomicU64,
     pub next_consumer: AtomicU64,
     pub publish_budget: Arc<Semaphore>,
+    pub delivery_budget: Arc<Semaphore>,
     pub start_time: u64,
 }
 
@@ -96,6 +97,8 @@ impl Engine {
         let revision = store.revision();
         let permits = (cfg.node_publish_inflight_bytes / PERMIT_BYTES)
             .clamp(1, u64::from(u32::MAX >> 3)) as usize;
+        let delivery_permits = (cfg.node_delivery_inflight_bytes / PERMIT_BYTES)
+            .clamp(2, u64::from(u32::MAX >> 3)) as usize;
         let inner = Arc::new(Inner {
             store: Arc::new(store),
             topics: RwLock::new(BTreeMap::new()),
@@ -104,6 +107,7 @@ impl Engine {
             revision: AtomicU64::new(revision),
             next_consumer: AtomicU64::new(1),
             publish_budget: Arc::new(Semaphore::new(permits)),
+            delivery_budget: Arc::new(Semaphore::new(delivery_permits)),
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -111,6 +115,7 @@ impl Engine {
         });
         inner.install_recovered(recovered);
         tokio::spawn(crate::gc::maintenance_loop(Arc::downgrade(&inner)));
+        tokio::spawn(crate::gc::scrub_loop(Arc::downgrade(&inner)));
         Ok(Engine { inner })
     }
 
@@ -399,6 +404,19 @@ impl Engine {
                 c.notify.notify_waiters();
             }
         }
+    }
+
+    /// Verifies every sealed segment now (`POST /v1/storage/scrub`); a mismatch isolates
+    /// storage. Returns the number of records checked.
+    pub async fn scrub(&self) -> Result<u64, EngineError> {
+        let inner = self.inner.clone();
+        let r = tokio::task::spawn_blocking(move || crate::gc::scrub_all(&inner))
+            .await
+            .map_err(|e| EngineError::StorageFault(e.to_string()))?;
+        r.map_err(|e| {
+            self.inner.store.fault().trip(e.to_string());
+            EngineError::from(e)
+        })
     }
 
     /// Health facts.

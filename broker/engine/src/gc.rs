@@ -1,5 +1,6 @@
 //! Retention: deletes whole sealed segments that no channel, bootstrap window or unrouted
-//! boundary still needs (spec/broker.md §5.1). Runs every `gc_interval`.
+//! boundary still needs (spec/broker.md §5.1). Runs every `gc_interval`. Also the scrub loop,
+//! which re-verifies sealed segments at a bounded rate and isolates storage on a mismatch.
 
 use std::sync::{Arc, Weak};
 
@@ -78,5 +79,55 @@ pub(crate) async fn maintenance_loop(inner: Weak<Inner>) {
             }
         })
         .await;
+    }
+}
+
+/// Verifies every sealed segment of every topic at `scrub_bytes_per_second`.
+pub(crate) fn scrub_all(inner: &Inner) -> Result<u64, rustqueue_storage::StorageError> {
+    let rate = inner.cfg.scrub_bytes_per_second.max(1) as f64;
+    let topics: Vec<Arc<Topic>> = inner
+        .topics
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter(|t| !t.ephemeral)
+        .cloned()
+        .collect();
+    let started = std::time::Instant::now();
+    let mut read = 0u64;
+    let mut records = 0;
+    for t in topics {
+        let sealed = lock(&t.log).sealed_segments();
+        for seg in sealed {
+            records += rustqueue_storage::scrub::verify_segment(&seg, &mut |n| {
+                read += n;
+                let due = std::time::Duration::from_secs_f64(read as f64 / rate);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            })?;
+        }
+    }
+    Ok(records)
+}
+
+/// Background scrub; ends when the engine is dropped or shut down.
+pub(crate) async fn scrub_loop(inner: Weak<Inner>) {
+    let period = match inner.upgrade() {
+        Some(i) => i.cfg.scrub_interval,
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(i) = inner.upgrade() else { return };
+        if i.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let i2 = i.clone();
+        let r = tokio::task::spawn_blocking(move || scrub_all(&i2)).await;
+        if let Ok(Err(e)) = r {
+            tracing::error!(error = %e, "scrub found corruption; storage isolated");
+            i.store.fault().trip(e.to_string());
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod index;
 pub mod log;
 pub mod meta;
 pub mod record;
+pub mod scrub;
 pub mod simfs;
 pub mod store;
 pub mod wal;

@@ -551,6 +551,19 @@ impl TopicLog {
             .map_err(io_err("fsync directory", &self.dir))
     }
 
+    /// The sealed (immutable) segments, pinned for a scrub.
+    pub fn sealed_segments(&self) -> Vec<crate::scrub::SealedSegment> {
+        let n = self.segments.len().saturating_sub(1);
+        self.segments[..n]
+            .iter()
+            .map(|s| crate::scrub::SealedSegment {
+                path: s.path.clone(),
+                file: s.file.clone(),
+                len: s.len,
+            })
+            .collect()
+    }
+
     /// Forces the current active segment to be sealed (used by tests and spill).
     pub fn seal_active(&mut self) -> Result<(), StorageError> {
         self.fault.check()?;

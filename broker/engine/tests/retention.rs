@@ -1,0 +1,117 @@
+//! Retention GC, unrouted boundary and fail-closed storage, seen through the engine.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustqueue_engine::{Bytes, ConsumerOptions, Engine, EngineConfig, PublishError};
+use rustqueue_storage::simfs::SimFs;
+
+fn segments(dir: &std::path::Path) -> usize {
+    let seg = dir
+        .join("topics")
+        .join(rustqueue_storage::meta::hex("t"))
+        .join("segments");
+    std::fs::read_dir(seg)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".rqlog")
+        })
+        .count()
+}
+
+fn cfg(dir: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        data_path: dir.to_path_buf(),
+        max_segment_bytes: 4_096,
+        bootstrap_retention: Duration::ZERO,
+        gc_interval: Duration::from_millis(50),
+        ..EngineConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn messages_without_a_channel_survive_gc_and_finished_segments_are_collected() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    for i in 0..40 {
+        e.publish("t", vec![Bytes::from(vec![i as u8; 1024])], None)
+            .await
+            .unwrap();
+    }
+    let before = segments(dir.path());
+    assert!(before >= 8);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        segments(dir.path()),
+        before,
+        "no durable channel: the unrouted boundary keeps everything"
+    );
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(100);
+    for i in 0..40u8 {
+        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            d.body[0], i,
+            "the first channel starts at the unrouted boundary"
+        );
+        c.finish(d.id).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while segments(dir.path()) > 2 {
+        assert!(
+            Instant::now() < deadline,
+            "GC collects finished sealed segments"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(c);
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.publish("t", vec![Bytes::from_static(b"after")], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        e.stats(Some("t"), None).topics[0].message_count,
+        41,
+        "positions continue after GC"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_write_isolates_storage_and_reports_unhealthy() {
+    let fs = SimFs::new();
+    let e = Engine::open_with_fs(
+        EngineConfig {
+            data_path: "/data".into(),
+            ..EngineConfig::default()
+        },
+        Arc::new(fs.clone()),
+    )
+    .await
+    .unwrap();
+    e.publish("t", vec![Bytes::from_static(b"ok")], None)
+        .await
+        .unwrap();
+    fs.fail_after(0);
+    let err = e
+        .publish("t", vec![Bytes::from_static(b"lost")], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PublishError::StorageFault(_)), "{err:?}");
+    fs.fail_after(u64::MAX);
+    assert!(matches!(
+        e.publish("t", vec![Bytes::from_static(b"x")], None).await,
+        Err(PublishError::StorageFault(_))
+    ));
+    assert!(e.health().storage_fault.is_some());
+    assert_ne!(e.stats(None, None).health, "OK");
+}
