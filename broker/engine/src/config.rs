@@ -66,6 +66,14 @@ pub struct EngineConfig {
     pub scrub_interval: Duration,
     /// Scrub read rate.
     pub scrub_bytes_per_second: u64,
+    /// Disk pressure starts at this used percentage...
+    pub disk_high_watermark_percent: u8,
+    /// ...and clears below this one.
+    pub disk_low_watermark_percent: u8,
+    /// Disk pressure also while fewer bytes than this are free.
+    pub min_free_bytes: u64,
+    /// How often the disk is inspected.
+    pub disk_check_interval: Duration,
     /// Publish group commit: most requests per group.
     pub group_max_requests: usize,
     /// Publish group commit: most encoded bytes per group.
@@ -99,6 +107,10 @@ impl Default for EngineConfig {
             gc_interval: Duration::from_secs(5),
             scrub_interval: Duration::from_secs(3_600),
             scrub_bytes_per_second: 64 << 20,
+            disk_high_watermark_percent: 85,
+            disk_low_watermark_percent: 75,
+            min_free_bytes: 10 << 30,
+            disk_check_interval: Duration::from_secs(1),
             group_max_requests: 64,
             group_max_bytes: 8 << 20,
             group_window: Duration::from_millis(1),

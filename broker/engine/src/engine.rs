@@ -31,6 +31,8 @@ pub(crate) struct Inner {
     pub next_consumer: AtomicU64,
     pub publish_budget: Arc<Semaphore>,
     pub delivery_budget: Arc<Semaphore>,
+    pub disk_pressure: AtomicBool,
+    pub disk_reason: std::sync::Mutex<Option<String>>,
     pub start_time: u64,
 }
 
@@ -108,12 +110,16 @@ impl Engine {
             next_consumer: AtomicU64::new(1),
             publish_budget: Arc::new(Semaphore::new(permits)),
             delivery_budget: Arc::new(Semaphore::new(delivery_permits)),
+            disk_pressure: AtomicBool::new(false),
+            disk_reason: std::sync::Mutex::new(None),
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             cfg,
         });
         inner.install_recovered(recovered);
+        crate::disk::check(&inner);
+        tokio::spawn(crate::disk::disk_loop(Arc::downgrade(&inner)));
         tokio::spawn(crate::gc::maintenance_loop(Arc::downgrade(&inner)));
         tokio::spawn(crate::gc::scrub_loop(Arc::downgrade(&inner)));
         Ok(Engine { inner })
@@ -136,6 +142,9 @@ impl Engine {
         }
         if !valid_name(topic) {
             return Err(PublishError::BadTopic(topic.to_string()));
+        }
+        if inner.disk_pressure.load(Ordering::SeqCst) {
+            return Err(PublishError::Throttled);
         }
         if bodies.is_empty() || bodies.len() > rustqueue_storage::record::MAX_BATCH {
             return Err(PublishError::BadBatch(format!(
@@ -429,6 +438,7 @@ impl Engine {
                 self.inner.store.fault().reason()
             },
             deliveries_frozen: self.inner.frozen.load(Ordering::SeqCst),
+            disk_pressure: lock(&self.inner.disk_reason).clone(),
             shutting_down,
             topics: self
                 .inner

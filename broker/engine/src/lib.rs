@@ -16,6 +16,7 @@ mod channel;
 mod commit;
 mod config;
 mod consumer;
+mod disk;
 mod engine;
 mod error;
 mod gc;

@@ -187,6 +187,8 @@ pub struct EngineHealth {
     pub storage_fault: Option<String>,
     /// Deliveries frozen by the control API.
     pub deliveries_frozen: bool,
+    /// Set while the data disk is under pressure (publishes are throttled: 429/E_THROTTLED).
+    pub disk_pressure: Option<String>,
     /// Shutdown started.
     pub shutting_down: bool,
     /// Number of topics.

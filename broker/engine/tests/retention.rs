@@ -89,9 +89,11 @@ async fn messages_without_a_channel_survive_gc_and_finished_segments_are_collect
 #[tokio::test]
 async fn a_failed_write_isolates_storage_and_reports_unhealthy() {
     let fs = SimFs::new();
+    // The simulated disk holds the data; the real temp dir only answers the disk-space probe.
+    let dir = tempfile::tempdir().unwrap();
     let e = Engine::open_with_fs(
         EngineConfig {
-            data_path: "/data".into(),
+            data_path: dir.path().to_path_buf(),
             ..EngineConfig::default()
         },
         Arc::new(fs.clone()),
@@ -114,4 +116,38 @@ async fn a_failed_write_isolates_storage_and_reports_unhealthy() {
     ));
     assert!(e.health().storage_fault.is_some());
     assert_ne!(e.stats(None, None).health, "OK");
+}
+
+#[tokio::test]
+async fn disk_pressure_throttles_publishes_but_not_consumption() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        data_path: dir.path().to_path_buf(),
+        ..EngineConfig::default()
+    })
+    .await
+    .unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![Bytes::from_static(b"before")], None)
+        .await
+        .unwrap();
+    e.shutdown().await;
+    let tight = EngineConfig {
+        data_path: dir.path().to_path_buf(),
+        min_free_bytes: u64::MAX,
+        ..EngineConfig::default()
+    };
+    let e = Engine::open(tight).await.unwrap();
+    assert_eq!(
+        e.publish("t", vec![Bytes::from_static(b"x")], None).await,
+        Err(PublishError::Throttled)
+    );
+    assert!(e.health().disk_pressure.is_some());
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+        .await
+        .unwrap()
+        .unwrap();
+    c.finish(d.id).await.unwrap();
 }
