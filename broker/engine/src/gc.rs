@@ -16,13 +16,17 @@ pub(crate) fn retention_floor(t: &Topic, bootstrap_ns: i64) -> u64 {
     drop(log);
     for c in t.channel_list() {
         let st = lock(&c.st);
-        if !c.ephemeral {
+        // On an ephemeral topic every channel is ephemeral, and only its channels matter.
+        if !c.ephemeral || t.ephemeral {
             durable = true;
             floor = floor.min(st.durable.ack_floor + 1);
         }
         if let Some(p) = st.min_in_flight() {
             floor = floor.min(p);
         }
+    }
+    if t.ephemeral && !durable {
+        return lock(&t.log).next_position();
     }
     if !durable {
         let m = lock(&t.manifest);

@@ -20,6 +20,9 @@ use crate::error::EngineError;
 use crate::topic::{GroupSettings, Topic, lock, publish_worker};
 use crate::types::{is_ephemeral, now_ns, valid_name};
 
+/// Ephemeral topics live in memory; small segments let GC free it promptly.
+const EPHEMERAL_SEGMENT_BYTES: u64 = 1 << 20;
+
 impl Inner {
     fn group_settings(&self) -> GroupSettings {
         let c = &self.cfg;
@@ -151,7 +154,7 @@ impl Inner {
                 mem,
                 std::path::Path::new("/ephemeral"),
                 Fault::default(),
-                self.cfg.max_segment_bytes,
+                EPHEMERAL_SEGMENT_BYTES,
                 1,
             )?
         } else {
