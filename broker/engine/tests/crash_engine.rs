@@ -17,11 +17,22 @@ fn cfg(dir: &std::path::Path) -> EngineConfig {
     }
 }
 
+/// Receives every message the channel reports as pending (its depth after recovery).
 async fn drain(e: &Engine) -> Vec<String> {
+    let stats = e.stats(Some("t"), Some("c"));
+    let depth = stats
+        .topics
+        .first()
+        .and_then(|t| t.channels.first())
+        .map_or(0, |c| c.depth);
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1_000);
     let mut got = Vec::new();
-    while let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(300), c.next()).await {
+    for _ in 0..depth {
+        let d = tokio::time::timeout(Duration::from_secs(10), c.next())
+            .await
+            .expect("pending message delivered")
+            .unwrap();
         got.push(String::from_utf8(d.body.to_vec()).unwrap());
     }
     got
