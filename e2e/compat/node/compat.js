@@ -30,6 +30,14 @@ const TLS = A.tlsDir
   : {}
 let current = ''
 const open = []
+// An nsqjs connection that dies badly throws from inside nsqjs (e.g. an unhandled inflater
+// 'error' event); that fails the running scenario instead of the whole suite.
+let crash = null
+process.on('uncaughtException', (e) => {
+  const why = `nsqjs crashed: ${String((e && e.stack) || e).split('\n').slice(0, 3).join(' | ')}`
+  if (crash) crash(new Failure(why))
+  else console.error(why)
+})
 
 class Failure extends Error {}
 
@@ -427,6 +435,7 @@ async function main() {
       await Promise.race([
         fn(),
         new Promise((_, rej) => {
+          crash = rej
           timer = setTimeout(() => rej(new Failure('scenario did not finish in time')), SCENARIO_TIMEOUT_MS)
         }),
       ])
@@ -436,6 +445,7 @@ async function main() {
       clearTimeout(timer)
       closeAll()
       await sleep(50)
+      crash = null
     }
     const ms = Date.now() - start
     if (err === null) console.log(`PASS ${A.mode}/${name} ${ms}ms`)
