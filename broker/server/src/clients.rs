@@ -1,0 +1,182 @@
+//! Live TCP clients, for `/stats` (clients under their channel, and `producers`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+
+/// Counters and facts of one connection.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    /// Connection id.
+    pub id: u64,
+    /// Peer address.
+    pub remote_address: String,
+    /// Unix seconds.
+    pub connect_ts: u64,
+    /// Mutable facts.
+    pub facts: Mutex<ClientFacts>,
+    /// Messages sent.
+    pub message_count: AtomicU64,
+    /// FINs.
+    pub finish_count: AtomicU64,
+    /// REQs.
+    pub requeue_count: AtomicU64,
+    /// Current RDY.
+    pub ready_count: AtomicU64,
+    /// Messages in flight (as far as the session knows).
+    pub in_flight_count: AtomicU64,
+}
+
+/// Facts that change after IDENTIFY/SUB/AUTH/PUB.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFacts {
+    /// From IDENTIFY.
+    pub client_id: String,
+    /// From IDENTIFY.
+    pub hostname: String,
+    /// From IDENTIFY.
+    pub user_agent: String,
+    /// Negotiated.
+    pub tls: bool,
+    /// Negotiated.
+    pub snappy: bool,
+    /// Negotiated.
+    pub deflate: bool,
+    /// Negotiated.
+    pub sample_rate: u8,
+    /// AUTH succeeded.
+    pub authed: bool,
+    /// AUTH identity.
+    pub auth_identity: String,
+    /// 1 = init, 3 = subscribed, 4 = closing (nsqd numbering).
+    pub state: u8,
+    /// Subscription.
+    pub subscription: Option<(String, String)>,
+    /// Publishes per topic.
+    pub pub_counts: BTreeMap<String, u64>,
+}
+
+impl ClientStats {
+    /// Updates the facts under the lock.
+    pub fn update(&self, f: impl FnOnce(&mut ClientFacts)) {
+        if let Ok(mut facts) = self.facts.lock() {
+            f(&mut facts);
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let f = self.facts.lock().map(|f| f.clone()).unwrap_or_default();
+        json!({
+            "client_id": f.client_id,
+            "hostname": f.hostname,
+            "version": "V2",
+            "remote_address": self.remote_address,
+            "state": f.state,
+            "ready_count": self.ready_count.load(Ordering::Relaxed),
+            "in_flight_count": self.in_flight_count.load(Ordering::Relaxed),
+            "message_count": self.message_count.load(Ordering::Relaxed),
+            "finish_count": self.finish_count.load(Ordering::Relaxed),
+            "requeue_count": self.requeue_count.load(Ordering::Relaxed),
+            "connect_ts": self.connect_ts,
+            "sample_rate": f.sample_rate,
+            "deflate": f.deflate,
+            "snappy": f.snappy,
+            "user_agent": f.user_agent,
+            "tls": f.tls,
+            "authed": f.authed,
+            "auth_identity": f.auth_identity,
+            "pub_counts": f.pub_counts.iter().map(|(t, c)| json!({"topic": t, "count": c})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// All live clients.
+#[derive(Default)]
+pub struct ClientRegistry {
+    next_id: AtomicU64,
+    clients: Mutex<HashMap<u64, Arc<ClientStats>>>,
+}
+
+impl ClientRegistry {
+    /// Registers a new connection.
+    pub fn register(&self, remote_address: String) -> Arc<ClientStats> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let connect_ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let c = Arc::new(ClientStats {
+            id,
+            remote_address,
+            connect_ts,
+            ..ClientStats::default()
+        });
+        c.update(|f| f.state = 1);
+        if let Ok(mut map) = self.clients.lock() {
+            map.insert(id, c.clone());
+        }
+        c
+    }
+
+    /// Removes a closed connection.
+    pub fn remove(&self, id: u64) {
+        if let Ok(mut map) = self.clients.lock() {
+            map.remove(&id);
+        }
+    }
+
+    /// Number of live connections.
+    pub fn len(&self) -> usize {
+        self.clients.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whether there are no live connections.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn snapshot(&self) -> Vec<Arc<ClientStats>> {
+        let mut v: Vec<_> = self
+            .clients
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by_key(|c| c.id);
+        v
+    }
+
+    /// Clients subscribed to `topic`/`channel`, as nsqd `/stats` client objects.
+    pub fn subscribers_json(&self, topic: &str, channel: &str) -> Vec<Value> {
+        self.snapshot()
+            .into_iter()
+            .filter(|c| {
+                c.facts
+                    .lock()
+                    .map(|f| {
+                        f.subscription
+                            .as_ref()
+                            .is_some_and(|(t, ch)| t == topic && ch == channel)
+                    })
+                    .unwrap_or(false)
+            })
+            .map(|c| c.to_json())
+            .collect()
+    }
+
+    /// Clients that published at least once (nsqd `/stats` `producers`).
+    pub fn producers_json(&self) -> Vec<Value> {
+        self.snapshot()
+            .into_iter()
+            .filter(|c| {
+                c.facts
+                    .lock()
+                    .map(|f| !f.pub_counts.is_empty())
+                    .unwrap_or(false)
+            })
+            .map(|c| c.to_json())
+            .collect()
+    }
+}

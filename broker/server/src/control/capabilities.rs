@@ -1,0 +1,196 @@
+//! Storage feature levels and the `/v1/capabilities` document (spec/broker.md §3.2).
+//!
+//! The binary reads levels `1..=MAX_STORAGE_FEATURE_LEVEL` and writes up to the same ceiling.
+//! The ceiling is a build-time option, `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL` (1 or 2, default
+//! 2), so tests can build an "older" binary. The data directory's `COMPATIBILITY` file is read
+//! with `rustqueue-storage`'s own types; [`preflight`] refuses a directory behind this binary's
+//! rollback fence before the engine opens it.
+
+use std::path::Path;
+
+use rustqueue_api::contract::{BinaryCapabilities, DATA_FORMAT, StorageCapabilities};
+use rustqueue_storage::RealFs;
+use rustqueue_storage::meta::{self, Compatibility};
+
+/// Lowest storage feature level any build reads.
+pub const MIN_STORAGE_FEATURE_LEVEL: u32 = 1;
+
+/// Highest storage feature level this build reads and writes (build-time ceiling).
+pub const MAX_STORAGE_FEATURE_LEVEL: u32 = ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
+
+const fn ceiling(v: Option<&str>) -> u32 {
+    match v {
+        None => 2,
+        Some(s) => match s.as_bytes() {
+            b"1" => 1,
+            b"2" | b"" => 2,
+            _ => panic!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL must be 1 or 2"),
+        },
+    }
+}
+
+/// The binary version reported everywhere (`RUSTQUEUE_BUILD_VERSION` at build time, else the
+/// crate version).
+pub const BINARY_VERSION: &str = match option_env!("RUSTQUEUE_BUILD_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+/// Errors of the capability checks.
+#[derive(Debug, thiserror::Error)]
+pub enum CapabilityError {
+    /// The configured level is outside what this binary can write.
+    #[error("storage feature level {level} is outside this binary's writer range 1..={max}")]
+    LevelOutOfRange {
+        /// Configured level.
+        level: u32,
+        /// This binary's ceiling.
+        max: u32,
+    },
+    /// The directory needs a newer reader than this binary.
+    #[error(
+        "data directory needs reader level {needed} but this binary reads at most {max} (rollback fence); run a newer broker"
+    )]
+    BehindReaderFence {
+        /// `minimum_reader_feature_level` of the directory.
+        needed: u32,
+        /// This binary's maximum reader level.
+        max: u32,
+    },
+    /// The directory's data format differs.
+    #[error("data directory has data format {0}, this binary reads {DATA_FORMAT}")]
+    DataFormat(u32),
+    /// `COMPATIBILITY` could not be read.
+    #[error("reading COMPATIBILITY: {0}")]
+    Read(String),
+}
+
+/// What this binary supports, given the configured size limits.
+pub fn binary(max_message_bytes: u64, max_batch_bytes: u64) -> BinaryCapabilities {
+    BinaryCapabilities {
+        binary_version: BINARY_VERSION.to_owned(),
+        data_format: DATA_FORMAT,
+        minimum_reader_feature_level: MIN_STORAGE_FEATURE_LEVEL,
+        maximum_reader_feature_level: MAX_STORAGE_FEATURE_LEVEL,
+        maximum_writer_feature_level: MAX_STORAGE_FEATURE_LEVEL,
+        maximum_message_bytes: max_message_bytes,
+        maximum_batch_bytes: max_batch_bytes,
+    }
+}
+
+/// Reads the directory's `COMPATIBILITY` file; `Ok(None)` when it does not exist yet (a
+/// fresh directory, created at level 1 on first open).
+pub fn read_storage(data_path: &Path) -> Result<Option<StorageCapabilities>, CapabilityError> {
+    let path = data_path.join("COMPATIBILITY");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let c: Compatibility =
+        meta::read_json(&RealFs, &path).map_err(|e| CapabilityError::Read(e.to_string()))?;
+    Ok(Some(StorageCapabilities {
+        data_format: c.data_format,
+        active_writer_feature_level: u32::from(c.active_writer_feature_level),
+        minimum_reader_feature_level: u32::from(c.minimum_reader_feature_level),
+        generation: c.generation,
+    }))
+}
+
+/// Refuses to start when the configured level is beyond this binary or the directory is
+/// behind its rollback fence. Lowering the active level is refused by the storage layer
+/// itself when the engine opens the directory.
+pub fn preflight(
+    data_path: &Path,
+    configured_level: u32,
+    binary: &BinaryCapabilities,
+) -> Result<(), CapabilityError> {
+    if configured_level < binary.minimum_reader_feature_level
+        || configured_level > binary.maximum_writer_feature_level
+    {
+        return Err(CapabilityError::LevelOutOfRange {
+            level: configured_level,
+            max: binary.maximum_writer_feature_level,
+        });
+    }
+    if let Some(storage) = read_storage(data_path)? {
+        if storage.data_format != binary.data_format {
+            return Err(CapabilityError::DataFormat(storage.data_format));
+        }
+        if !storage.readable_by(binary) {
+            return Err(CapabilityError::BehindReaderFence {
+                needed: storage.minimum_reader_feature_level,
+                max: binary.maximum_reader_feature_level,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_compat(dir: &Path, active: u8, min_reader: u8) {
+        let c = Compatibility {
+            data_format: 7,
+            active_writer_feature_level: active,
+            minimum_reader_feature_level: min_reader,
+            generation: 3,
+        };
+        meta::write_json(&RealFs, &dir.join("COMPATIBILITY"), &c).unwrap();
+    }
+
+    #[test]
+    fn the_ceiling_parses_only_one_or_two() {
+        assert_eq!(ceiling(None), 2);
+        assert_eq!(ceiling(Some("1")), 1);
+        assert_eq!(ceiling(Some("2")), 2);
+        assert!((1..=2).contains(&MAX_STORAGE_FEATURE_LEVEL));
+    }
+
+    #[test]
+    fn binary_capabilities_report_the_ceiling_and_limits() {
+        let b = binary(100, 200);
+        assert_eq!(b.maximum_reader_feature_level, MAX_STORAGE_FEATURE_LEVEL);
+        assert_eq!(b.maximum_writer_feature_level, MAX_STORAGE_FEATURE_LEVEL);
+        assert_eq!(b.minimum_reader_feature_level, 1);
+        assert_eq!((b.maximum_message_bytes, b.maximum_batch_bytes), (100, 200));
+        assert_eq!(b.data_format, 7);
+    }
+
+    #[test]
+    fn the_compatibility_file_is_read_with_storage_types() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_storage(dir.path()).unwrap(), None);
+        write_compat(dir.path(), 1, 1);
+        let s = read_storage(dir.path()).unwrap().unwrap();
+        assert_eq!(s.active_writer_feature_level, 1);
+        assert_eq!(s.generation, 3);
+    }
+
+    #[test]
+    fn preflight_refuses_a_directory_behind_the_reader_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = BinaryCapabilities {
+            maximum_reader_feature_level: 1,
+            maximum_writer_feature_level: 1,
+            ..binary(1, 1)
+        };
+        preflight(dir.path(), 1, &old).unwrap();
+        write_compat(dir.path(), 2, 2);
+        let err = preflight(dir.path(), 1, &old).unwrap_err();
+        assert!(
+            matches!(err, CapabilityError::BehindReaderFence { needed: 2, max: 1 }),
+            "{err}"
+        );
+        assert!(matches!(
+            preflight(dir.path(), 2, &old).unwrap_err(),
+            CapabilityError::LevelOutOfRange { level: 2, max: 1 }
+        ));
+        let new = BinaryCapabilities {
+            maximum_reader_feature_level: 2,
+            maximum_writer_feature_level: 2,
+            ..binary(1, 1)
+        };
+        preflight(dir.path(), 2, &new).unwrap();
+    }
+}

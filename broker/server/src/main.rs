@@ -1,0 +1,66 @@
+//! `rustqueued` entry point: flags, config, logging, signals.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use rustqueue_server::config::{Config, LogFormat};
+
+/// RustQueue broker: NSQ V2 TCP + nsqd-compatible HTTP on durable local storage.
+#[derive(Parser, Debug)]
+#[command(name = "rustqueued", version)]
+struct Args {
+    /// TOML configuration file (unknown keys are rejected).
+    #[arg(long, env = "RUSTQUEUE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Load and validate the configuration, print the effective values, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler cannot fail");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg = Config::load(args.config.as_deref(), |k| std::env::var(k).ok())
+        .context("configuration rejected")?;
+    if args.check_config {
+        println!("configuration OK\n{cfg:#?}");
+        return Ok(());
+    }
+    init_logging(cfg.log_format);
+    let running = rustqueue_server::start(cfg)
+        .await
+        .context("rustqueued failed to start")?;
+    wait_for_signal().await;
+    tracing::info!("shutting down: finishing sessions and flushing storage");
+    running.shutdown().await;
+    tracing::info!("shutdown complete");
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Startup and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rustqueue_engine::{AckMode, Engine, EngineConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::auth::AuthClient;
+use crate::config::Config;
+use crate::state::{Shared, decoder_limits, identify_limits};
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// The data directory could not be opened.
+    #[error("cannot open data directory: {0}")]
+    Engine(String),
+}
+
+/// A running broker.
+pub struct Running {
+    /// Shared state (addresses, engine).
+    pub shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+fn engine_config(cfg: &Config) -> EngineConfig {
+    let q = &cfg.queue;
+    let ack_mode = match q.publish_ack_mode.as_str() {
+        "write_ack" => AckMode::WriteAck,
+        "nsq_relaxed" => AckMode::NsqRelaxed,
+        _ => AckMode::Durable,
+    };
+    EngineConfig {
+        data_path: cfg.storage.data_path.clone(),
+        node_id: cfg.node.id as u16,
+        feature_level: cfg.storage.feature_level,
+        ack_mode,
+        max_segment_bytes: cfg.storage.max_segment_bytes,
+        max_message_bytes: q.max_message_bytes,
+        message_timeout: Duration::from_millis(q.message_timeout_ms),
+        max_message_timeout: Duration::from_millis(q.max_message_timeout_ms),
+        max_defer: Duration::from_millis(q.max_defer_ms),
+        max_delivery_attempts: q.max_delivery_attempts,
+        dead_letter_suffix: q.dead_letter_suffix.clone(),
+        bootstrap_retention: Duration::from_secs(q.bootstrap_retention_seconds),
+        relaxed_sync_messages: q.relaxed_sync_messages,
+        relaxed_sync_bytes: q.relaxed_sync_bytes,
+        relaxed_sync_interval: Duration::from_millis(q.relaxed_sync_interval_ms),
+        max_topics: q.max_topics,
+        node_publish_inflight_bytes: cfg.limits.node_publish_inflight_bytes,
+        node_delivery_inflight_bytes: cfg.limits.node_delivery_inflight_bytes,
+        ..EngineConfig::default()
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Opens the engine, binds TCP and HTTP, and starts serving.
+pub async fn start(cfg: Config) -> Result<Running, StartError> {
+    let tls = cfg
+        .security
+        .tls
+        .as_ref()
+        .map(crate::tls::server_config)
+        .transpose()?;
+    let bind = |addr: String| async move {
+        TcpListener::bind(&addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let tcp = bind(cfg.network.tcp_address.clone()).await?;
+    let http = bind(cfg.network.http_address.clone()).await?;
+    let engine = Engine::open(engine_config(&cfg))
+        .await
+        .map_err(|e| StartError::Engine(e.to_string()))?;
+    let (tx, rx) = watch::channel(false);
+    let l = &cfg.limits;
+    let auth = AuthClient::new(
+        &cfg.security.auth_http_addresses,
+        Duration::from_millis(l.auth_timeout_ms),
+        Duration::from_secs(l.auth_max_ttl_seconds),
+        l.auth_response_bytes as usize,
+    );
+    let shared = Arc::new(Shared {
+        identify: identify_limits(&cfg, tls.is_some()),
+        decoder: decoder_limits(&cfg),
+        tls,
+        auth,
+        clients: Default::default(),
+        start_time: SystemTime::now(),
+        tcp_addr: tcp.local_addr().map_err(|source| StartError::Bind {
+            addr: "tcp".into(),
+            source,
+        })?,
+        http_addr: http.local_addr().map_err(|source| StartError::Bind {
+            addr: "http".into(),
+            source,
+        })?,
+        hostname: hostname(),
+        shutdown: rx,
+        engine,
+        cfg,
+    });
+    let mut tasks = JoinSet::new();
+    let s = shared.clone();
+    tasks.spawn(async move {
+        let mut sessions = JoinSet::new();
+        crate::tcp::serve(s.clone(), tcp, &mut sessions).await;
+        let grace = Duration::from_secs(s.cfg.shutdown.grace_seconds)
+            .saturating_sub(Duration::from_millis(250));
+        if tokio::time::timeout(grace, async {
+            while sessions.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            tracing::warn!(
+                "{} sessions still open after the grace period; closing them",
+                sessions.len()
+            );
+            sessions.shutdown().await;
+        }
+    });
+    let s = shared.clone();
+    tasks.spawn(async move {
+        let mut stop = s.shutdown.clone();
+        let app = crate::http::router(s);
+        let served = axum::serve(http, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|v| *v).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!("HTTP server failed: {e}");
+        }
+    });
+    tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, "rustqueued listening");
+    Ok(Running {
+        shared,
+        shutdown: tx,
+        tasks,
+    })
+}
+
+impl Running {
+    /// Stops accepting, lets sessions and in-progress publishes finish (bounded by the
+    /// grace period), then flushes and closes the engine.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.tasks.join_next().await.is_some() {}
+        self.shared.engine.shutdown().await;
+    }
+}

@@ -1,0 +1,656 @@
+//! One NSQ V2 session: the command loop, deliveries, heartbeats and output buffering.
+//!
+//! A single task per connection `select!`s over: more bytes from the client (cancel-safe
+//! buffered reads, so a body is never half-lost), the next delivery from the engine, the
+//! heartbeat tick, the output-buffer deadline, the command-read deadline and shutdown.
+//! Publishes and acks are awaited inline, so the reply order always matches the command order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rustqueue_engine::{ClientInfo, Consumer, ConsumerOptions, Delivery};
+use rustqueue_protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated, negotiate};
+use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, frame};
+use tokio::time::{Instant, sleep_until};
+
+use crate::auth::{AuthError, AuthRequest, AuthState};
+use crate::clients::ClientStats;
+use crate::compress::Compression;
+use crate::state::Shared;
+use crate::tcp::conn::Conn;
+use crate::tcp::errors;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Init,
+    Subscribed,
+    Closing,
+}
+
+/// What the loop does after a command.
+enum Next {
+    Continue,
+    Close,
+}
+
+/// One client session.
+pub struct Session {
+    shared: Arc<Shared>,
+    conn: Conn,
+    peer: SocketAddr,
+    stats: Arc<ClientStats>,
+    decoder: Decoder,
+    params: Negotiated,
+    state: State,
+    commands_seen: u64,
+    consumer: Option<Consumer>,
+    auth: Option<(AuthState, Vec<u8>)>,
+    last_recv: Instant,
+    flush_at: Option<Instant>,
+    command_started: Option<Instant>,
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+impl Session {
+    /// Creates the session for an accepted connection.
+    pub fn new(shared: Arc<Shared>, conn: Conn, peer: SocketAddr, stats: Arc<ClientStats>) -> Self {
+        let decoder = Decoder::new(shared.decoder.clone());
+        let params = Negotiated::defaults(&shared.identify);
+        Self {
+            shared,
+            conn,
+            peer,
+            stats,
+            decoder,
+            params,
+            state: State::Init,
+            commands_seen: 0,
+            consumer: None,
+            auth: None,
+            last_recv: Instant::now(),
+            flush_at: None,
+            command_started: None,
+        }
+    }
+
+    /// Runs the session to completion.
+    pub async fn run(mut self) {
+        let handshake = Duration::from_millis(self.shared.cfg.limits.client_handshake_timeout_ms);
+        match tokio::time::timeout(handshake, self.conn.read_exact_raw(4)).await {
+            Ok(Ok(magic)) if magic == MAGIC_V2 => {}
+            Ok(Ok(magic)) => {
+                let err = ProtocolError::new(
+                    ErrorCode::BadProtocol,
+                    format!("client sent bad magic {magic:?}"),
+                );
+                self.conn.error(&err);
+                self.conn.shutdown().await;
+                return;
+            }
+            _ => return,
+        }
+        self.command_started = Some(Instant::now());
+        let result = self.main_loop(handshake).await;
+        if let Err(e) = result {
+            tracing::debug!(peer = %self.peer, "session ended: {e}");
+        }
+        self.conn.shutdown().await;
+        // Dropping the consumer returns its in-flight messages to the channel at once.
+        self.consumer.take();
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        self.params.heartbeat_interval_ms.map(Duration::from_millis)
+    }
+
+    async fn main_loop(&mut self, handshake: Duration) -> std::io::Result<()> {
+        let mut shutdown = self.shared.shutdown.clone();
+        let command_timeout = Duration::from_millis(self.shared.cfg.limits.tcp_command_timeout_ms);
+        let mut next_heartbeat = self
+            .heartbeat()
+            .map_or_else(far_future, |h| Instant::now() + h);
+        loop {
+            // Decode and run every complete command already buffered.
+            loop {
+                match self.decoder.decode(&mut self.conn.cmd_in) {
+                    Ok(Some(cmd)) => {
+                        self.command_started = None;
+                        self.last_recv = Instant::now();
+                        self.commands_seen += 1;
+                        let had_hb = self.heartbeat();
+                        if let Next::Close = self.execute(cmd).await? {
+                            return Ok(());
+                        }
+                        if self.heartbeat() != had_hb {
+                            next_heartbeat = self
+                                .heartbeat()
+                                .map_or_else(far_future, |h| Instant::now() + h);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.conn.error(&e);
+                        return Ok(());
+                    }
+                }
+            }
+            if self.state == State::Closing
+                && self.consumer.as_ref().is_none_or(|c| c.in_flight() == 0)
+            {
+                self.conn.flush().await?;
+                return Ok(());
+            }
+            if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
+                self.command_started.get_or_insert_with(Instant::now);
+            }
+            let limit = if self.commands_seen == 0 {
+                handshake
+            } else {
+                command_timeout
+            };
+            let command_deadline = self.command_started.map_or_else(far_future, |t| t + limit);
+            let flush_at = self.flush_at.unwrap_or_else(far_future);
+            let reserve = self
+                .decoder
+                .pending_body_len()
+                .unwrap_or(0)
+                .saturating_sub(self.conn.cmd_in.len());
+            let deliver = self.state == State::Subscribed && self.consumer.is_some();
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    self.conn.flush().await?;
+                    return Ok(());
+                }
+                n = self.conn.read_more(reserve) => {
+                    if n? == 0 {
+                        return Ok(());
+                    }
+                }
+                d = next_delivery(self.consumer.as_mut()), if deliver => {
+                    match d {
+                        Some(d) => self.send_message(d).await?,
+                        None => {
+                            self.conn.flush().await?;
+                            return Ok(());
+                        }
+                    }
+                }
+                _ = sleep_until(flush_at) => {
+                    self.flush_at = None;
+                    self.conn.flush().await?;
+                }
+                _ = sleep_until(next_heartbeat) => {
+                    let Some(hb) = self.heartbeat() else { continue };
+                    if self.last_recv.elapsed() >= 2 * hb {
+                        tracing::debug!(peer = %self.peer, "client timed out after {:?}", self.last_recv.elapsed());
+                        return Ok(());
+                    }
+                    self.conn.response(frame::HEARTBEAT);
+                    self.flush_now().await?;
+                    next_heartbeat = Instant::now() + hb;
+                }
+                _ = sleep_until(command_deadline) => {
+                    // Silence before any byte of a command is a plain close; a half-sent
+                    // command is answered.
+                    if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
+                        self.conn.error(&ProtocolError::invalid("command read timed out"));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn flush_now(&mut self) -> std::io::Result<()> {
+        self.flush_at = None;
+        self.conn.flush().await
+    }
+
+    async fn send_message(&mut self, d: Delivery) -> std::io::Result<()> {
+        frame::put_message(
+            &mut self.conn.out,
+            d.timestamp_ns,
+            d.attempts,
+            &d.id.0,
+            &d.body,
+        );
+        self.conn.buffered_messages += 1;
+        self.stats.message_count.fetch_add(1, Ordering::Relaxed);
+        self.update_in_flight();
+        let size = self.params.output_buffer_size as usize;
+        if self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
+            return self.flush_now().await;
+        }
+        if self.flush_at.is_none() {
+            self.flush_at =
+                Some(Instant::now() + Duration::from_millis(self.params.output_buffer_timeout_ms));
+        }
+        Ok(())
+    }
+
+    fn update_in_flight(&self) {
+        if let Some(c) = &self.consumer {
+            self.stats
+                .in_flight_count
+                .store(c.in_flight() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends `err`; closes when fatal (or when it is a retriable publish refusal and the
+    /// broker is configured to disconnect instead).
+    async fn fail(&mut self, err: ProtocolError) -> std::io::Result<Next> {
+        let retriable = matches!(
+            err.code,
+            ErrorCode::Throttled | ErrorCode::Draining | ErrorCode::PubRetry
+        );
+        if retriable && self.shared.cfg.limits.disconnect_on_retriable_publish_error {
+            return Ok(Next::Close);
+        }
+        let fatal = err.is_fatal();
+        self.conn.error(&err);
+        self.flush_now().await?;
+        Ok(if fatal { Next::Close } else { Next::Continue })
+    }
+
+    async fn ok(&mut self) -> std::io::Result<Next> {
+        self.conn.response(frame::OK);
+        self.flush_now().await?;
+        Ok(Next::Continue)
+    }
+
+    fn tls_required_violation(&self, cmd: &Command) -> bool {
+        let required = self
+            .shared
+            .cfg
+            .security
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.required);
+        required && !self.conn.is_tls() && !matches!(cmd, Command::Identify(_))
+    }
+
+    async fn execute(&mut self, cmd: Command) -> std::io::Result<Next> {
+        if self.tls_required_violation(&cmd) {
+            return self
+                .fail(ProtocolError::new(
+                    ErrorCode::TlsRequired,
+                    "TLS is required",
+                ))
+                .await;
+        }
+        if self.state == State::Closing
+            && !matches!(
+                cmd,
+                Command::Fin(_)
+                    | Command::Req { .. }
+                    | Command::Touch(_)
+                    | Command::Nop
+                    | Command::Cls
+                    | Command::Rdy(_)
+            )
+        {
+            return self
+                .fail(ProtocolError::new(
+                    ErrorCode::Closing,
+                    format!("cannot {} while closing", cmd.name()),
+                ))
+                .await;
+        }
+        match cmd {
+            Command::Nop => Ok(Next::Continue),
+            Command::Identify(body) => self.identify(&body).await,
+            Command::Auth(secret) => self.authenticate(secret.to_vec()).await,
+            Command::Sub { topic, channel } => self.subscribe(topic, channel).await,
+            Command::Pub { topic, body } => self.publish("PUB", topic, vec![body], None).await,
+            Command::Mpub { topic, bodies } => self.publish("MPUB", topic, bodies, None).await,
+            Command::Dpub {
+                topic,
+                defer_ms,
+                body,
+            } => {
+                self.publish(
+                    "DPUB",
+                    topic,
+                    vec![body],
+                    Some(Duration::from_millis(defer_ms)),
+                )
+                .await
+            }
+            Command::Rdy(n) => self.ready(n).await,
+            Command::Fin(id) => self.ack("FIN", id, None).await,
+            Command::Req { id, delay_ms } => {
+                let max = self.shared.cfg.queue.max_defer_ms as i64;
+                let clamped = delay_ms.clamp(0, max) as u64;
+                self.ack("REQ", id, Some(Duration::from_millis(clamped)))
+                    .await
+            }
+            Command::Touch(id) => self.ack("TOUCH", id, None).await,
+            Command::Cls => self.close_wait().await,
+        }
+    }
+
+    async fn identify(&mut self, body: &[u8]) -> std::io::Result<Next> {
+        if self.commands_seen != 1 || self.state != State::Init {
+            return self
+                .fail(ProtocolError::invalid("cannot IDENTIFY in current state"))
+                .await;
+        }
+        let parsed =
+            IdentifyRequest::parse(body).and_then(|req| negotiate(&req, &self.shared.identify));
+        let n = match parsed {
+            Ok(n) => n,
+            Err(e) => return self.fail(e).await,
+        };
+        self.params = n.clone();
+        self.stats.update(|f| {
+            f.client_id = n.client_id.clone();
+            f.hostname = n.hostname.clone();
+            f.user_agent = n.user_agent.clone();
+            f.sample_rate = n.sample_rate;
+            f.snappy = n.snappy;
+            f.deflate = n.deflate_level.is_some();
+        });
+        if n.feature_negotiation {
+            let reply = IdentifyResponse::new(&n, &self.shared.identify).to_json();
+            self.conn.response(&reply);
+        } else {
+            self.conn.response(frame::OK);
+        }
+        self.flush_now().await?;
+        if n.tls {
+            let Some(cfg) = self.shared.tls.clone() else {
+                return Ok(Next::Close);
+            };
+            if let Err(e) = self.conn.upgrade_tls(cfg).await {
+                tracing::debug!(peer = %self.peer, "TLS handshake failed: {e}");
+                return Ok(Next::Close);
+            }
+            self.stats.update(|f| f.tls = true);
+            self.conn.response(frame::OK);
+            self.flush_now().await?;
+        }
+        if self.tls_required_violation(&Command::Nop) {
+            return self
+                .fail(ProtocolError::new(
+                    ErrorCode::TlsRequired,
+                    "TLS is required",
+                ))
+                .await;
+        }
+        let upgrade = if n.snappy {
+            Some(self.conn.upgrade_compression(Compression::snappy))
+        } else {
+            n.deflate_level.map(|level| {
+                self.conn
+                    .upgrade_compression(|| Compression::deflate(level))
+            })
+        };
+        match upgrade {
+            None => {}
+            Some(Ok(())) => {
+                self.conn.response(frame::OK);
+                self.flush_now().await?;
+            }
+            Some(Err(e)) => {
+                let err = ProtocolError::new(
+                    ErrorCode::IdentifyFailed,
+                    format!("compression upgrade failed: {e}"),
+                );
+                return self.fail(err).await;
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    fn auth_request(&self, secret: &[u8]) -> AuthRequest {
+        AuthRequest {
+            remote_ip: self.peer.ip().to_string(),
+            tls: self.conn.is_tls(),
+            common_name: self.conn.peer_common_name().unwrap_or_default(),
+            secret: String::from_utf8_lossy(secret).into_owned(),
+        }
+    }
+
+    async fn authenticate(&mut self, secret: Vec<u8>) -> std::io::Result<Next> {
+        if !self.shared.auth.enabled() {
+            return self
+                .fail(ProtocolError::new(ErrorCode::AuthDisabled, "AUTH disabled"))
+                .await;
+        }
+        if self.auth.is_some() {
+            return self.fail(ProtocolError::invalid("AUTH already set")).await;
+        }
+        if self.state != State::Init {
+            return self
+                .fail(ProtocolError::invalid("cannot AUTH in current state"))
+                .await;
+        }
+        let req = self.auth_request(&secret);
+        match self.shared.auth.authenticate(&req).await {
+            Ok(state) => {
+                let reply = state.reply_json();
+                self.stats.update(|f| {
+                    f.authed = true;
+                    f.auth_identity = state.identity.clone();
+                });
+                self.auth = Some((state, secret));
+                self.conn.response(&reply);
+                self.flush_now().await?;
+                Ok(Next::Continue)
+            }
+            Err(e) => self.fail(auth_error(&e)).await,
+        }
+    }
+
+    /// nsqd `CheckAuth`: AUTH first, refresh after the TTL, then the grant.
+    async fn check_auth(
+        &mut self,
+        cmd: &str,
+        topic: &str,
+        channel: Option<&str>,
+    ) -> Option<ProtocolError> {
+        if !self.shared.auth.enabled() {
+            return None;
+        }
+        let Some((state, secret)) = &self.auth else {
+            return Some(ProtocolError::new(
+                ErrorCode::AuthFirst,
+                "AUTH required before ".to_owned() + cmd,
+            ));
+        };
+        if state.expires <= std::time::Instant::now() {
+            let req = self.auth_request(&secret.clone());
+            match self.shared.auth.authenticate(&req).await {
+                Ok(fresh) => {
+                    if let Some(a) = self.auth.as_mut() {
+                        a.0 = fresh;
+                    }
+                }
+                Err(e) => return Some(auth_error(&e)),
+            }
+        }
+        let state = &self.auth.as_ref()?.0;
+        let allowed = match channel {
+            Some(ch) => state.may_subscribe(topic, ch),
+            None => state.may_publish(topic),
+        };
+        (!allowed).then(|| {
+            ProtocolError::new(
+                ErrorCode::Unauthorized,
+                format!(
+                    "AUTH failed for {cmd} on {topic:?} {:?}",
+                    channel.unwrap_or("")
+                ),
+            )
+        })
+    }
+
+    async fn subscribe(&mut self, topic: String, channel: String) -> std::io::Result<Next> {
+        if self.state != State::Init {
+            return self
+                .fail(ProtocolError::invalid("cannot SUB in current state"))
+                .await;
+        }
+        if self.params.heartbeat_interval_ms.is_none() {
+            return self
+                .fail(ProtocolError::invalid(
+                    "cannot SUB with heartbeats disabled",
+                ))
+                .await;
+        }
+        if let Some(err) = self.check_auth("SUB", &topic, Some(&channel)).await {
+            return self.fail(err).await;
+        }
+        let facts = self
+            .stats
+            .facts
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
+        let opts = ConsumerOptions {
+            msg_timeout: Some(Duration::from_millis(self.params.msg_timeout_ms)),
+            sample_rate: self.params.sample_rate,
+            client: ClientInfo {
+                client_id: facts.client_id,
+                hostname: facts.hostname,
+                user_agent: facts.user_agent,
+                remote_address: self.peer.to_string(),
+                tls: facts.tls,
+                snappy: facts.snappy,
+                deflate: facts.deflate,
+            },
+        };
+        match self.shared.engine.subscribe(&topic, &channel, opts) {
+            Ok(c) => {
+                self.consumer = Some(c);
+                self.state = State::Subscribed;
+                self.stats.update(|f| {
+                    f.state = 3;
+                    f.subscription = Some((topic, channel));
+                });
+                self.ok().await
+            }
+            Err(e) => self.fail(errors::subscribe(&e, &topic, &channel)).await,
+        }
+    }
+
+    async fn publish(
+        &mut self,
+        cmd: &'static str,
+        topic: String,
+        bodies: Vec<bytes::Bytes>,
+        defer: Option<Duration>,
+    ) -> std::io::Result<Next> {
+        if let Some(err) = self.check_auth(cmd, &topic, None).await {
+            return self.fail(err).await;
+        }
+        let count = bodies.len() as u64;
+        match self.shared.engine.publish(&topic, bodies, defer).await {
+            Ok(()) => {
+                self.stats
+                    .update(|f| *f.pub_counts.entry(topic).or_default() += count);
+                self.ok().await
+            }
+            Err(e) => self.fail(errors::publish(&e, cmd)).await,
+        }
+    }
+
+    async fn ready(&mut self, n: i64) -> std::io::Result<Next> {
+        match self.state {
+            State::Closing => return Ok(Next::Continue),
+            State::Init => {
+                return self
+                    .fail(ProtocolError::invalid("cannot RDY in current state"))
+                    .await;
+            }
+            State::Subscribed => {}
+        }
+        let max = self.shared.cfg.limits.max_rdy_count as i64;
+        if !(0..=max).contains(&n) {
+            return self
+                .fail(ProtocolError::invalid(format!(
+                    "RDY count {n} out of range 0-{max}"
+                )))
+                .await;
+        }
+        if let Some(c) = &self.consumer {
+            c.set_ready(n as u32);
+        }
+        self.stats.ready_count.store(n as u64, Ordering::Relaxed);
+        Ok(Next::Continue)
+    }
+
+    async fn ack(
+        &mut self,
+        cmd: &'static str,
+        id: rustqueue_protocol::MessageId,
+        requeue: Option<Duration>,
+    ) -> std::io::Result<Next> {
+        let Some(consumer) = self.consumer.as_ref().filter(|_| self.state != State::Init) else {
+            return self
+                .fail(ProtocolError::invalid(format!(
+                    "cannot {cmd} in current state"
+                )))
+                .await;
+        };
+        let eid = rustqueue_engine::MessageId(id.0);
+        let result = match (cmd, requeue) {
+            ("FIN", _) => consumer.finish(eid).await,
+            ("REQ", Some(delay)) => consumer.requeue(eid, delay).await,
+            _ => consumer.touch(eid),
+        };
+        match result {
+            Ok(()) => {
+                match cmd {
+                    "FIN" => self.stats.finish_count.fetch_add(1, Ordering::Relaxed),
+                    "REQ" => self.stats.requeue_count.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+                self.update_in_flight();
+                Ok(Next::Continue)
+            }
+            Err(e) => self.fail(errors::delivery(&e, cmd, id.as_str())).await,
+        }
+    }
+
+    async fn close_wait(&mut self) -> std::io::Result<Next> {
+        if self.state != State::Subscribed {
+            return self
+                .fail(ProtocolError::invalid("cannot CLS in current state"))
+                .await;
+        }
+        if let Some(c) = &self.consumer {
+            c.set_ready(0);
+        }
+        self.state = State::Closing;
+        self.stats.update(|f| f.state = 4);
+        self.conn.response(frame::CLOSE_WAIT);
+        self.flush_now().await?;
+        Ok(Next::Continue)
+    }
+}
+
+async fn next_delivery(consumer: Option<&mut Consumer>) -> Option<Delivery> {
+    match consumer {
+        Some(c) => c.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn auth_error(e: &AuthError) -> ProtocolError {
+    match e {
+        AuthError::NoGrants => {
+            ProtocolError::new(ErrorCode::Unauthorized, "AUTH no authorizations found")
+        }
+        AuthError::Denied(_) | AuthError::Unavailable(_) => {
+            tracing::info!("{e}");
+            ProtocolError::new(ErrorCode::AuthFailed, "AUTH failed")
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! TLS (and mTLS), Snappy, Deflate and AUTH over real sockets.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::BytesMut;
+use common::{Broker, Client};
+use rustqueue_protocol::Frame;
+use rustqueue_server::compress::Compression;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+struct Pki {
+    dir: tempfile::TempDir,
+    ca_der: rustls::pki_types::CertificateDer<'static>,
+    client_chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    client_key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "worker-7");
+    let client = client_params.signed_by(&client_key, &ca).unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.path().join("server.pem"), server.pem()).unwrap();
+    std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
+    Pki {
+        ca_der: ca.der().clone(),
+        client_chain: vec![client.der().clone()],
+        client_key: rustls::pki_types::PrivateKeyDer::Pkcs8(client_key.serialize_der().into()),
+        dir,
+    }
+}
+
+fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::config::TlsConfig {
+    rustqueue_server::config::TlsConfig {
+        certificate_file: p.dir.path().join("server.pem"),
+        private_key_file: p.dir.path().join("server.key"),
+        client_ca_file: mtls.then(|| p.dir.path().join("ca.pem")),
+        require_client_certificate: mtls,
+        required,
+    }
+}
+
+async fn tls_upgrade(
+    p: &Pki,
+    mut c: Client<tokio::net::TcpStream>,
+    with_cert: bool,
+) -> Client<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+        .await;
+    let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
+    assert_eq!(reply["tls_v1"], true);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(p.ca_der.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let cfg = if with_cert {
+        builder
+            .with_client_auth_cert(p.client_chain.clone(), p.client_key.clone_key())
+            .unwrap()
+    } else {
+        builder.with_no_client_auth()
+    };
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let io = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, c.io)
+        .await
+        .unwrap();
+    let mut tls = Client {
+        io,
+        buf: BytesMut::new(),
+    };
+    tls.expect_ok().await;
+    tls
+}
+
+#[tokio::test]
+async fn tls_upgrade_then_publish_and_consume() {
+    let p = pki();
+    let b = Broker::start_with(|c| c.security.tls = Some(tls_config(&p, false, false))).await;
+    let mut c = tls_upgrade(&p, b.client().await, false).await;
+    c.publish("t", b"secret").await;
+    c.subscribe("t", "ch", 1).await;
+    assert_eq!(c.expect_message().await.2, b"secret");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn tls_required_refuses_plaintext_commands() {
+    let p = pki();
+    let b = Broker::start_with(|c| c.security.tls = Some(tls_config(&p, true, false))).await;
+    let mut c = b.client().await;
+    c.cmd_body("PUB t", b"x").await;
+    c.expect_error("E_TLS_REQUIRED").await;
+    c.expect_closed().await;
+    let mut c = tls_upgrade(&p, b.client().await, false).await;
+    c.publish("t", b"ok over tls").await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn mtls_rejects_a_client_without_a_certificate() {
+    let p = pki();
+    let b = Broker::start_with(|c| c.security.tls = Some(tls_config(&p, true, true))).await;
+    let mut good = tls_upgrade(&p, b.client().await, true).await;
+    good.publish("t", b"x").await;
+    let mut c = b.client().await;
+    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+        .await;
+    c.expect_response().await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(p.ca_der.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let outcome = async {
+        let mut io = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, c.io)
+            .await?;
+        let mut buf = [0u8; 64];
+        // TLS 1.3 reports the rejected certificate on the first read.
+        match io.read(&mut buf).await? {
+            0 => Err(std::io::Error::other("closed")),
+            _ => Ok(()),
+        }
+    }
+    .await;
+    assert!(
+        outcome.is_err(),
+        "a client without a certificate got through"
+    );
+    b.stop().await;
+}
+
+/// A client speaking through a compression layer.
+struct Compressed<S> {
+    io: S,
+    tx: Compression,
+    rx: Compression,
+    raw: BytesMut,
+    plain: BytesMut,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Compressed<S> {
+    async fn send(&mut self, data: &[u8]) {
+        let mut wire = Vec::new();
+        self.tx.encode(data, &mut wire);
+        self.io.write_all(&wire).await.unwrap();
+    }
+
+    async fn frame(&mut self) -> Frame {
+        tokio::time::timeout(common::T, async {
+            loop {
+                self.rx.decode(&mut self.raw, &mut self.plain).unwrap();
+                if let Some(f) = Frame::decode(&mut self.plain, 1 << 24).unwrap() {
+                    if !matches!(&f, Frame::Response(r) if &r[..] == b"_heartbeat_") {
+                        return f;
+                    }
+                    continue;
+                }
+                assert!(self.io.read_buf(&mut self.raw).await.unwrap() > 0, "closed");
+            }
+        })
+        .await
+        .unwrap()
+    }
+}
+
+async fn compressed_round_trip(identify: &str, make: fn() -> Compression) {
+    let b = Broker::start().await;
+    let mut c = b.client().await;
+    c.identify(identify).await;
+    c.expect_response().await;
+    let mut z = Compressed {
+        io: c.io,
+        tx: make(),
+        rx: make(),
+        raw: c.buf,
+        plain: BytesMut::new(),
+    };
+    assert_eq!(
+        z.frame().await,
+        Frame::Response(bytes::Bytes::from_static(b"OK"))
+    );
+    let big = "compressible ".repeat(5000);
+    let mut cmd = b"PUB t\n".to_vec();
+    cmd.extend_from_slice(&(big.len() as u32).to_be_bytes());
+    cmd.extend_from_slice(big.as_bytes());
+    z.send(&cmd).await;
+    assert_eq!(
+        z.frame().await,
+        Frame::Response(bytes::Bytes::from_static(b"OK"))
+    );
+    z.send(b"SUB t ch\n").await;
+    z.frame().await;
+    z.send(b"RDY 1\n").await;
+    match z.frame().await {
+        Frame::Message { body, .. } => assert_eq!(body, big.as_bytes()),
+        other => panic!("expected a message, got {other:?}"),
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn snappy_stream_carries_commands_and_messages() {
+    compressed_round_trip(
+        r#"{"feature_negotiation":true,"snappy":true}"#,
+        Compression::snappy,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn deflate_stream_carries_commands_and_messages() {
+    compressed_round_trip(
+        r#"{"feature_negotiation":true,"deflate":true,"deflate_level":3}"#,
+        || Compression::deflate(3),
+    )
+    .await;
+}
+
+/// A tiny nsqd-style auth server: secret "good" may publish/subscribe on ^allowed, "none"
+/// has no grants, anything else is 403. Counts requests.
+async fn auth_server(ttl: u64) -> (String, Arc<AtomicUsize>) {
+    use axum::extract::Query;
+    use axum::http::StatusCode;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/auth",
+        axum::routing::get(move |Query(q): Query<HashMap<String, String>>| {
+            let h = h.clone();
+            async move {
+                h.fetch_add(1, Ordering::SeqCst);
+                match q.get("secret").map(String::as_str) {
+                    Some("good") => Ok(axum::Json(serde_json::json!({
+                        "ttl": ttl, "identity": "alice", "identity_url": "",
+                        "authorizations": [{"permissions": ["publish", "subscribe"], "topic": "^allowed", "channels": [".*"]}],
+                    }))),
+                    Some("none") => Ok(axum::Json(serde_json::json!({"ttl": ttl, "authorizations": []}))),
+                    _ => Err(StatusCode::FORBIDDEN),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr.to_string(), hits)
+}
+
+#[tokio::test]
+async fn auth_grants_denials_and_ttl_refresh() {
+    let (addr, hits) = auth_server(1).await;
+    let b = Broker::start_with(|c| c.security.auth_http_addresses = vec![addr]).await;
+
+    let mut c = b.client().await;
+    c.identify(r#"{"feature_negotiation":true}"#).await;
+    let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
+    assert_eq!(reply["auth_required"], true);
+    c.cmd_body("PUB allowed", b"x").await;
+    c.expect_error("E_AUTH_FIRST").await;
+
+    let mut c = b.client().await;
+    c.cmd_body("AUTH", b"good").await;
+    let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
+    assert_eq!(reply["identity"], "alice");
+    assert_eq!(reply["permission_count"], 1);
+    c.publish("allowed-topic", b"x").await;
+    let before = hits.load(Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    c.publish("allowed-topic", b"after ttl").await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        before + 1,
+        "the expired AUTH was not refreshed"
+    );
+    c.cmd_body("PUB other", b"x").await;
+    c.expect_error("E_UNAUTHORIZED AUTH failed for PUB on \"other\"")
+        .await;
+    c.expect_closed().await;
+
+    let mut c = b.client().await;
+    c.cmd_body("AUTH", b"wrong").await;
+    c.expect_error("E_AUTH_FAILED").await;
+    c.expect_closed().await;
+
+    let mut c = b.client().await;
+    c.cmd_body("AUTH", b"none").await;
+    c.expect_error("E_UNAUTHORIZED AUTH no authorizations found")
+        .await;
+    b.stop().await;
+}

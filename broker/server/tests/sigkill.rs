@@ -1,0 +1,134 @@
+//! SIGKILL under a mixed load, then restart: every publish that got `OK` is delivered again.
+//! Runs the real `rustqueued` binary.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use common::Client;
+use rustqueue_protocol::Frame;
+use rustqueue_protocol::command::encode_mpub_body;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proc {
+    child: Child,
+    tcp: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn spawn(data: &std::path::Path) -> Proc {
+    let (tcp, http) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+        .env("RUSTQUEUE_DATA_PATH", data)
+        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
+        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ping = format!("http://127.0.0.1:{http}/ping");
+    common::eventually(async || {
+        reqwest::get(&ping)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    Proc {
+        child,
+        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_publish_survives_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc = spawn(dir.path()).await;
+    // The audit channel exists before any publish, so it must see every acknowledged message.
+    let mut audit = Client::connect(proc.tcp).await;
+    audit.subscribe("ledger", "audit", 0).await;
+
+    let ledger = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut publishers = Vec::new();
+    for p in 0..4 {
+        let ledger = ledger.clone();
+        let addr = proc.tcp;
+        publishers.push(tokio::spawn(async move {
+            let mut c = Client::connect(addr).await;
+            for i in 0.. {
+                let single = format!("p{p}-m{i}");
+                let (cmd, body, msgs) = if i % 3 == 0 {
+                    let a = format!("{single}-a");
+                    let b = format!("{single}-b");
+                    (
+                        "MPUB ledger",
+                        encode_mpub_body(&[a.as_bytes(), b.as_bytes()]),
+                        vec![a, b],
+                    )
+                } else {
+                    ("PUB ledger", single.clone().into_bytes(), vec![single])
+                };
+                c.cmd_body(cmd, &body).await;
+                match c.frame().await {
+                    Some(Frame::Response(r)) if &r[..] == b"OK" => {
+                        ledger.lock().unwrap().extend(msgs)
+                    }
+                    _ => return,
+                }
+            }
+        }));
+    }
+    // A consumer FINing on another channel makes the load mixed.
+    let addr = proc.tcp;
+    let consumer = tokio::spawn(async move {
+        let mut c = Client::connect(addr).await;
+        c.subscribe("ledger", "work", 50).await;
+        while let Some(Frame::Message { id, .. }) = c.frame().await {
+            c.fin(&id).await;
+        }
+    });
+    common::eventually(async || ledger.lock().unwrap().len() >= 300).await;
+    let mut proc = proc;
+    proc.child.kill().unwrap(); // SIGKILL
+    proc.child.wait().unwrap();
+    for p in publishers {
+        p.await.unwrap();
+    }
+    consumer.await.unwrap();
+    drop(audit);
+    let acked: HashSet<String> = ledger.lock().unwrap().iter().cloned().collect();
+
+    let proc = spawn(dir.path()).await;
+    let mut c = Client::connect(proc.tcp).await;
+    c.subscribe("ledger", "audit", 500).await;
+    let mut seen = HashSet::new();
+    while !acked.is_subset(&seen) {
+        match c.next().await {
+            Some(Frame::Message { id, body, .. }) => {
+                seen.insert(String::from_utf8(body.to_vec()).unwrap());
+                c.fin(&id).await;
+            }
+            other => panic!(
+                "after {} of {} messages: {other:?}",
+                seen.len(),
+                acked.len()
+            ),
+        }
+    }
+    assert!(acked.len() >= 300);
+}

@@ -1,0 +1,196 @@
+//! Every V2 command over real TCP against an in-process broker.
+
+mod common;
+
+use common::{Broker, eventually};
+use rustqueue_protocol::Frame;
+use rustqueue_protocol::command::encode_mpub_body;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn publish_subscribe_finish_round_trip() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    p.publish("orders", b"first").await;
+    let mut c = b.client().await;
+    c.subscribe("orders", "ch", 1).await;
+    let (id, attempts, body) = c.expect_message().await;
+    assert_eq!((attempts, &body[..]), (1, &b"first"[..]));
+    c.fin(&id).await;
+    c.cmd("NOP").await;
+    p.publish("orders", b"second").await;
+    let (_, _, body) = c.expect_message().await;
+    assert_eq!(body, b"second");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn identify_with_feature_negotiation_replies_with_the_nsqd_keys() {
+    let b = Broker::start().await;
+    let mut c = b.client().await;
+    c.identify(r#"{"feature_negotiation":true,"client_id":"t","heartbeat_interval":2000,"msg_timeout":5000,"output_buffer_size":-1}"#).await;
+    let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
+    assert_eq!(reply["max_rdy_count"], 2500);
+    assert_eq!(reply["msg_timeout"], 5000);
+    assert_eq!(reply["output_buffer_size"], 1);
+    assert_eq!(reply["output_buffer_timeout"], 0);
+    assert_eq!(reply["auth_required"], false);
+    assert_eq!(reply["tls_v1"], false);
+    let mut plain = b.client().await;
+    plain.identify("{}").await;
+    plain.expect_ok().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn mpub_is_delivered_in_order_and_dpub_waits_for_its_deferral() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    p.cmd_body("MPUB t", &encode_mpub_body(&[b"a", b"b", b"c"]))
+        .await;
+    p.expect_ok().await;
+    let mut c = b.client().await;
+    c.subscribe("t", "ch", 10).await;
+    for want in [b"a", b"b", b"c"] {
+        let (id, _, body) = c.expect_message().await;
+        assert_eq!(&body, want);
+        c.fin(&id).await;
+    }
+    let start = Instant::now();
+    p.cmd_body("DPUB t 600", b"later").await;
+    p.expect_ok().await;
+    let (_, _, body) = c.expect_message().await;
+    assert_eq!(body, b"later");
+    assert!(
+        start.elapsed() >= Duration::from_millis(550),
+        "deferred only {:?}",
+        start.elapsed()
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    p.publish("t", b"m").await;
+    let mut c = b.client().await;
+    c.identify(r#"{"msg_timeout":1000}"#).await;
+    c.expect_ok().await;
+    c.subscribe("t", "ch", 1).await;
+    let (id, attempts, _) = c.expect_message().await;
+    assert_eq!(attempts, 1);
+    c.cmd(&format!("REQ {} 0", std::str::from_utf8(&id).unwrap()))
+        .await;
+    let (id, attempts, _) = c.expect_message().await;
+    assert_eq!(attempts, 2);
+    // TOUCH every 400 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        c.cmd(&format!("TOUCH {}", std::str::from_utf8(&id).unwrap()))
+            .await;
+    }
+    c.fin(&id).await;
+    c.cmd("NOP").await;
+    p.publish("t", b"next").await;
+    let (_, attempts, body) = c.expect_message().await;
+    assert_eq!((attempts, &body[..]), (1, &b"next"[..]));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn rdy_bounds_the_messages_in_flight() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    for i in 0..5 {
+        p.publish("t", format!("m{i}").as_bytes()).await;
+    }
+    let mut c = b.client().await;
+    c.subscribe("t", "ch", 2).await;
+    let first = c.expect_message().await;
+    let _second = c.expect_message().await;
+    // No third message while two are in flight.
+    let extra = tokio::time::timeout(Duration::from_millis(500), c.next()).await;
+    assert!(extra.is_err(), "got a third message with RDY 2: {extra:?}");
+    c.fin(&first.0).await;
+    c.expect_message().await;
+    c.cmd("RDY 0").await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn fan_out_gives_each_channel_every_message() {
+    let b = Broker::start().await;
+    let mut c1 = b.client().await;
+    c1.subscribe("t", "one", 5).await;
+    let mut c2 = b.client().await;
+    c2.subscribe("t", "two", 5).await;
+    let mut p = b.client().await;
+    p.publish("t", b"x").await;
+    assert_eq!(c1.expect_message().await.2, b"x");
+    assert_eq!(c2.expect_message().await.2, b"x");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn cls_answers_close_wait_and_the_server_closes_when_nothing_is_in_flight() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    p.publish("t", b"x").await;
+    let mut c = b.client().await;
+    c.subscribe("t", "ch", 1).await;
+    let (id, _, _) = c.expect_message().await;
+    c.cmd("CLS").await;
+    assert_eq!(c.expect_response().await, b"CLOSE_WAIT");
+    c.cmd_body("PUB t", b"x").await;
+    c.expect_error("E_CLOSING").await;
+    c.fin(&id).await;
+    c.expect_closed().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn heartbeats_arrive_and_a_silent_client_is_disconnected() {
+    let b = Broker::start().await;
+    let mut c = b.client().await;
+    c.identify(r#"{"heartbeat_interval":1000}"#).await;
+    c.expect_ok().await;
+    let start = Instant::now();
+    match c.frame().await {
+        Some(Frame::Response(r)) => assert_eq!(&r[..], b"_heartbeat_"),
+        other => panic!("expected a heartbeat, got {other:?}"),
+    }
+    // Not answering: closed after ~2 intervals.
+    loop {
+        match c.frame().await {
+            Some(Frame::Response(r)) if &r[..] == b"_heartbeat_" => continue,
+            None => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(start.elapsed() >= Duration::from_millis(1500));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn stats_show_the_subscribed_client_and_the_producer() {
+    let b = Broker::start().await;
+    let mut c = b.client().await;
+    c.identify(r#"{"client_id":"consumer-1"}"#).await;
+    c.expect_ok().await;
+    c.subscribe("t", "ch", 1).await;
+    let mut p = b.client().await;
+    p.publish("t", b"x").await;
+    c.expect_message().await;
+    let url = b.url("/stats?format=json");
+    eventually(async || {
+        let v: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let ch = &v["topics"][0]["channels"][0];
+        ch["clients"][0]["client_id"] == "consumer-1"
+            && ch["clients"][0]["message_count"] == 1
+            && v["producers"][0]["pub_counts"][0]["count"] == 1
+            && v["memory"]["heap_in_use_bytes"].as_u64().unwrap_or(0) > 0
+    })
+    .await;
+    b.stop().await;
+}

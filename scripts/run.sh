@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `make run`: build rustqueued (release) and run it in the foreground with the defaults
+# (data in ./data, NSQ TCP on 0.0.0.0:4150, HTTP on 0.0.0.0:4151). Ctrl-C stops it cleanly.
+# Any RUSTQUEUE_* variable (docs/configuration.md) or RUSTQUEUE_CONFIG=<file> still applies.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+log "building rustqueued (release)"
+cargo build --release -p rustqueue-server --bin rustqueued
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rustqueued"
+
+PYNSQ="$(ls -d "$RUSTQUEUE_CACHE"/pynsq-*/bin/python 2>/dev/null | head -1 || true)"
+NSQ_TAIL="$RUSTQUEUE_CACHE/nsqd-$NSQD_VERSION/bin/nsq_tail"
+cat <<EOT
+
+RustQueue broker starting: NSQ TCP 127.0.0.1:4150, HTTP 127.0.0.1:4151, data in ./data
+
+Publish (any NSQ client works too):
+  curl -d 'hello' 'http://127.0.0.1:4151/pub?topic=test'
+
+Consume with pynsq (${PYNSQ:-run 'scripts/deps.sh python' first}):
+  ${PYNSQ:-python3} - <<'PY'
+import nsq
+def handler(message):
+    print(message.body.decode())
+    return True
+nsq.Reader(message_handler=handler, nsqd_tcp_addresses=['127.0.0.1:4150'],
+           topic='test', channel='tail', max_in_flight=10)
+nsq.run()
+PY
+
+Or with nsq_tail (${NSQ_TAIL}; 'scripts/deps.sh nsqd' installs it):
+  $NSQ_TAIL --nsqd-tcp-address=127.0.0.1:4150 --topic=test
+
+Stats: curl 'http://127.0.0.1:4151/stats'      Stop: Ctrl-C
+
+EOT
+exec "$BIN" "$@"
