@@ -1,0 +1,169 @@
+//! Configuration: defaults without a file, unknown keys, env overrides, validation, and the
+//! `--check-config` flag of the real binary.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use rustqueue_server::config::{Config, ConfigError};
+
+fn load(toml: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rq.toml");
+    if let Some(t) = toml {
+        std::fs::write(&path, t).unwrap();
+    }
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::load(toml.map(|_| path.as_path()), |k| env.get(k).cloned())
+}
+
+#[test]
+fn no_file_gives_the_documented_defaults() {
+    let c = load(None, &[]).unwrap();
+    assert_eq!(c.network.tcp_address, "0.0.0.0:4150");
+    assert_eq!(c.network.http_address, "0.0.0.0:4151");
+    assert_eq!(c.storage.data_path, Path::new("data"));
+    assert_eq!(c.node.id, 1);
+    assert_eq!(c.queue.max_message_bytes, 20_971_520);
+    assert_eq!(c.limits.max_rdy_count, 2_500);
+    assert_eq!(c.queue.publish_ack_mode, "durable");
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_name() {
+    let err = load(Some("[network]\ntcp_adress = \"0.0.0.0:1\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tcp_adress"), "{err}");
+    let err = load(Some("bogus = 1\n"), &[]).unwrap_err().to_string();
+    assert!(err.contains("bogus"), "{err}");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let c = load(
+        Some("[network]\ntcp_address = \"127.0.0.1:1\"\n[storage]\ndata_path = \"/file\"\n"),
+        &[
+            ("RUSTQUEUE_TCP_ADDRESS", "127.0.0.1:2"),
+            ("RUSTQUEUE_HTTP_ADDRESS", "127.0.0.1:3"),
+            ("RUSTQUEUE_DATA_PATH", "/env"),
+            ("RUSTQUEUE_MAX_MESSAGE_BYTES", "1024"),
+            ("RUSTQUEUE_PUBLISH_ACK_MODE", "write_ack"),
+            ("RUSTQUEUE_LOG_FORMAT", "json"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.network.tcp_address, "127.0.0.1:2");
+    assert_eq!(c.network.http_address, "127.0.0.1:3");
+    assert_eq!(c.storage.data_path, Path::new("/env"));
+    assert_eq!(c.queue.max_message_bytes, 1024);
+    assert_eq!(c.queue.publish_ack_mode, "write_ack");
+}
+
+#[test]
+fn node_id_comes_from_the_statefulset_ordinal_unless_set() {
+    assert_eq!(
+        load(None, &[("POD_NAME", "rq-broker-2")]).unwrap().node.id,
+        3
+    );
+    assert_eq!(
+        load(
+            None,
+            &[("POD_NAME", "rq-broker-2"), ("RUSTQUEUE_NODE_ID", "9")]
+        )
+        .unwrap()
+        .node
+        .id,
+        9
+    );
+}
+
+#[test]
+fn invalid_values_are_refused_with_the_key_name() {
+    let cases: &[(Option<&str>, &[(&str, &str)], &str)] = &[
+        (
+            None,
+            &[("RUSTQUEUE_MAX_MESSAGE_BYTES", "lots")],
+            "RUSTQUEUE_MAX_MESSAGE_BYTES",
+        ),
+        (None, &[("RUSTQUEUE_NODE_ID", "0")], "node.id"),
+        (
+            None,
+            &[("RUSTQUEUE_TCP_ADDRESS", "nowhere")],
+            "network.tcp_address",
+        ),
+        (
+            None,
+            &[("RUSTQUEUE_PUBLISH_ACK_MODE", "maybe")],
+            "publish_ack_mode",
+        ),
+        (
+            None,
+            &[("RUSTQUEUE_DEAD_LETTER_SUFFIX", "bad/suffix")],
+            "dead_letter_suffix",
+        ),
+        (
+            None,
+            &[("RUSTQUEUE_MAX_MESSAGE_BYTES", "104857601")],
+            "max_message_bytes",
+        ),
+        (
+            Some("[limits]\nheartbeat_interval_ms = 10\n"),
+            &[],
+            "heartbeat_interval_ms",
+        ),
+        (
+            Some("[network]\nmax_deflate_level = 10\n"),
+            &[],
+            "max_deflate_level",
+        ),
+        (
+            Some("[security]\nkodo_cleanup_enabled = true\n"),
+            &[],
+            "kodo_cleanup_enabled",
+        ),
+        (
+            Some(
+                "[security.tls]\ncertificate_file = \"/nope.pem\"\nprivate_key_file = \"/nope.key\"\n",
+            ),
+            &[],
+            "certificate_file",
+        ),
+    ];
+    for (toml, env, key) in cases {
+        let err = load(*toml, env).unwrap_err().to_string();
+        assert!(
+            err.contains(key),
+            "expected an error naming {key}, got {err}"
+        );
+    }
+}
+
+#[test]
+fn check_config_validates_and_exits() {
+    let bin = env!("CARGO_BIN_EXE_rustqueued");
+    let ok = Command::new(bin)
+        .arg("--check-config")
+        .env("RUSTQUEUE_TCP_ADDRESS", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("configuration OK"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[queue]\nnot_a_key = 1\n").unwrap();
+    let bad = Command::new(bin)
+        .arg("--check-config")
+        .env("RUSTQUEUE_CONFIG", &file)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not_a_key"));
+}
