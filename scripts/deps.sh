@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|python|node|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|python|node|k8s|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -42,15 +42,20 @@ deps_node() {
   finish "$name"
 }
 
+# Kubernetes control plane for the e2e testbed (one multi-call Go binary; see build-k8s.sh).
+deps_k8s() {
+  "$ROOT/scripts/build-k8s.sh"
+}
+
 main() {
   mkdir -p "$RUSTQUEUE_CACHE"
   local targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_python; deps_node ;;
-      nsqd | python | node) "deps_$t" ;;
-      *) die "unknown tool '$t' (expected: nsqd python node all)" ;;
+      all) deps_nsqd; deps_python; deps_node; deps_k8s ;;
+      nsqd | python | node | k8s) "deps_$t" ;;
+      *) die "unknown tool '$t' (expected: nsqd python node k8s all)" ;;
     esac
   done
 }
