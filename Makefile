@@ -83,6 +83,10 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 	done; \
 	python3 e2e/compat/lib/matrix.py $(COMPAT_RESULTS); exit $$status
 
+# The client matrix is part of the whole suite: a release rustqueued plus about 4 minutes of
+# official-client runs against it and against nsqd.
+test: compat
+
 # --- Kubernetes testbed (issue 6): see docs/e2e.md ---------------------------------------------
 # The control plane (etcd, kube-apiserver, -controller-manager, -scheduler) is built once from
 # the Go module proxy into ~/.cache/rustqueue/k8s-<version>; the testbed's tests need it.
