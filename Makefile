@@ -74,7 +74,7 @@ COMPAT_RESULTS ?= $(COMPAT_TARGET)/compat-results
 
 .PHONY: compat
 compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (parity)
-	scripts/deps.sh nsqd python node
+	scripts/deps.sh nsqd python node openssl
 	$(CARGO) build --release -p rustqueue-server
 	@status=0; rm -rf $(COMPAT_RESULTS); \
 	for target in nsqd rustqueued; do \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|python|node|k8s|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|python|node|k8s|openssl|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -47,15 +47,22 @@ deps_k8s() {
   "$ROOT/scripts/build-k8s.sh"
 }
 
+# The client matrix (e2e/compat) makes its TLS material with the openssl CLI (a Debian package).
+deps_openssl() {
+  command -v openssl >/dev/null && return 0
+  log "installing openssl (apt)"
+  apt-get update -qq && apt-get install -y -qq openssl >/dev/null
+}
+
 main() {
   mkdir -p "$RUSTQUEUE_CACHE"
   local targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_python; deps_node; deps_k8s ;;
-      nsqd | python | node | k8s) "deps_$t" ;;
-      *) die "unknown tool '$t' (expected: nsqd python node k8s all)" ;;
+      all) deps_nsqd; deps_python; deps_node; deps_k8s; deps_openssl ;;
+      nsqd | python | node | k8s | openssl) "deps_$t" ;;
+      *) die "unknown tool '$t' (expected: nsqd python node k8s openssl all)" ;;
     esac
   done
 }
