@@ -151,3 +151,34 @@ async fn disk_pressure_throttles_publishes_but_not_consumption() {
         .unwrap();
     c.finish(d.id).await.unwrap();
 }
+
+#[tokio::test]
+async fn later_durable_channels_start_at_the_bootstrap_window() {
+    for (window, expect_old) in [(Duration::from_secs(90), true), (Duration::ZERO, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig {
+            data_path: dir.path().to_path_buf(),
+            bootstrap_retention: window,
+            ..EngineConfig::default()
+        })
+        .await
+        .unwrap();
+        e.create_channel("t", "first").unwrap();
+        e.publish("t", vec![Bytes::from_static(b"old")], None)
+            .await
+            .unwrap();
+        let mut c = e
+            .subscribe("t", "second", ConsumerOptions::default())
+            .unwrap();
+        c.set_ready(1);
+        e.publish("t", vec![Bytes::from_static(b"new")], None)
+            .await
+            .unwrap();
+        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+            .await
+            .unwrap()
+            .unwrap();
+        let want: &[u8] = if expect_old { b"old" } else { b"new" };
+        assert_eq!(d.body.as_ref(), want, "bootstrap window {window:?}");
+    }
+}
