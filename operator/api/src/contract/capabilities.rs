@@ -136,6 +136,9 @@ mod tests {
             minimum_reader_feature_level: 3,
             generation: 2,
         };
-        assert!(!fenced.readable_by(&b), "binary is behind the PVC rollback fence");
+        assert!(
+            !fenced.readable_by(&b),
+            "binary is behind the PVC rollback fence"
+        );
     }
 }

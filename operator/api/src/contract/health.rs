@@ -102,6 +102,9 @@ mod tests {
             }
         );
         assert_eq!(h.http_status(), 503);
-        assert_eq!(NotReadyReason::ManagementFencesStale.as_str(), "management_fences_stale");
+        assert_eq!(
+            NotReadyReason::ManagementFencesStale.as_str(),
+            "management_fences_stale"
+        );
     }
 }

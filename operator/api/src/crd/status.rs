@@ -1,0 +1,127 @@
+//! `RustQueueStatus`: what the operator observed and decided, in the shape `kubectl wait` and
+//! Argo CD read (`observedGeneration`, `phase`, standard `conditions`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state of a RustQueue.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RustQueueStatus {
+    /// `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Summary phase (`Ready`, `Scaling`, `InsufficientNodes`, `Degraded`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Human-readable summary of the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Target broker count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_brokers: Option<i32>,
+    /// Broker Pods Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_brokers: Option<i32>,
+    /// Highest storage feature level any broker has activated (a floor; never lowered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_storage_feature_level: Option<u32>,
+    /// Standard conditions, sorted by type.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The operation in progress or last finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_operation: Option<OperationStatus>,
+    /// Earlier operations, newest last.
+    #[serde(default)]
+    #[schemars(length(max = 20))]
+    pub operation_history: Vec<OperationStatus>,
+    /// Broker PVCs kept after a scale-down.
+    #[serde(default)]
+    pub orphaned_pvcs: Vec<String>,
+    /// Copy of `spec.storageSize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_storage_size: Option<String>,
+    /// Producer-restart nonce captured when Kodo Gateways were advertised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kodo_producer_restart_baseline_nonce: Option<String>,
+}
+
+impl RustQueueStatus {
+    /// The condition of `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// `True`, `False` or `Unknown`.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Not known yet.
+    Unknown,
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b { Self::True } else { Self::False }
+    }
+}
+
+/// A standard Kubernetes condition (the shape of `metav1.Condition`).
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Ready`, `Progressing`, `Degraded`, `BrokersAvailable`, `StorageReady`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// CamelCase machine-readable reason.
+    pub reason: String,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub message: String,
+    /// Generation the condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// RFC 3339 time of the last change of status or reason.
+    pub last_transition_time: String,
+}
+
+/// An operation the operator runs over several reconciles (scale, rollout, maintenance).
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationStatus {
+    /// Stable id; a new id starts a new operation.
+    pub id: String,
+    /// `ScaleUp`, `ScaleDown`, `Rollout`, `Rollback`, `Maintenance`.
+    pub kind: String,
+    /// `WaitingForReady`, `Draining`, `Replacing`, `Completed`, `Failed`, ...
+    pub phase: String,
+    /// What the operation acts on (a count, a Pod, an image).
+    #[serde(default)]
+    pub target: String,
+    /// Pod-template revision it rolls to.
+    #[serde(default)]
+    pub revision: String,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339 start.
+    pub started_at: String,
+    /// RFC 3339 last update.
+    pub updated_at: String,
+    /// RFC 3339 completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Image before a rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_image: Option<String>,
+    /// Broker currently being acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_broker: Option<String>,
+}

@@ -1,0 +1,107 @@
+//! The CRD's CEL rules, evaluated client-side (kube's `cel` feature) on whole RustQueue
+//! objects: a valid spec passes, each cross-field mistake is refused with its message.
+#![cfg(feature = "kube")]
+
+use rustqueue_api::crd::{RustQueue, RustQueueSpec};
+
+fn rq(spec: RustQueueSpec) -> RustQueue {
+    RustQueue::new("q", spec)
+}
+
+fn errors(spec: RustQueueSpec) -> String {
+    match rq(spec).validate_cel() {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+fn spec() -> RustQueueSpec {
+    RustQueueSpec::with_image("rustqueue:dev")
+}
+
+#[test]
+fn the_default_spec_passes_every_rule() {
+    assert_eq!(errors(spec()), "");
+}
+
+#[test]
+fn each_cross_field_mistake_is_refused_with_its_message() {
+    type Edit = fn(&mut RustQueueSpec);
+    let cases: &[(Edit, &str)] = &[
+        (
+            |s| {
+                s.min_brokers = 5;
+                s.max_brokers = 3;
+            },
+            "minBrokers must be less than or equal to maxBrokers",
+        ),
+        (
+            |s| s.disk_low_watermark_percent = 90,
+            "diskLowWatermarkPercent must be below diskHighWatermarkPercent",
+        ),
+        (
+            |s| {
+                s.max_message_bytes = 80 << 20;
+                s.connection_delivery_inflight_bytes = 80 << 20;
+                s.node_delivery_inflight_bytes = 160 << 20;
+            },
+            "maxMessageBytes above 71 MiB needs storageFeatureLevel 2",
+        ),
+        (
+            |s| s.connection_delivery_inflight_bytes = 1024,
+            "connectionDeliveryInflightBytes must be at least maxMessageBytes",
+        ),
+        (
+            |s| s.node_delivery_inflight_bytes = 40 << 20,
+            "nodeDeliveryInflightBytes must be at least twice",
+        ),
+        (
+            |s| {
+                s.publish_ack_mode = rustqueue_api::crd::PublishAckMode::NsqRelaxed;
+                s.relaxed_sync_bytes = 100;
+            },
+            "relaxedSyncBytes must be at least 4096",
+        ),
+        (
+            |s| s.kodo_compatibility.enabled = true,
+            "kodoCompatibility needs minBrokers = maxBrokers = 3",
+        ),
+    ];
+    for (edit, message) in cases {
+        let mut s = spec();
+        edit(&mut s);
+        let e = errors(s);
+        assert!(e.contains(message), "expected {message:?}, got {e:?}");
+    }
+}
+
+#[test]
+fn large_messages_pass_once_the_feature_level_is_two() {
+    let mut s = spec();
+    s.max_message_bytes = 80 << 20;
+    s.connection_delivery_inflight_bytes = 80 << 20;
+    s.node_delivery_inflight_bytes = 160 << 20;
+    s.storage_feature_level = 2;
+    assert_eq!(errors(s), "");
+}
+
+#[test]
+fn relaxed_sync_bytes_only_matter_in_relaxed_modes() {
+    let mut s = spec();
+    s.relaxed_sync_bytes = 100;
+    assert_eq!(errors(s), "");
+}
+
+#[test]
+fn a_valid_kodo_profile_passes() {
+    let mut s = spec();
+    s.kodo_compatibility.enabled = true;
+    s.min_brokers = 3;
+    s.max_brokers = 3;
+    s.storage_feature_level = 2;
+    s.max_message_bytes = 104_857_600;
+    s.connection_delivery_inflight_bytes = 134_217_728;
+    s.node_delivery_inflight_bytes = 536_870_912;
+    s.bootstrap_retention_seconds = 180;
+    assert_eq!(errors(s), "");
+}
