@@ -152,7 +152,9 @@ func dpub(e *env) error {
 	if err := p.Publish(topic, []byte("now")); err != nil {
 		return fmt.Errorf("pub: %w", err)
 	}
-	if err := box.waitBodies(5*time.Second, "now", "later"); err != nil {
+	// nsqd only scans a channel created after its last 5 s queue-scan refresh for due
+	// deferred messages at the next refresh, so allow well over 5 s.
+	if err := box.waitBodies(12*time.Second, "now", "later"); err != nil {
 		return err
 	}
 	got := box.snapshot()
@@ -191,7 +193,7 @@ func req(e *env) error {
 	if err := e.publishOne(e.config(), topic, []byte("requeue me")); err != nil {
 		return err
 	}
-	if err := waitFor(5*time.Second, func() bool { return len(box.snapshot()) >= 2 }, box.describe); err != nil {
+	if err := waitFor(12*time.Second, func() bool { return len(box.snapshot()) >= 2 }, box.describe); err != nil {
 		return err
 	}
 	got := box.snapshot()

@@ -10,6 +10,7 @@ how many /auth requests were answered, so tests can see a TTL refresh happen.
 Usage: auth_server.py PORT_FILE LOG_FILE   (binds 127.0.0.1 on a free port, writes it to PORT_FILE)
 """
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,6 +70,5 @@ if __name__ == "__main__":
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     with open(port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
-    import os
     os.rename(port_file + ".tmp", port_file)
     server.serve_forever()

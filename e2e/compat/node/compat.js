@@ -230,7 +230,7 @@ async function dpub() {
   // produceMessages, which rejects anything else), contrary to its docs.
   await send(w, 'deferPublish', t, ['later'], 300)
   await send(w, 'publish', t, 'now')
-  await box.wait(['now', 'later'])
+  await box.wait(['now', 'later'], 12000) // nsqd: up to its 5 s queue-scan refresh
   const later = box.got.find((g) => g.body === 'later')
   if (later.at - start < 250) throw new Failure(`deferred message arrived after ${later.at - start}ms`)
   if (box.got[0].body !== 'now') throw new Failure(`deferred message overtook: ${box.describe()}`)
@@ -249,7 +249,7 @@ async function req() {
   })
   const w = await writer()
   await send(w, 'publish', t, 'requeue me')
-  await until(() => box.got.length >= 2, 8000, () => box.describe())
+  await until(() => box.got.length >= 2, 12000, () => box.describe())
   const [a, b] = box.got
   if (a.attempts !== 1 || b.attempts !== 2) throw new Failure(`want attempts 1 then 2: ${box.describe()}`)
   if (b.at - a.at < 100) throw new Failure(`requeued message came back after ${b.at - a.at}ms`)

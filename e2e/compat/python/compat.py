@@ -245,7 +245,7 @@ async def dpub(e):
     start = time.monotonic()
     await w.send("dpub", topic, 300, b"later")
     await w.send("pub", topic, b"now")
-    await box.wait("now", "later")
+    await box.wait("now", "later", timeout=12)  # nsqd: up to its 5 s queue-scan refresh
     later = [g for g in box.got if g[0] == "later"][0]
     if later[2] - start < 0.25:
         raise Failure("deferred message arrived after %.3fs, want >= 0.25s" % (later[2] - start))
@@ -265,7 +265,7 @@ async def req(e):
     await e.reader(topic, "c", handler=handler, max_in_flight=1)
     w = await e.writer()
     await w.send("pub", topic, b"requeue me")
-    await until(lambda: len(box.got) >= 2, 8, box.describe)
+    await until(lambda: len(box.got) >= 2, 12, box.describe)
     (_, a1, t1, _), (_, a2, t2, _) = box.got[:2]
     if (a1, a2) != (1, 2):
         raise Failure("want attempts 1 then 2, got " + box.describe())
