@@ -248,6 +248,25 @@ mod tests {
     }
 
     #[test]
+    fn deflate_yields_each_sync_flushed_message_without_waiting_for_more_input() {
+        // Writers like Go's compress/flate and zlib end each flush with an empty stored
+        // block; the command must be decodable from exactly those bytes.
+        let mut tx = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut rx = Compression::deflate(6);
+        let mut plain = BytesMut::new();
+        for msg in [&b"PUB t\n"[..], b"NOP\n", b"TOUCH 0123456789abcdef\n"] {
+            let mut wire = Vec::with_capacity(256);
+            tx.compress_vec(msg, &mut wire, flate2::FlushCompress::Sync)
+                .unwrap();
+            assert!(wire.ends_with(&[0, 0, 0xff, 0xff]));
+            let before = plain.len();
+            rx.decode(&mut BytesMut::from(&wire[..]), &mut plain)
+                .unwrap();
+            assert_eq!(&plain[before..], msg);
+        }
+    }
+
+    #[test]
     fn corrupt_snappy_input_is_an_error_not_a_panic() {
         let mut rx = Compression::snappy();
         let mut raw = BytesMut::from(&b"\xff\x06\x00\x00sNaPpX"[..]);

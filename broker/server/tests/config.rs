@@ -81,9 +81,12 @@ fn node_id_comes_from_the_statefulset_ordinal_unless_set() {
     );
 }
 
+/// (file, environment, key the error must name)
+type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn invalid_values_are_refused_with_the_key_name() {
-    let cases: &[(Option<&str>, &[(&str, &str)], &str)] = &[
+    let cases: &[Case] = &[
         (
             None,
             &[("RUSTQUEUE_MAX_MESSAGE_BYTES", "lots")],

@@ -15,12 +15,15 @@ use rustqueue_protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated
 use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, frame};
 use tokio::time::{Instant, sleep_until};
 
-use crate::auth::{AuthError, AuthRequest, AuthState};
+use crate::auth::AuthState;
 use crate::clients::ClientStats;
 use crate::compress::Compression;
 use crate::state::Shared;
 use crate::tcp::conn::Conn;
 use crate::tcp::errors;
+
+mod acks;
+mod auth;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -115,28 +118,55 @@ impl Session {
             .heartbeat()
             .map_or_else(far_future, |h| Instant::now() + h);
         loop {
-            // Decode and run every complete command already buffered.
+            // Decode and run every complete command already buffered. Consecutive
+            // FIN/REQ/TOUCH run concurrently so their channel-WAL fsyncs share group commits.
+            let mut carry = None;
             loop {
-                match self.decoder.decode(&mut self.conn.cmd_in) {
-                    Ok(Some(cmd)) => {
-                        self.command_started = None;
-                        self.last_recv = Instant::now();
-                        self.commands_seen += 1;
-                        let had_hb = self.heartbeat();
-                        if let Next::Close = self.execute(cmd).await? {
+                let cmd = match carry.take() {
+                    Some(cmd) => cmd,
+                    None => match self.decode_next() {
+                        Ok(Some(cmd)) => cmd,
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.conn.error(&e);
                             return Ok(());
                         }
-                        if self.heartbeat() != had_hb {
-                            next_heartbeat = self
-                                .heartbeat()
-                                .map_or_else(far_future, |h| Instant::now() + h);
+                    },
+                };
+                let had_hb = self.heartbeat();
+                let next = if acks::is_ack(&cmd) {
+                    let mut batch = vec![cmd];
+                    let mut decode_error = None;
+                    while batch.len() < acks::MAX_BATCH {
+                        match self.decode_next() {
+                            Ok(Some(c)) if acks::is_ack(&c) => batch.push(c),
+                            Ok(Some(c)) => {
+                                carry = Some(c);
+                                break;
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                decode_error = Some(e);
+                                break;
+                            }
                         }
                     }
-                    Ok(None) => break,
-                    Err(e) => {
+                    let next = self.ack_batch(batch).await?;
+                    if let Some(e) = decode_error {
                         self.conn.error(&e);
                         return Ok(());
                     }
+                    next
+                } else {
+                    self.execute(cmd).await?
+                };
+                if let Next::Close = next {
+                    return Ok(());
+                }
+                if self.heartbeat() != had_hb {
+                    next_heartbeat = self
+                        .heartbeat()
+                        .map_or_else(far_future, |h| Instant::now() + h);
                 }
             }
             if self.state == State::Closing
@@ -205,6 +235,17 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Takes the next complete command, updating the liveness bookkeeping.
+    fn decode_next(&mut self) -> Result<Option<Command>, ProtocolError> {
+        let cmd = self.decoder.decode(&mut self.conn.cmd_in)?;
+        if cmd.is_some() {
+            self.command_started = None;
+            self.last_recv = Instant::now();
+            self.commands_seen += 1;
+        }
+        Ok(cmd)
     }
 
     async fn flush_now(&mut self) -> std::io::Result<()> {
@@ -323,14 +364,9 @@ impl Session {
                 .await
             }
             Command::Rdy(n) => self.ready(n).await,
-            Command::Fin(id) => self.ack("FIN", id, None).await,
-            Command::Req { id, delay_ms } => {
-                let max = self.shared.cfg.queue.max_defer_ms as i64;
-                let clamped = delay_ms.clamp(0, max) as u64;
-                self.ack("REQ", id, Some(Duration::from_millis(clamped)))
-                    .await
+            Command::Fin(_) | Command::Req { .. } | Command::Touch(_) => {
+                self.ack_batch(vec![cmd]).await
             }
-            Command::Touch(id) => self.ack("TOUCH", id, None).await,
             Command::Cls => self.close_wait().await,
         }
     }
@@ -375,14 +411,8 @@ impl Session {
             self.conn.response(frame::OK);
             self.flush_now().await?;
         }
-        if self.tls_required_violation(&Command::Nop) {
-            return self
-                .fail(ProtocolError::new(
-                    ErrorCode::TlsRequired,
-                    "TLS is required",
-                ))
-                .await;
-        }
+        // A plaintext client on a TLS-required broker is refused at its next command,
+        // after the compression upgrade, so the error frame is readable (like nsqd).
         let upgrade = if n.snappy {
             Some(self.conn.upgrade_compression(Compression::snappy))
         } else {
@@ -406,89 +436,6 @@ impl Session {
             }
         }
         Ok(Next::Continue)
-    }
-
-    fn auth_request(&self, secret: &[u8]) -> AuthRequest {
-        AuthRequest {
-            remote_ip: self.peer.ip().to_string(),
-            tls: self.conn.is_tls(),
-            common_name: self.conn.peer_common_name().unwrap_or_default(),
-            secret: String::from_utf8_lossy(secret).into_owned(),
-        }
-    }
-
-    async fn authenticate(&mut self, secret: Vec<u8>) -> std::io::Result<Next> {
-        if !self.shared.auth.enabled() {
-            return self
-                .fail(ProtocolError::new(ErrorCode::AuthDisabled, "AUTH disabled"))
-                .await;
-        }
-        if self.auth.is_some() {
-            return self.fail(ProtocolError::invalid("AUTH already set")).await;
-        }
-        if self.state != State::Init {
-            return self
-                .fail(ProtocolError::invalid("cannot AUTH in current state"))
-                .await;
-        }
-        let req = self.auth_request(&secret);
-        match self.shared.auth.authenticate(&req).await {
-            Ok(state) => {
-                let reply = state.reply_json();
-                self.stats.update(|f| {
-                    f.authed = true;
-                    f.auth_identity = state.identity.clone();
-                });
-                self.auth = Some((state, secret));
-                self.conn.response(&reply);
-                self.flush_now().await?;
-                Ok(Next::Continue)
-            }
-            Err(e) => self.fail(auth_error(&e)).await,
-        }
-    }
-
-    /// nsqd `CheckAuth`: AUTH first, refresh after the TTL, then the grant.
-    async fn check_auth(
-        &mut self,
-        cmd: &str,
-        topic: &str,
-        channel: Option<&str>,
-    ) -> Option<ProtocolError> {
-        if !self.shared.auth.enabled() {
-            return None;
-        }
-        let Some((state, secret)) = &self.auth else {
-            return Some(ProtocolError::new(
-                ErrorCode::AuthFirst,
-                "AUTH required before ".to_owned() + cmd,
-            ));
-        };
-        if state.expires <= std::time::Instant::now() {
-            let req = self.auth_request(&secret.clone());
-            match self.shared.auth.authenticate(&req).await {
-                Ok(fresh) => {
-                    if let Some(a) = self.auth.as_mut() {
-                        a.0 = fresh;
-                    }
-                }
-                Err(e) => return Some(auth_error(&e)),
-            }
-        }
-        let state = &self.auth.as_ref()?.0;
-        let allowed = match channel {
-            Some(ch) => state.may_subscribe(topic, ch),
-            None => state.may_publish(topic),
-        };
-        (!allowed).then(|| {
-            ProtocolError::new(
-                ErrorCode::Unauthorized,
-                format!(
-                    "AUTH failed for {cmd} on {topic:?} {:?}",
-                    channel.unwrap_or("")
-                ),
-            )
-        })
     }
 
     async fn subscribe(&mut self, topic: String, channel: String) -> std::io::Result<Next> {
@@ -586,39 +533,6 @@ impl Session {
         Ok(Next::Continue)
     }
 
-    async fn ack(
-        &mut self,
-        cmd: &'static str,
-        id: rustqueue_protocol::MessageId,
-        requeue: Option<Duration>,
-    ) -> std::io::Result<Next> {
-        let Some(consumer) = self.consumer.as_ref().filter(|_| self.state != State::Init) else {
-            return self
-                .fail(ProtocolError::invalid(format!(
-                    "cannot {cmd} in current state"
-                )))
-                .await;
-        };
-        let eid = rustqueue_engine::MessageId(id.0);
-        let result = match (cmd, requeue) {
-            ("FIN", _) => consumer.finish(eid).await,
-            ("REQ", Some(delay)) => consumer.requeue(eid, delay).await,
-            _ => consumer.touch(eid),
-        };
-        match result {
-            Ok(()) => {
-                match cmd {
-                    "FIN" => self.stats.finish_count.fetch_add(1, Ordering::Relaxed),
-                    "REQ" => self.stats.requeue_count.fetch_add(1, Ordering::Relaxed),
-                    _ => 0,
-                };
-                self.update_in_flight();
-                Ok(Next::Continue)
-            }
-            Err(e) => self.fail(errors::delivery(&e, cmd, id.as_str())).await,
-        }
-    }
-
     async fn close_wait(&mut self) -> std::io::Result<Next> {
         if self.state != State::Subscribed {
             return self
@@ -640,17 +554,5 @@ async fn next_delivery(consumer: Option<&mut Consumer>) -> Option<Delivery> {
     match consumer {
         Some(c) => c.next().await,
         None => std::future::pending().await,
-    }
-}
-
-fn auth_error(e: &AuthError) -> ProtocolError {
-    match e {
-        AuthError::NoGrants => {
-            ProtocolError::new(ErrorCode::Unauthorized, "AUTH no authorizations found")
-        }
-        AuthError::Denied(_) | AuthError::Unavailable(_) => {
-            tracing::info!("{e}");
-            ProtocolError::new(ErrorCode::AuthFailed, "AUTH failed")
-        }
     }
 }
