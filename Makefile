@@ -99,3 +99,10 @@ unit: deps-k8s
 .PHONY: e2e-testbed
 e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
 	$(CARGO) test -p rustqueue-testbed --locked
+
+# --- protocol fuzz smoke (issue 4): the cargo-fuzz targets, built on stable -----------------
+.PHONY: fuzz-smoke
+fuzz-smoke: ## run each protocol decoder fuzz target (command, identify, mpub) for FUZZ_SECONDS (10)
+	scripts/fuzz-smoke.sh
+
+test: fuzz-smoke
