@@ -47,7 +47,7 @@ pub fn render(results: &Results, notes: Option<&str>) -> String {
          - A run counts only if, after publishing, every acknowledged message was delivered \
          (ledger missing = 0, no duplicates, nothing unexpected) within {:.0} s.\n\
          - Latency: publish-ack (PUB/MPUB sent to `OK` read), one command in flight per \
-         producer, from the scheduled send time at fixed rates. RSS: broker VmRSS sampled \
+         producer; at a fixed rate an overdue send is timed from when it was due. RSS: broker VmRSS sampled \
          every 100 ms. CPU: broker CPU time over the measured window, in cores.\n",
         s.warmup_seconds, s.duration_seconds, s.rounds, s.backlog_messages, s.drain_timeout_seconds
     );
@@ -105,10 +105,22 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
             .count();
         let complete = format!("{}/{}", ok.len(), all.len() + errors);
         if ok.is_empty() {
+            let why = all.first().map_or_else(
+                || "no run".to_owned(),
+                |r| {
+                    format!(
+                        "did not count: {} of {} acknowledged undelivered after {:.0} s drain",
+                        r.ledger.missing, r.ledger.acknowledged, r.config.drain_timeout_seconds
+                    )
+                },
+            );
+            let first = all.first();
             let _ = writeln!(
                 md,
-                "| `{}` | {complete} | no complete run | | | | | | |",
-                p.name
+                "| `{}` | {complete} | ({:.0}) | ({:.0}) | {why} | | | | |",
+                p.name,
+                first.map_or(0.0, |r| r.publish_msgs_per_sec),
+                first.map_or(0.0, |r| r.receive_msgs_per_sec),
             );
             continue;
         }
@@ -203,7 +215,7 @@ pub fn targets(results: &Results) -> Vec<(String, String, String)> {
                 status(v >= b),
             ))
         });
-        let (m, s) = row.unwrap_or(("not measured".into(), "not measured".into()));
+        let (m, s) = row.unwrap_or_else(|| uncounted(results, case));
         rows.push((text.to_owned(), m, s));
     };
     ratio_row(
@@ -217,7 +229,7 @@ pub fn targets(results: &Results) -> Vec<(String, String, String)> {
     let latency = find("low_load_latency")
         .and_then(|c| headline_value(results, c, durable))
         .map(|v| (format!("{v:.0} µs"), status(v <= 2000.0)));
-    let (m, s) = latency.unwrap_or(("not measured".into(), "not measured".into()));
+    let (m, s) = latency.unwrap_or_else(|| uncounted(results, "low_load_latency"));
     rows.push((
         "p99 publish-ack at 1,000 msg/s, `rustqueue-durable` <= 2 ms".to_owned(),
         m,
@@ -236,13 +248,34 @@ pub fn targets(results: &Results) -> Vec<(String, String, String)> {
             status(v <= b),
         ))
     });
-    let (m, s) = rss.unwrap_or(("not measured".into(), "not measured".into()));
+    let (m, s) = rss.unwrap_or_else(|| uncounted(results, "backlog"));
     rows.push((
         "Peak RSS holding the backlog, `rustqueue-durable` <= `nsqd-default`".to_owned(),
         m,
         s,
     ));
     rows
+}
+
+/// A target whose durable runs exist but none counted (or that never ran).
+fn uncounted(results: &Results, case: &str) -> (String, String) {
+    let runs: Vec<&RunReport> = reports(results, case, "rustqueue-durable", false);
+    match runs.first() {
+        None => ("not measured".into(), "not measured".into()),
+        Some(r) => (
+            format!(
+                "run did not count: {} of {} acknowledged messages undelivered after the {:.0} s drain limit ({} duplicates, {} errors); publish {:.0} msg/s, ack p99 {} µs",
+                r.ledger.missing,
+                r.ledger.acknowledged,
+                r.config.drain_timeout_seconds,
+                r.ledger.duplicates,
+                r.errors.len(),
+                r.publish_msgs_per_sec,
+                r.latency.p99_us
+            ),
+            "**missed**".into(),
+        ),
+    }
 }
 
 #[cfg(test)]
