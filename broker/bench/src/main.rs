@@ -75,16 +75,16 @@ struct RunArgs {
 
 #[derive(Args)]
 struct CompareArgs {
-    #[arg(long, env = "BENCH_DURATION", default_value_t = 8.0)]
+    #[arg(long, env = "BENCH_DURATION", default_value_t = 5.0)]
     duration_seconds: f64,
-    #[arg(long, env = "BENCH_WARMUP", default_value_t = 2.0)]
+    #[arg(long, env = "BENCH_WARMUP", default_value_t = 1.0)]
     warmup_seconds: f64,
     #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1)]
     rounds: usize,
     /// Messages in the backlog case (issue 8 names 10,000,000).
-    #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 500_000)]
+    #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 100_000)]
     backlog_messages: u64,
-    #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 300.0)]
+    #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 90.0)]
     drain_timeout_seconds: f64,
     /// Comma-separated case names (default all).
     #[arg(long, env = "BENCH_CASES", value_delimiter = ',')]
