@@ -454,6 +454,24 @@ impl Engine {
         self.inner.revision.load(Ordering::SeqCst)
     }
 
+    /// Bytes held right now by the node budgets, in 4 KiB units: `(publish, delivery)`.
+    /// Publish bytes are accepted bodies not yet committed; delivery bytes are bodies being
+    /// read for delivery. Both are 0 on an idle broker (control contract: drain `quiesced`).
+    pub fn inflight_bytes(&self) -> (u64, u64) {
+        let cfg = &self.inner.cfg;
+        let total_pub =
+            (cfg.node_publish_inflight_bytes / PERMIT_BYTES).clamp(1, u64::from(u32::MAX >> 3));
+        let total_del =
+            (cfg.node_delivery_inflight_bytes / PERMIT_BYTES).clamp(2, u64::from(u32::MAX >> 3));
+        let held = |s: &Semaphore, total: u64| {
+            total.saturating_sub(s.available_permits() as u64) * PERMIT_BYTES
+        };
+        (
+            held(&self.inner.publish_budget, total_pub),
+            held(&self.inner.delivery_budget, total_del),
+        )
+    }
+
     /// Graceful shutdown: refuse new work, sync every log, checkpoint every channel, release
     /// the directory lock. Consumers' `next()` returns `None` afterwards.
     pub async fn shutdown(&self) {

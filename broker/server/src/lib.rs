@@ -9,6 +9,7 @@ pub mod auth;
 pub mod clients;
 pub mod compress;
 pub mod config;
+pub mod control;
 pub mod http;
 pub mod server;
 pub mod state;

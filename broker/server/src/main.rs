@@ -16,6 +16,10 @@ struct Args {
     /// Load and validate the configuration, print the effective values, and exit.
     #[arg(long)]
     check_config: bool,
+    /// Write this binary's capabilities (JSON, the `binary` object of `/v1/capabilities`) to
+    /// the file and exit without starting (the operator's preflight probe).
+    #[arg(long, value_name = "FILE")]
+    capabilities_output: Option<PathBuf>,
 }
 
 fn init_logging(format: LogFormat) {
@@ -50,6 +54,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let cfg = Config::load(args.config.as_deref(), |k| std::env::var(k).ok())
         .context("configuration rejected")?;
+    if let Some(path) = &args.capabilities_output {
+        let caps = rustqueue_server::control::binary_capabilities(&cfg);
+        let json = serde_json::to_string_pretty(&caps).context("encoding capabilities")?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        return Ok(());
+    }
     if args.check_config {
         println!("configuration OK\n{cfg:#?}");
         return Ok(());

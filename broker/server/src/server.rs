@@ -65,6 +65,9 @@ fn engine_config(cfg: &Config) -> EngineConfig {
         max_topics: q.max_topics,
         node_publish_inflight_bytes: cfg.limits.node_publish_inflight_bytes,
         node_delivery_inflight_bytes: cfg.limits.node_delivery_inflight_bytes,
+        disk_high_watermark_percent: cfg.storage.disk_high_watermark_percent,
+        disk_low_watermark_percent: cfg.storage.disk_low_watermark_percent,
+        min_free_bytes: cfg.storage.min_free_bytes,
         ..EngineConfig::default()
     }
 }
@@ -90,6 +93,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     };
     let tcp = bind(cfg.network.tcp_address.clone()).await?;
     let http = bind(cfg.network.http_address.clone()).await?;
+    crate::control::preflight(&cfg).map_err(|e| StartError::Engine(e.to_string()))?;
     let engine = Engine::open(engine_config(&cfg))
         .await
         .map_err(|e| StartError::Engine(e.to_string()))?;
@@ -101,21 +105,30 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         Duration::from_secs(l.auth_max_ttl_seconds),
         l.auth_response_bytes as usize,
     );
+    let tcp_addr = tcp.local_addr().map_err(|source| StartError::Bind {
+        addr: "tcp".into(),
+        source,
+    })?;
+    let http_addr = http.local_addr().map_err(|source| StartError::Bind {
+        addr: "http".into(),
+        source,
+    })?;
+    let control = Arc::new(crate::control::from_config(
+        &cfg,
+        engine.clone(),
+        cfg.network.advertised_tcp_port.unwrap_or(tcp_addr.port()),
+        cfg.network.advertised_http_port.unwrap_or(http_addr.port()),
+    ));
     let shared = Arc::new(Shared {
+        control,
         identify: identify_limits(&cfg, tls.is_some()),
         decoder: decoder_limits(&cfg),
         tls,
         auth,
         clients: Default::default(),
         start_time: SystemTime::now(),
-        tcp_addr: tcp.local_addr().map_err(|source| StartError::Bind {
-            addr: "tcp".into(),
-            source,
-        })?,
-        http_addr: http.local_addr().map_err(|source| StartError::Bind {
-            addr: "http".into(),
-            source,
-        })?,
+        tcp_addr,
+        http_addr,
         hostname: hostname(),
         shutdown: rx,
         engine,

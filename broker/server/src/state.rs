@@ -42,6 +42,8 @@ pub struct Shared {
     pub hostname: String,
     /// Flips to true when shutdown starts.
     pub shutdown: watch::Receiver<bool>,
+    /// The control contract (drain, tokens, metrics); see [`crate::control`].
+    pub control: Arc<crate::control::ControlState>,
 }
 
 impl Shared {

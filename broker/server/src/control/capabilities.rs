@@ -16,7 +16,8 @@ use rustqueue_storage::meta::{self, Compatibility};
 pub const MIN_STORAGE_FEATURE_LEVEL: u32 = 1;
 
 /// Highest storage feature level this build reads and writes (build-time ceiling).
-pub const MAX_STORAGE_FEATURE_LEVEL: u32 = ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
+pub const MAX_STORAGE_FEATURE_LEVEL: u32 =
+    ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
 
 const fn ceiling(v: Option<&str>) -> u32 {
     match v {
@@ -179,7 +180,10 @@ mod tests {
         write_compat(dir.path(), 2, 2);
         let err = preflight(dir.path(), 1, &old).unwrap_err();
         assert!(
-            matches!(err, CapabilityError::BehindReaderFence { needed: 2, max: 1 }),
+            matches!(
+                err,
+                CapabilityError::BehindReaderFence { needed: 2, max: 1 }
+            ),
             "{err}"
         );
         assert!(matches!(

@@ -174,7 +174,10 @@ mod tests {
             presented_token(&headers("x-rustqueue-token", "abc")),
             Some("abc")
         );
-        assert_eq!(presented_token(&headers("authorization", "Basic abc")), None);
+        assert_eq!(
+            presented_token(&headers("authorization", "Basic abc")),
+            None
+        );
     }
 
     #[test]
@@ -192,7 +195,10 @@ mod tests {
             AuthOutcome::Unauthorized
         );
         assert_eq!(
-            t.check(&headers("x-rustqueue-token", "a-token"), &[TokenScope::Admin]),
+            t.check(
+                &headers("x-rustqueue-token", "a-token"),
+                &[TokenScope::Admin]
+            ),
             AuthOutcome::Granted
         );
         assert_eq!(
@@ -239,14 +245,23 @@ mod tests {
             .with(TokenScope::Registry, Some(reg.clone()))
             .with(TokenScope::Console, Some(con));
         let both = [TokenScope::Registry, TokenScope::Console];
-        assert_eq!(t.check(&headers("x-rustqueue-token", "c"), &both), AuthOutcome::Granted);
-        assert_eq!(t.check(&headers("x-rustqueue-token", "r"), &both), AuthOutcome::Granted);
+        assert_eq!(
+            t.check(&headers("x-rustqueue-token", "c"), &both),
+            AuthOutcome::Granted
+        );
+        assert_eq!(
+            t.check(&headers("x-rustqueue-token", "r"), &both),
+            AuthOutcome::Granted
+        );
         assert_eq!(
             t.check(&headers("x-rustqueue-token", "c"), &[TokenScope::Registry]),
             AuthOutcome::Unauthorized
         );
         std::fs::remove_file(&reg).unwrap();
-        assert_eq!(t.check(&headers("x-rustqueue-token", "c"), &both), AuthOutcome::Granted);
+        assert_eq!(
+            t.check(&headers("x-rustqueue-token", "c"), &both),
+            AuthOutcome::Granted
+        );
         assert_eq!(
             t.check(&headers("x-rustqueue-token", "r"), &both),
             AuthOutcome::Unavailable

@@ -2,13 +2,13 @@
 //!
 //! - [`nsq`]: nsqd-compatible publish and topic/channel administration.
 //! - [`info`]: `/ping`, `/info`, `/stats` and the single-node lookupd view.
-//! - [`native`]: the `/v1/*` control-contract endpoints and `/metrics` (issue 5 grows here).
+//! - [`crate::control`]: the `/v1/*` control-contract endpoints and `/metrics`, merged here;
+//!   it also guards the nsqd routes with the publish/admin tokens.
 //!
 //! Every response carries `X-NSQ-Content-Type: nsq; version=1.0`; errors are nsqd-shaped
 //! JSON `{"message":"CODE"}`.
 
 mod info;
-mod native;
 mod nsq;
 
 use std::sync::Arc;
@@ -56,9 +56,14 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub fn router(shared: Arc<Shared>) -> Router {
     let body_limit = shared.cfg.limits.max_body_bytes as usize + 1;
     Router::new()
-        .merge(nsq::routes())
+        .merge(
+            nsq::routes().route_layer(axum::middleware::from_fn_with_state(
+                shared.control.clone(),
+                crate::control::routes::nsq_scopes,
+            )),
+        )
         .merge(info::routes())
-        .merge(native::routes())
+        .merge(crate::control::router(shared.control.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED")
@@ -73,5 +78,9 @@ async fn add_nsq_header(mut resp: Response) -> Response {
         HeaderName::from_static(NSQ_CONTENT_TYPE),
         HeaderValue::from_static("nsq; version=1.0"),
     );
+    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     resp
 }

@@ -72,6 +72,9 @@ async fn commit(
     if *shared.shutdown.borrow() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "EXITING"));
     }
+    if shared.control.is_draining() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "E_DRAINING"));
+    }
     shared
         .engine
         .publish(topic, bodies, defer)

@@ -497,6 +497,10 @@ impl Session {
         if let Some(err) = self.check_auth(cmd, &topic, None).await {
             return self.fail(err).await;
         }
+        if self.shared.control.is_draining() {
+            let err = ProtocolError::new(ErrorCode::Draining, format!("{cmd} failed: draining"));
+            return self.fail(err).await;
+        }
         let count = bodies.len() as u64;
         match self.shared.engine.publish(&topic, bodies, defer).await {
             Ok(()) => {

@@ -1,0 +1,144 @@
+//! The broker control contract (issue 5): the `/v1/*` endpoints the operator, discovery and
+//! CLI rely on, plus `/metrics`. The wire types come from `rustqueue-api`.
+//!
+//! - [`tokens`]: scoped token files, re-read on every check (rotation without restart).
+//! - [`capabilities`]: storage feature levels, the build-time ceiling and the reader fence.
+//! - [`drain`]: drain / delivery freeze and the readiness formulas.
+//! - [`registry`]: `/v1/registry`, `/v1/registry/head` and `/v1/stats` bodies.
+//! - [`metrics`]: the Prometheus registry with the metric names of spec/broker.md §7.
+//! - [`routes`]: the axum router over a [`ControlState`].
+
+pub mod capabilities;
+pub mod drain;
+pub mod metrics;
+pub mod registry;
+pub mod routes;
+pub mod tokens;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustqueue_api::contract::{BinaryCapabilities, Capabilities, StorageCapabilities, TokenScope};
+use rustqueue_engine::Engine;
+
+pub use routes::router;
+
+/// Who this broker is, as advertised to clients.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// Node id (ordinal + 1 under the operator).
+    pub node_id: u32,
+    /// Address clients should dial.
+    pub broadcast_address: String,
+    /// Advertised NSQ TCP port.
+    pub tcp_port: u16,
+    /// Advertised HTTP port.
+    pub http_port: u16,
+}
+
+/// Everything the control endpoints need; shared by all handlers.
+pub struct ControlState {
+    /// The storage engine.
+    pub engine: Engine,
+    /// Token files per scope.
+    pub tokens: tokens::TokenFiles,
+    /// Identity and advertised addresses.
+    pub node: NodeInfo,
+    /// What this binary supports.
+    pub binary: BinaryCapabilities,
+    /// The data directory (for `COMPATIBILITY` and disk gauges).
+    pub data_path: PathBuf,
+    /// Prometheus metrics.
+    pub metrics: metrics::Metrics,
+    draining: AtomicBool,
+}
+
+impl ControlState {
+    /// A state that is not draining.
+    pub fn new(
+        engine: Engine,
+        tokens: tokens::TokenFiles,
+        node: NodeInfo,
+        binary: BinaryCapabilities,
+        data_path: PathBuf,
+    ) -> Self {
+        Self {
+            engine,
+            tokens,
+            node,
+            binary,
+            data_path,
+            metrics: metrics::Metrics::new(),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether publishes must be refused (`POST /v1/drain` or shutdown in progress). The
+    /// TCP and HTTP publish paths consult this and answer `E_DRAINING`.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst) || self.engine.health().shutting_down
+    }
+
+    /// Starts or stops draining (publish refusal only; see [`drain::apply`]).
+    pub(crate) fn set_draining(&self, on: bool) {
+        self.draining.store(on, Ordering::SeqCst);
+    }
+
+    /// `GET /v1/capabilities`: the binary plus the directory's `COMPATIBILITY` as read now.
+    pub fn capabilities(&self) -> Result<Capabilities, capabilities::CapabilityError> {
+        let storage = capabilities::read_storage(&self.data_path)?.unwrap_or(StorageCapabilities {
+            data_format: self.binary.data_format,
+            active_writer_feature_level: 1,
+            minimum_reader_feature_level: 1,
+            generation: 1,
+        });
+        Ok(Capabilities {
+            binary: self.binary.clone(),
+            storage,
+        })
+    }
+}
+
+/// Token files of the `[security]` section.
+pub fn token_files(sec: &crate::config::SecurityConfig) -> tokens::TokenFiles {
+    tokens::TokenFiles::new()
+        .with(TokenScope::Admin, sec.admin_token_file.clone())
+        .with(TokenScope::Publish, sec.publish_token_file.clone())
+        .with(TokenScope::Registry, sec.registry_token_file.clone())
+        .with(TokenScope::Console, sec.console_token_file.clone())
+}
+
+/// This binary's capabilities under `cfg`'s size limits.
+pub fn binary_capabilities(cfg: &crate::config::Config) -> BinaryCapabilities {
+    capabilities::binary(cfg.queue.max_message_bytes, cfg.limits.max_body_bytes)
+}
+
+/// Refuses a data directory this binary must not open (see [`capabilities::preflight`]).
+pub fn preflight(cfg: &crate::config::Config) -> Result<(), capabilities::CapabilityError> {
+    capabilities::preflight(
+        &cfg.storage.data_path,
+        u32::from(cfg.storage.feature_level),
+        &binary_capabilities(cfg),
+    )
+}
+
+/// The control state of a broker started from `cfg` with the given advertised ports.
+pub fn from_config(
+    cfg: &crate::config::Config,
+    engine: Engine,
+    tcp_port: u16,
+    http_port: u16,
+) -> ControlState {
+    ControlState::new(
+        engine,
+        token_files(&cfg.security),
+        NodeInfo {
+            node_id: cfg.node.id,
+            broadcast_address: cfg.node.broadcast_address.clone(),
+            tcp_port,
+            http_port,
+        },
+        binary_capabilities(cfg),
+        cfg.storage.data_path.clone(),
+    )
+}

@@ -1,0 +1,200 @@
+//! The control router: `/v1/health`, `/v1/capabilities`, `/v1/drain`, `/v1/registry`,
+//! `/v1/registry/head`, `/v1/stats`, `/v1/storage/scrub` and `/metrics`, with the token
+//! scopes of spec/broker.md §2.2.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rustqueue_api::contract::{DrainRequest, ErrorBody, TokenScope, paths};
+
+use super::tokens::AuthOutcome;
+use super::{ControlState, drain, registry};
+
+/// Registry reads accept the registry or the console token.
+const READERS: [TokenScope; 2] = [TokenScope::Registry, TokenScope::Console];
+const ADMIN: [TokenScope; 1] = [TokenScope::Admin];
+
+/// The control endpoints over `state`, ready to merge into the broker's HTTP router (of any
+/// state type).
+pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<ControlState>) -> Router<S> {
+    Router::new()
+        .route(paths::HEALTH, get(health))
+        .route(paths::CAPABILITIES, get(capabilities))
+        .route(paths::DRAIN, get(drain_get).post(drain_post))
+        .route(paths::REGISTRY, get(registry_full))
+        .route(paths::REGISTRY_HEAD, get(registry_head))
+        .route("/v1/stats", get(stats))
+        .route("/v1/storage/scrub", post(scrub))
+        .route(paths::METRICS, get(metrics))
+        .with_state(state)
+}
+
+/// A contract error response `{"message": code, "detail": detail}`.
+pub fn error(status: StatusCode, code: &str, detail: impl Into<String>) -> Response {
+    (
+        status,
+        Json(ErrorBody {
+            message: code.to_owned(),
+            detail: detail.into(),
+        }),
+    )
+        .into_response()
+}
+
+fn authorize(state: &ControlState, headers: &HeaderMap, scopes: &[TokenScope]) -> Option<Response> {
+    match state.tokens.check(headers, scopes) {
+        AuthOutcome::Open | AuthOutcome::Granted => None,
+        AuthOutcome::Unauthorized => {
+            state.metrics.auth_failures_total.inc();
+            Some(error(
+                StatusCode::UNAUTHORIZED,
+                "E_UNAUTHORIZED",
+                "missing or wrong token for this endpoint",
+            ))
+        }
+        AuthOutcome::Unavailable => Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "E_AUTH_UNAVAILABLE",
+            "a configured token file is unreadable or empty",
+        )),
+    }
+}
+
+/// Middleware for the nsqd-compatible routes: `/pub`, `/mpub` need the publish token,
+/// `/topic/*` and `/channel/*` the admin token (spec/broker.md §2.2).
+pub async fn nsq_scopes(
+    State(s): State<Arc<ControlState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = req.uri().path();
+    let scopes: &[TokenScope] = if path == "/pub" || path == "/mpub" {
+        &[TokenScope::Publish]
+    } else if path.starts_with("/topic/") || path.starts_with("/channel/") {
+        &ADMIN
+    } else {
+        &[]
+    };
+    if !scopes.is_empty()
+        && let Some(r) = authorize(&s, req.headers(), scopes)
+    {
+        return r;
+    }
+    next.run(req).await
+}
+
+async fn health(State(s): State<Arc<ControlState>>) -> Response {
+    let h = drain::health(&s);
+    let status = StatusCode::from_u16(h.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    (status, Json(h)).into_response()
+}
+
+async fn capabilities(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &READERS) {
+        return r;
+    }
+    match s.capabilities() {
+        Ok(c) => Json(c).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string()),
+    }
+}
+
+async fn drain_get(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &READERS) {
+        return r;
+    }
+    Json(drain::status(&s)).into_response()
+}
+
+async fn drain_post(
+    State(s): State<Arc<ControlState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = authorize(&s, &headers, &ADMIN) {
+        return r;
+    }
+    let req = if body.iter().all(u8::is_ascii_whitespace) {
+        DrainRequest::default()
+    } else {
+        match serde_json::from_slice::<DrainRequest>(&body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, "E_BAD_BODY", e.to_string()),
+        }
+    };
+    drain::apply(&s, req);
+    tracing::info!(
+        enabled = req.enabled,
+        freeze_deliveries = req.freeze_deliveries,
+        "drain request applied"
+    );
+    Json(drain::status(&s)).into_response()
+}
+
+async fn registry_full(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &READERS) {
+        return r;
+    }
+    match registry::full(&s) {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string()),
+    }
+}
+
+async fn registry_head(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &READERS) {
+        return r;
+    }
+    Json(registry::head(&s)).into_response()
+}
+
+async fn stats(
+    State(s): State<Arc<ControlState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let topic = q.get("topic").map(String::as_str);
+    let channel = q.get("channel").map(String::as_str);
+    Json(registry::stats(&s, topic, channel)).into_response()
+}
+
+async fn scrub(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &ADMIN) {
+        return r;
+    }
+    let started = Instant::now();
+    let result = s.engine.scrub().await;
+    if let Some(h) = s
+        .metrics
+        .histogram("rustqueue_storage_scrub_duration_seconds")
+    {
+        h.observe(started.elapsed().as_secs_f64());
+    }
+    match result {
+        Ok(records) => {
+            Json(serde_json::json!({"status": "ok", "records_checked": records})).into_response()
+        }
+        Err(e) => {
+            s.metrics.storage_errors_total.inc();
+            error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string())
+        }
+    }
+}
+
+async fn metrics(State(s): State<Arc<ControlState>>) -> Response {
+    let text = s.metrics.render(&s);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
