@@ -1,0 +1,108 @@
+//! The applier: carries out a [`Plan`]'s actions with server-side apply (one field manager),
+//! patches status, and records Events. The only module besides `observe` that writes to the
+//! API server.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use rustqueue_api::crd::{RustQueue, RustQueueStatus};
+use rustqueue_api::labels::FIELD_MANAGER;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+use crate::render::{Children, auth_secret, generate_tokens};
+use crate::status::Transition;
+
+/// Server-side apply one object, forcing ownership of the fields we set.
+async fn ssa<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(obj))
+        .await
+        .map_err(|e| Error::kube(&format!("apply {} {name}", K::kind(&())), e))?;
+    Ok(())
+}
+
+/// Apply every child in order.
+pub async fn apply_children(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
+    ssa::<ConfigMap>(client, ns, &c.config_map).await?;
+    ssa::<StatefulSet>(client, ns, &c.stateful_set).await?;
+    ssa::<PodDisruptionBudget>(client, ns, &c.pdb).await?;
+    ssa::<ServiceAccount>(client, ns, &c.service_account).await?;
+    ssa::<Role>(client, ns, &c.role).await?;
+    ssa::<RoleBinding>(client, ns, &c.role_binding).await?;
+    ssa::<Service>(client, ns, &c.service).await?;
+    Ok(())
+}
+
+/// Create the generated auth Secret. An existing Secret (409) is left untouched: tokens are
+/// never overwritten.
+pub async fn create_auth_secret(
+    client: &kube::Client,
+    owner: &crate::render::Owner<'_>,
+    name: &str,
+) -> Result<(), Error> {
+    let tokens = generate_tokens(&mut rand::rng());
+    let secret = auth_secret(owner, name, &tokens);
+    let api: Api<Secret> = Api::namespaced(client.clone(), owner.namespace);
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube("create auth Secret", e)),
+    }
+}
+
+/// Write the status subresource (server-side apply, same field manager).
+pub async fn write_status(
+    client: &kube::Client,
+    rq: &RustQueue,
+    status: &RustQueueStatus,
+) -> Result<(), Error> {
+    let ns = rq.namespace().unwrap_or_default();
+    let api: Api<RustQueue> = Api::namespaced(client.clone(), &ns);
+    let body = serde_json::json!({
+        "apiVersion": "rustqueue.io/v1alpha1",
+        "kind": "RustQueue",
+        "status": status,
+    });
+    api.patch_status(
+        &rq.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(|e| Error::kube("write status", e))?;
+    Ok(())
+}
+
+/// Record a phase transition as an Event on the RustQueue (best effort).
+pub async fn record_transition(recorder: &Recorder, rq: &RustQueue, t: &Transition) {
+    let event = Event {
+        type_: if t.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: t.reason.clone(),
+        note: Some(t.note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &rq.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not record event");
+    }
+}

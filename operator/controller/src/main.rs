@@ -1,0 +1,124 @@
+//! `rustqueue-operator`: `crd` prints the CRD; `run` (the default) starts the operator.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use rustqueue_operator::controller::{self, Context};
+use rustqueue_operator::metrics::{self, Metrics};
+use rustqueue_operator::{crdgen, leader, observe};
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(
+    name = "rustqueue-operator",
+    version,
+    about = "Operator for RustQueue clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        env = "RUSTQUEUE_OPERATOR_HTTP_ADDRESS",
+        default_value = "0.0.0.0:8080",
+        global = true
+    )]
+    http_address: SocketAddr,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the RustQueue CustomResourceDefinition as YAML.
+    Crd,
+    /// Run the operator (the default).
+    Run,
+}
+
+fn namespace() -> String {
+    std::env::var("WATCH_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "default".into())
+}
+
+fn identity() -> String {
+    ["POD_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| format!("operator-{}", std::process::id()))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(Command::Crd) = cli.command {
+        print!("{}", crdgen::crd_yaml());
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "rustqueue_operator=info".into()),
+        )
+        .init();
+    run(cli.http_address).await
+}
+
+async fn run(http_address: SocketAddr) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to the API server")?;
+    let namespace = namespace();
+    let me = identity();
+    tracing::info!(%namespace, identity = %me, "starting");
+    let metrics = Metrics::new();
+    let mut server = tokio::spawn(metrics::serve(http_address, metrics.clone()));
+
+    let (tx, mut leading) = watch::channel(false);
+    let mut election = tokio::spawn(leader::run(
+        Api::<Lease>::namespaced(client.clone(), &namespace),
+        me.clone(),
+        tx,
+    ));
+    let reporter = Reporter {
+        controller: "rustqueue-operator".into(),
+        instance: Some(me),
+    };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        http: observe::broker_http_client(),
+        metrics: metrics.clone(),
+    });
+    loop {
+        tokio::select! {
+            r = &mut server => anyhow::bail!("health server stopped: {r:?}"),
+            r = &mut election => anyhow::bail!("leader election stopped: {r:?}"),
+            changed = leading.wait_for(|l| *l) => { changed.context("leader channel closed")?; }
+        }
+        metrics.leader.set(1);
+        tracing::info!("leading: starting the controller");
+        let mut lost = leading.clone();
+        tokio::select! {
+            () = controller::run(ctx.clone(), namespace.clone()) => anyhow::bail!("controller stream ended"),
+            r = &mut server => anyhow::bail!("health server stopped: {r:?}"),
+            r = &mut election => anyhow::bail!("leader election stopped: {r:?}"),
+            changed = lost.wait_for(|l| !*l) => { changed.context("leader channel closed")?; }
+        }
+        // Dropping the controller future above abandoned any reconcile in flight.
+        metrics.leader.set(0);
+        tracing::warn!("lost leadership: controller stopped, standing by");
+    }
+}

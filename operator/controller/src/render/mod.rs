@@ -1,0 +1,296 @@
+//! Pure rendering of every child object of a RustQueue.
+//!
+//! Each function takes the resource's identity and spec (plus the few observed facts that must
+//! flow into a Pod template, gathered in [`BrokerInputs`]) and returns a typed Kubernetes object.
+//! Nothing here talks to the API server; the applier server-side applies the results in
+//! [`Children::in_apply_order`].
+
+mod config;
+mod policy;
+mod rbac;
+mod revision;
+mod secret;
+mod service;
+mod statefulset;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::labels;
+use serde::de::DeserializeOwned;
+
+pub use config::{EffectiveLimits, broker_toml, config_map};
+pub use policy::pod_disruption_budget;
+pub use rbac::{role, role_binding, service_account};
+pub use revision::pod_template_revision;
+pub use secret::{AuthTokens, TokenError, auth_secret, generate_tokens, tokens_from_secret};
+pub use service::headless_service;
+pub use statefulset::stateful_set;
+
+/// Who the children belong to.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    /// RustQueue name (`<n>`).
+    pub name: &'a str,
+    /// Namespace of the RustQueue and all its children.
+    pub namespace: &'a str,
+    /// UID of the RustQueue, for owner references.
+    pub uid: &'a str,
+}
+
+impl Owner<'_> {
+    /// The controller owner reference every child carries (garbage collection on delete).
+    pub fn reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: "rustqueue.io/v1alpha1".into(),
+            kind: "RustQueue".into(),
+            name: self.name.into(),
+            uid: self.uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    /// Standard metadata for a child named `name` of `component`.
+    fn metadata(&self, name: &str, component: &str) -> serde_json::Value {
+        serde_json::json!({
+            "name": name,
+            "namespace": self.namespace,
+            "labels": object_labels(self.name, component),
+            "ownerReferences": [self.reference()],
+        })
+    }
+}
+
+/// Names of the children of RustQueue `n`.
+pub mod names {
+    /// Broker config map.
+    pub fn config_map(n: &str) -> String {
+        format!("{n}-config")
+    }
+    /// Generated auth Secret.
+    pub fn auth_secret(n: &str) -> String {
+        format!("{n}-auth")
+    }
+    /// Headless broker Service (StatefulSet serviceName).
+    pub fn brokers_service(n: &str) -> String {
+        format!("{n}-brokers")
+    }
+    /// Broker PDB.
+    pub fn pdb(n: &str) -> String {
+        format!("{n}-brokers")
+    }
+    /// Runtime ServiceAccount, Role and RoleBinding.
+    pub fn runtime(n: &str) -> String {
+        format!("{n}-runtime")
+    }
+    /// The broker StatefulSet.
+    pub fn stateful_set(n: &str) -> String {
+        n.to_string()
+    }
+    /// Broker Pod of `ordinal`.
+    pub fn pod(n: &str, ordinal: i32) -> String {
+        format!("{n}-{ordinal}")
+    }
+    /// PVC of broker `ordinal` (claim template `data`).
+    pub fn pvc(n: &str, ordinal: i32) -> String {
+        format!("data-{n}-{ordinal}")
+    }
+}
+
+/// Labels every child carries.
+pub fn object_labels(instance: &str, component: &str) -> BTreeMap<String, String> {
+    let mut l = selector_labels(instance, component);
+    l.insert(labels::MANAGED_BY.into(), labels::FIELD_MANAGER.into());
+    l
+}
+
+/// The labels that select the children of one component (stable: never changes with the spec).
+pub fn selector_labels(instance: &str, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::NAME.to_string(), labels::APP_NAME.to_string()),
+        (labels::INSTANCE.to_string(), instance.to_string()),
+        (labels::COMPONENT.to_string(), component.to_string()),
+    ])
+}
+
+/// The `key=value` selector string for broker Pods and PVCs of `instance`.
+pub fn broker_selector(instance: &str) -> String {
+    selector_labels(instance, labels::COMPONENT_BROKER)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Observed facts that flow into the broker objects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerInputs {
+    /// StatefulSet replicas to apply.
+    pub replicas: i32,
+    /// Name of the auth Secret (generated or user-provided).
+    pub auth_secret_name: String,
+    /// resourceVersion of the auth Secret: rotating tokens rolls the Pods.
+    pub auth_secret_revision: String,
+    /// Size of the claim template: the existing StatefulSet's (immutable), else the spec's.
+    pub claim_size: String,
+    /// Storage feature level floor from status (levels are never lowered).
+    pub feature_level_floor: u32,
+}
+
+/// Every object the operator keeps applied for one RustQueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// `<n>-config`.
+    pub config_map: ConfigMap,
+    /// `<n>-runtime`.
+    pub service_account: ServiceAccount,
+    /// `<n>-runtime`.
+    pub role: Role,
+    /// `<n>-runtime`.
+    pub role_binding: RoleBinding,
+    /// `<n>-brokers`.
+    pub service: Service,
+    /// `<n>`.
+    pub stateful_set: StatefulSet,
+    /// `<n>-brokers`.
+    pub pdb: PodDisruptionBudget,
+}
+
+impl Children {
+    /// Render all children.
+    pub fn render(owner: &Owner<'_>, spec: &RustQueueSpec, inputs: &BrokerInputs) -> Self {
+        let toml = broker_toml(owner, spec, inputs);
+        Self {
+            stateful_set: stateful_set(owner, spec, inputs, &toml),
+            config_map: config_map(owner, &toml),
+            service_account: service_account(owner),
+            role: role(owner),
+            role_binding: role_binding(owner),
+            service: headless_service(owner),
+            pdb: pod_disruption_budget(owner, inputs.replicas),
+        }
+    }
+
+    /// The pod-template revision the StatefulSet carries.
+    pub fn revision(&self) -> &str {
+        self.stateful_set
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(labels::REVISION_ANNOTATION))
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The objects as JSON in the order they are applied (config before the Pods that mount
+    /// it, RBAC before the ServiceAccount's users, the Service last).
+    pub fn in_apply_order(&self) -> Vec<serde_json::Value> {
+        fn j<T: serde::Serialize>(t: &T) -> serde_json::Value {
+            serde_json::to_value(t).expect("k8s objects serialize")
+        }
+        vec![
+            j(&self.config_map),
+            j(&self.stateful_set),
+            j(&self.pdb),
+            j(&self.service_account),
+            j(&self.role),
+            j(&self.role_binding),
+            j(&self.service),
+        ]
+    }
+}
+
+/// Build a typed object from a JSON manifest (the renderers read like YAML this way).
+fn typed<T: DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).expect("rendered manifest matches its Kubernetes type")
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    pub fn owner() -> Owner<'static> {
+        Owner {
+            name: "queue",
+            namespace: "ns",
+            uid: "uid-1",
+        }
+    }
+
+    pub fn inputs() -> BrokerInputs {
+        BrokerInputs {
+            replicas: 3,
+            auth_secret_name: "queue-auth".into(),
+            auth_secret_revision: "100".into(),
+            claim_size: "100Gi".into(),
+            feature_level_floor: 1,
+        }
+    }
+
+    pub fn spec() -> RustQueueSpec {
+        RustQueueSpec::with_image("rustqueue:dev")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn every_child_is_owned_by_the_rustqueue_as_controller() {
+        let c = Children::render(&owner(), &spec(), &inputs());
+        let objs = c.in_apply_order();
+        assert_eq!(objs.len(), 7);
+        for o in objs {
+            let refs = &o["metadata"]["ownerReferences"];
+            assert_eq!(refs[0]["uid"], "uid-1", "{}", o["kind"]);
+            assert_eq!(refs[0]["controller"], true);
+            assert_eq!(o["metadata"]["namespace"], "ns");
+            assert_eq!(
+                o["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+                "rustqueue-operator"
+            );
+            assert!(
+                o["apiVersion"].is_string() && o["kind"].is_string(),
+                "SSA needs both"
+            );
+        }
+    }
+
+    #[test]
+    fn apply_order_puts_config_before_the_statefulset_and_the_service_last() {
+        let kinds: Vec<String> = Children::render(&owner(), &spec(), &inputs())
+            .in_apply_order()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "ConfigMap",
+                "StatefulSet",
+                "PodDisruptionBudget",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "Service"
+            ]
+        );
+    }
+
+    #[test]
+    fn broker_selector_is_stable_label_text() {
+        assert_eq!(
+            broker_selector("q"),
+            "app.kubernetes.io/component=broker,app.kubernetes.io/instance=q,app.kubernetes.io/name=rustqueue"
+        );
+    }
+}

@@ -1,0 +1,62 @@
+//! The pod-template revision: a hash over everything that should roll a broker Pod when it
+//! changes (image, config, mounted Secrets, scheduling, resources), and nothing that should
+//! not (replica count, PDB, Service).
+
+use rustqueue_api::crd::RustQueueSpec;
+use sha2::{Digest, Sha256};
+
+use super::BrokerInputs;
+
+/// 32 hex characters: the first 16 bytes of SHA-256 over the rolling inputs as JSON.
+pub fn pod_template_revision(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str) -> String {
+    let material = serde_json::json!({
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "config": toml,
+        "secretName": inputs.auth_secret_name,
+        "mountedSecretRevision": inputs.auth_secret_revision,
+        "clientTlsSecretName": spec.client_tls_secret_name,
+        "messageIndexCacheBytes": spec.message_index_cache_bytes,
+        "eligibleNodeSelector": spec.eligible_node_selector,
+        "brokerScheduling": spec.broker_scheduling,
+        "brokerResources": spec.broker_resources,
+    });
+    let digest = Sha256::digest(material.to_string().as_bytes());
+    hex::encode(&digest[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn revision_changes_with_what_rolls_a_pod_and_not_with_replicas() {
+        let base = pod_template_revision(&spec(), &inputs(), "a");
+        assert_eq!(base.len(), 32);
+        assert_eq!(
+            base,
+            pod_template_revision(&spec(), &inputs(), "a"),
+            "deterministic"
+        );
+
+        let mut more = inputs();
+        more.replicas = 7;
+        assert_eq!(base, pod_template_revision(&spec(), &more, "a"));
+
+        let mut rotated = inputs();
+        rotated.auth_secret_revision = "101".into();
+        let mut image = spec();
+        image.image = "rustqueue:next".into();
+        let mut res = spec();
+        res.broker_resources.memory_request = "1Gi".into();
+        for changed in [
+            pod_template_revision(&spec(), &rotated, "a"),
+            pod_template_revision(&image, &inputs(), "a"),
+            pod_template_revision(&res, &inputs(), "a"),
+            pod_template_revision(&spec(), &inputs(), "b"),
+        ] {
+            assert_ne!(base, changed);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The headless broker Service `<n>-brokers`: stable DNS per broker Pod for the StatefulSet,
+//! published before readiness so discovery and peers can reach a draining broker.
+
+use k8s_openapi::api::core::v1::Service;
+use rustqueue_api::labels;
+
+use super::{Owner, names, selector_labels, typed};
+
+/// The headless Service.
+pub fn headless_service(owner: &Owner<'_>) -> Service {
+    typed(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(&names::brokers_service(owner.name), labels::COMPONENT_BROKER),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": true,
+            "selector": selector_labels(owner.name, labels::COMPONENT_BROKER),
+            "ports": [
+                {"name": "tcp", "port": labels::BROKER_TCP_PORT, "targetPort": "tcp", "protocol": "TCP"},
+                {"name": "http", "port": labels::BROKER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::owner;
+    use super::*;
+
+    #[test]
+    fn the_broker_service_is_headless_and_publishes_unready_pods() {
+        let s = headless_service(&owner());
+        assert_eq!(s.metadata.name.as_deref(), Some("queue-brokers"));
+        let spec = s.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        let ports: Vec<i32> = spec.ports.unwrap().iter().map(|p| p.port).collect();
+        assert_eq!(ports, [4150, 4151]);
+        assert_eq!(
+            spec.selector.unwrap()["app.kubernetes.io/component"],
+            "broker"
+        );
+    }
+}

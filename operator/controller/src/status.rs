@@ -1,0 +1,281 @@
+//! From a [`Plan`] and the previous status to the next status: transition times are kept while
+//! a condition's (status, reason) is unchanged, `observedGeneration` is stamped, and phase
+//! changes become Events.
+
+use rustqueue_api::crd::{Condition, ConditionStatus, RustQueueStatus};
+
+use crate::plan::{Phase, Plan};
+
+/// A phase change worth an Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    /// New phase (the Event reason).
+    pub reason: String,
+    /// The plan's message (the Event note).
+    pub note: String,
+    /// Warning when the new phase is degraded.
+    pub warning: bool,
+}
+
+/// The status to write after `plan`, and the transition to announce, if any.
+pub fn next_status(
+    previous: &RustQueueStatus,
+    plan: &Plan,
+    generation: Option<i64>,
+    now: &str,
+) -> (RustQueueStatus, Option<Transition>) {
+    let conditions = plan
+        .conditions
+        .iter()
+        .map(|c| {
+            let status = ConditionStatus::from(c.status);
+            let kept = previous
+                .condition(c.type_)
+                .filter(|p| p.status == status && p.reason == c.reason)
+                .map(|p| p.last_transition_time.clone());
+            Condition {
+                type_: c.type_.to_string(),
+                status,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                observed_generation: generation,
+                last_transition_time: kept.unwrap_or_else(|| now.to_string()),
+            }
+        })
+        // Conditions this plan did not decide (e.g. BrokersAvailable under InvalidSpec) keep
+        // their last value.
+        .chain(
+            previous
+                .conditions
+                .iter()
+                .filter(|p| !plan.conditions.iter().any(|c| c.type_ == p.type_))
+                .cloned(),
+        );
+    let mut conditions: Vec<Condition> = conditions.collect();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+
+    let phase = plan.phase.as_str().to_string();
+    let transition = (previous.phase.as_deref() != Some(phase.as_str())).then(|| Transition {
+        reason: phase.clone(),
+        note: plan.message.clone(),
+        warning: plan.phase.is_degraded(),
+    });
+    let keep_counts = plan.phase == Phase::InvalidSpec;
+    let status = RustQueueStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        message: Some(plan.message.clone()),
+        desired_brokers: if keep_counts {
+            previous.desired_brokers
+        } else {
+            Some(plan.desired_brokers)
+        },
+        ready_brokers: if keep_counts {
+            previous.ready_brokers
+        } else {
+            Some(plan.ready_brokers)
+        },
+        active_storage_feature_level: previous.active_storage_feature_level.or(Some(1)),
+        conditions,
+        ..previous.clone()
+    };
+    (status, transition)
+}
+
+/// The status written when a reconcile fails (API errors): Degraded with the error, counts
+/// and other conditions kept.
+pub fn error_status(
+    previous: &RustQueueStatus,
+    error: &str,
+    generation: Option<i64>,
+    now: &str,
+) -> (RustQueueStatus, Option<Transition>) {
+    let message = format!("reconciliation failed: {error}");
+    let plan = Plan {
+        phase: Phase::ReconcileError,
+        message: message.clone(),
+        desired_brokers: previous.desired_brokers.unwrap_or(0),
+        ready_brokers: previous.ready_brokers.unwrap_or(0),
+        conditions: ["Degraded", "Progressing", "Ready"]
+            .into_iter()
+            .map(|t| crate::plan::ConditionSpec {
+                type_: t,
+                status: t == "Degraded",
+                reason: "ReconcileError".into(),
+                message: message.clone(),
+            })
+            .collect(),
+        actions: Vec::new(),
+        requeue: crate::plan::REQUEUE,
+    };
+    next_status(previous, &plan, generation, now)
+}
+
+/// Format unix seconds as RFC 3339 UTC with second precision (`2026-11-30T05:00:00Z`).
+pub fn rfc3339(unix_secs: u64) -> String {
+    let days = i64::try_from(unix_secs / 86_400).unwrap_or(0);
+    let rem = unix_secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Now, as RFC 3339.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{AuthState, BrokerPod, Health, Observed, plan};
+    use rustqueue_api::crd::RustQueueSpec;
+
+    fn obs(ready: bool) -> Observed {
+        Observed {
+            eligible_nodes: 1,
+            statefulset_replicas: Some(1),
+            brokers: vec![BrokerPod {
+                name: "q-0".into(),
+                pod_ready: ready,
+                terminating: false,
+                revision: None,
+                waiting: None,
+                health: if ready {
+                    Health::Ready
+                } else {
+                    Health::Unreachable("x".into())
+                },
+            }],
+            claims: vec![],
+            auth: AuthState::Valid {
+                revision: "1".into(),
+            },
+            claim_template_size: None,
+        }
+    }
+
+    fn spec() -> RustQueueSpec {
+        RustQueueSpec::with_image("img")
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_928_461), "2026-11-29T05:01:01Z");
+    }
+
+    #[test]
+    fn transition_time_is_kept_while_status_and_reason_are_unchanged() {
+        let p = plan("q", &spec(), &obs(true));
+        let (s1, t1) = next_status(&RustQueueStatus::default(), &p, Some(1), "T1");
+        assert_eq!(t1.unwrap().reason, "Ready");
+        let (s2, t2) = next_status(&s1, &p, Some(2), "T2");
+        assert!(t2.is_none(), "no phase change, no event");
+        assert!(s2.conditions.iter().all(|c| c.last_transition_time == "T1"));
+        assert_eq!(s2.observed_generation, Some(2));
+        assert!(
+            s2.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(2))
+        );
+
+        let down = plan("q", &spec(), &obs(false));
+        let (s3, t3) = next_status(&s2, &down, Some(2), "T3");
+        assert_eq!(t3.unwrap().reason, "Rolling");
+        let ready = s3.condition("Ready").unwrap();
+        assert_eq!(
+            (ready.status, ready.last_transition_time.as_str()),
+            (ConditionStatus::False, "T3")
+        );
+        assert_eq!(
+            s3.condition("StorageReady").unwrap().last_transition_time,
+            "T1"
+        );
+        assert_eq!(s3.ready_brokers, Some(0));
+    }
+
+    #[test]
+    fn invalid_spec_keeps_counts_and_undecided_conditions() {
+        let (s1, _) = next_status(
+            &RustQueueStatus::default(),
+            &plan("q", &spec(), &obs(true)),
+            Some(1),
+            "T1",
+        );
+        let mut bad = spec();
+        bad.min_brokers = 0;
+        let (s2, t) = next_status(&s1, &plan("q", &bad, &obs(true)), Some(2), "T2");
+        let t = t.unwrap();
+        assert!(t.warning && t.reason == "InvalidSpec");
+        assert_eq!(s2.ready_brokers, Some(1));
+        assert_eq!(
+            s2.condition("BrokersAvailable")
+                .unwrap()
+                .last_transition_time,
+            "T1"
+        );
+        assert_eq!(
+            s2.condition("Degraded").unwrap().status,
+            ConditionStatus::True
+        );
+        let types: Vec<&str> = s2.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "BrokersAvailable",
+                "Degraded",
+                "Progressing",
+                "Ready",
+                "StorageReady"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_are_degraded_and_keep_the_other_conditions() {
+        let (s1, _) = next_status(
+            &RustQueueStatus::default(),
+            &plan("q", &spec(), &obs(true)),
+            Some(1),
+            "T1",
+        );
+        let (s2, t) = error_status(&s1, "apply StatefulSet q: forbidden", Some(1), "T2");
+        assert_eq!(s2.phase.as_deref(), Some("ReconcileError"));
+        assert_eq!(
+            t.unwrap().note,
+            "reconciliation failed: apply StatefulSet q: forbidden"
+        );
+        assert_eq!(
+            s2.condition("Degraded").unwrap().status,
+            ConditionStatus::True
+        );
+        assert_eq!(
+            s2.condition("Ready").unwrap().status,
+            ConditionStatus::False
+        );
+        assert_eq!(
+            s2.condition("BrokersAvailable").unwrap().status,
+            ConditionStatus::True
+        );
+        assert_eq!(s2.ready_brokers, Some(1));
+    }
+}

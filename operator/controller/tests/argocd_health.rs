@@ -1,0 +1,138 @@
+//! The Argo CD health check in docs/argocd.md, run in a real Lua 5.4 against statuses that
+//! the operator's own status writer produces.
+
+use mlua::{Lua, LuaSerdeExt};
+use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
+use rustqueue_operator::plan::{AuthState, BrokerPod, Health, Observed, plan};
+use rustqueue_operator::status::{error_status, next_status};
+
+fn health_lua() -> String {
+    let doc = include_str!("../../../docs/argocd.md");
+    let start = doc
+        .find("```lua\n")
+        .expect("docs/argocd.md has a lua block")
+        + "```lua\n".len();
+    let len = doc[start..].find("```").expect("the lua block is closed");
+    doc[start..start + len].to_string()
+}
+
+/// Evaluate the health check for a RustQueue object; returns (status, message).
+fn health(obj: &serde_json::Value) -> (String, String) {
+    let lua = Lua::new();
+    lua.globals()
+        .set("obj", lua.to_value(obj).unwrap())
+        .unwrap();
+    let hs: mlua::Table = lua.load(health_lua()).eval().unwrap();
+    (hs.get("status").unwrap(), hs.get("message").unwrap())
+}
+
+fn object(generation: i64, status: Option<&RustQueueStatus>) -> serde_json::Value {
+    let mut o = serde_json::json!({
+        "apiVersion": "rustqueue.io/v1alpha1",
+        "kind": "RustQueue",
+        "metadata": {"name": "q", "namespace": "ns", "generation": generation},
+        "spec": {"image": "rustqueue:dev"},
+    });
+    if let Some(s) = status {
+        o["status"] = serde_json::to_value(s).unwrap();
+    }
+    o
+}
+
+fn observed(ready: usize, nodes: i32) -> Observed {
+    Observed {
+        eligible_nodes: nodes,
+        statefulset_replicas: Some(3),
+        brokers: (0..3)
+            .map(|i| BrokerPod {
+                name: format!("q-{i}"),
+                pod_ready: i < ready,
+                terminating: false,
+                revision: None,
+                waiting: None,
+                health: if i < ready {
+                    Health::Ready
+                } else {
+                    Health::Unreachable("connection refused".into())
+                },
+            })
+            .collect(),
+        claims: vec![],
+        auth: AuthState::Valid {
+            revision: "1".into(),
+        },
+        claim_template_size: None,
+    }
+}
+
+fn status_for(spec: &RustQueueSpec, obs: &Observed) -> RustQueueStatus {
+    next_status(
+        &RustQueueStatus::default(),
+        &plan("q", spec, obs),
+        Some(2),
+        "2026-11-30T05:00:00Z",
+    )
+    .0
+}
+
+#[test]
+fn no_status_yet_is_progressing() {
+    assert_eq!(health(&object(1, None)).0, "Progressing");
+}
+
+#[test]
+fn all_brokers_ready_is_healthy() {
+    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!((h.as_str(), m.as_str()), ("Healthy", "3/3 brokers ready"));
+}
+
+#[test]
+fn an_unready_broker_is_progressing_with_the_reason() {
+    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(2, 3));
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Progressing");
+    assert!(
+        m.starts_with("Rolling: 2/3 brokers ready; waiting for q-2"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_status_from_an_older_generation_is_progressing_even_if_it_says_ready() {
+    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let (h, m) = health(&object(3, Some(&s)));
+    assert_eq!(h, "Progressing");
+    assert!(m.contains("observe generation 3"), "{m}");
+}
+
+#[test]
+fn insufficient_nodes_and_invalid_specs_are_degraded() {
+    let mut spec = RustQueueSpec::with_image("rustqueue:dev");
+    spec.min_brokers = 3;
+    let s = status_for(&spec, &observed(3, 1));
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Degraded");
+    assert!(m.starts_with("InsufficientNodes: 1 eligible nodes"), "{m}");
+
+    spec.eligible_node_selector = "no-value".into();
+    let s = status_for(&spec, &observed(3, 3));
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Degraded");
+    assert!(
+        m.starts_with("InvalidSpec: invalid spec: spec.eligibleNodeSelector"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_failed_reconcile_is_degraded() {
+    let ok = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let (s, _) = error_status(&ok, "apply StatefulSet q: forbidden", Some(2), "t");
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Degraded");
+    assert_eq!(
+        m,
+        "ReconcileError: reconciliation failed: apply StatefulSet q: forbidden"
+    );
+}
