@@ -121,7 +121,9 @@ log "[4/4] linking component names and checking versions ($(elapsed))"
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
   ln -sf k8s "$dest/bin/$c"
 done
-"$dest/bin/kube-apiserver" --version
-"$dest/bin/etcd" --version | head -1
+# (no `| head`: with pipefail a SIGPIPE would fail the build after all the work)
+"$dest/bin/kube-apiserver" --version >&2
+etcd_version_line=$("$dest/bin/etcd" --version)
+echo "${etcd_version_line%%$'\n'*}" >&2
 finish "$name"
 log "$name built in $(elapsed): $dest/bin"

@@ -1,0 +1,61 @@
+//! Where the control-plane binaries are: `$RUSTQUEUE_K8S_BIN`, else
+//! `$RUSTQUEUE_CACHE/k8s-<K8S_VERSION>/bin` (default cache `~/.cache/rustqueue`), as built by
+//! `scripts/build-k8s.sh`. The version comes from `scripts/versions.env`, read at compile time so
+//! the crate and the build script cannot disagree.
+
+use std::path::PathBuf;
+
+use crate::Error;
+
+const VERSIONS_ENV: &str = include_str!("../../../scripts/versions.env");
+
+fn pinned(key: &str) -> &'static str {
+    VERSIONS_ENV
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(str::trim)
+        .unwrap_or("unknown")
+}
+
+/// The pinned Kubernetes version (`K8S_VERSION` in scripts/versions.env).
+pub fn k8s_version() -> &'static str {
+    pinned("K8S_VERSION")
+}
+
+/// The pinned etcd version (`ETCD_VERSION` in scripts/versions.env).
+pub fn etcd_version() -> &'static str {
+    pinned("ETCD_VERSION")
+}
+
+/// The directory holding `etcd`, `kube-apiserver`, `kube-controller-manager` and
+/// `kube-scheduler`; errors when they are not there.
+pub fn bin_dir() -> Result<PathBuf, Error> {
+    let dir = match std::env::var_os("RUSTQUEUE_K8S_BIN") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let cache = match std::env::var_os("RUSTQUEUE_CACHE") {
+                Some(c) => PathBuf::from(c),
+                None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                    .join(".cache/rustqueue"),
+            };
+            cache.join(format!("k8s-{}", k8s_version())).join("bin")
+        }
+    };
+    let complete = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+        .iter()
+        .all(|b| dir.join(b).exists());
+    if complete {
+        Ok(dir)
+    } else {
+        Err(Error::MissingBinaries(dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pinned_versions_are_read_from_versions_env() {
+        assert!(super::k8s_version().starts_with("v1."));
+        assert!(super::etcd_version().starts_with("v3."));
+    }
+}

@@ -1,0 +1,302 @@
+//! Starts the upstream control plane the way controller-runtime's envtest does, plus the
+//! controller-manager and scheduler: etcd, then kube-apiserver (TLS with generated certificates,
+//! client-certificate auth, RBAC, the default admission plugins, service-account tokens), then
+//! kube-controller-manager (every default controller, including the service-account token
+//! controller, the endpointslice controller and the PV binder) and kube-scheduler.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use std::os::unix::process::CommandExt;
+
+use crate::Error;
+use crate::pki::{CertPair, Pki};
+use crate::process::ProcessGroups;
+
+/// A running control plane.
+pub(crate) struct ControlPlane {
+    procs: Vec<(String, Child)>,
+    /// The apiserver's secure port on 127.0.0.1.
+    pub(crate) apiserver_port: u16,
+    /// Admin kubeconfig (group `system:masters`).
+    pub(crate) admin_kubeconfig: PathBuf,
+}
+
+pub(crate) fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("binding", "127.0.0.1:0", e))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| Error::io("binding", "127.0.0.1:0", e))?
+        .port();
+    Ok(port)
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|e| Error::io("writing", path, e))
+}
+
+/// Renders a kubeconfig with embedded credentials.
+pub(crate) fn kubeconfig(server: &str, ca_pem: &str, user: &str, client: &CertPair) -> String {
+    let b64 = |s: &str| STANDARD.encode(s.as_bytes());
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testbed\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    \
+         client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: testbed\n  \
+         context:\n    cluster: testbed\n    user: {user}\ncurrent-context: testbed\n",
+        ca = b64(ca_pem),
+        cert = b64(&client.cert),
+        key = b64(&client.key),
+    )
+}
+
+/// The last `n` lines of a log file (for error messages).
+pub(crate) fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl ControlPlane {
+    /// Starts etcd and the apiserver and waits until the apiserver answers; the controller
+    /// manager and scheduler are started right after (they wait for the apiserver themselves).
+    pub(crate) async fn start(
+        bin: &Path,
+        dir: &Path,
+        pki: &Pki,
+        groups: &ProcessGroups,
+    ) -> Result<ControlPlane, Error> {
+        let pki_dir = dir.join("pki");
+        std::fs::create_dir_all(&pki_dir).map_err(|e| Error::io("creating", &pki_dir, e))?;
+        let files = [
+            ("ca.crt", &pki.ca.cert),
+            ("ca.key", &pki.ca.key),
+            ("apiserver.crt", &pki.apiserver.cert),
+            ("apiserver.key", &pki.apiserver.key),
+            ("kubelet-client.crt", &pki.apiserver_kubelet_client.cert),
+            ("kubelet-client.key", &pki.apiserver_kubelet_client.key),
+            ("sa.key", &pki.sa_key),
+            ("sa.pub", &pki.sa_pub),
+        ];
+        for (name, text) in files {
+            write(&pki_dir.join(name), text)?;
+        }
+        let p = |name: &str| pki_dir.join(name).to_string_lossy().into_owned();
+
+        let mut cp = ControlPlane {
+            procs: Vec::new(),
+            apiserver_port: free_port()?,
+            admin_kubeconfig: dir.join("kubeconfig"),
+        };
+        let server = format!("https://127.0.0.1:{}", cp.apiserver_port);
+        write(
+            &cp.admin_kubeconfig,
+            &kubeconfig(&server, &pki.ca.cert, "admin", &pki.admin),
+        )?;
+        let cm_kubeconfig = dir.join("controller-manager.kubeconfig");
+        write(
+            &cm_kubeconfig,
+            &kubeconfig(
+                &server,
+                &pki.ca.cert,
+                "kube-controller-manager",
+                &pki.controller_manager,
+            ),
+        )?;
+        let sched_kubeconfig = dir.join("scheduler.kubeconfig");
+        write(
+            &sched_kubeconfig,
+            &kubeconfig(&server, &pki.ca.cert, "kube-scheduler", &pki.scheduler),
+        )?;
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_dir = dir.join("etcd");
+        cp.spawn(
+            bin,
+            dir,
+            groups,
+            "etcd",
+            vec![
+                format!("--data-dir={}", etcd_dir.display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+
+        let cert_dir = dir.join("apiserver-certs");
+        cp.spawn(
+            bin,
+            dir,
+            groups,
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                format!("--cert-dir={}", cert_dir.display()),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--secure-port={}", cp.apiserver_port),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--authorization-mode=RBAC".into(),
+                format!("--client-ca-file={}", p("ca.crt")),
+                format!("--service-account-issuer={server}"),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
+                format!("--kubelet-client-key={}", p("kubelet-client.key")),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+
+        let admin = crate::client_from_kubeconfig(&cp.admin_kubeconfig).await?;
+        cp.wait_ready(dir, &admin).await?;
+
+        let cm_port = free_port()?;
+        cp.spawn(
+            bin,
+            dir,
+            groups,
+            "kube-controller-manager",
+            vec![
+                format!("--kubeconfig={}", cm_kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", cm_kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", cm_kubeconfig.display()),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={cm_port}"),
+                format!(
+                    "--cert-dir={}",
+                    dir.join("controller-manager-certs").display()
+                ),
+                "--controllers=*".into(),
+                "--use-service-account-credentials=true".into(),
+                format!("--service-account-private-key-file={}", p("sa.key")),
+                format!("--root-ca-file={}", p("ca.crt")),
+                format!("--cluster-signing-cert-file={}", p("ca.crt")),
+                format!("--cluster-signing-key-file={}", p("ca.key")),
+                "--leader-elect=false".into(),
+                "--allocate-node-cidrs=false".into(),
+                "--node-monitor-period=2s".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        let sched_port = free_port()?;
+        cp.spawn(
+            bin,
+            dir,
+            groups,
+            "kube-scheduler",
+            vec![
+                format!("--kubeconfig={}", sched_kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", sched_kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", sched_kubeconfig.display()),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={sched_port}"),
+                "--leader-elect=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        Ok(cp)
+    }
+
+    fn spawn(
+        &mut self,
+        bin: &Path,
+        dir: &Path,
+        groups: &ProcessGroups,
+        name: &str,
+        args: Vec<String>,
+    ) -> Result<(), Error> {
+        let log_path = dir.join(format!("{name}.log"));
+        let log = File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| Error::io("cloning", &log_path, e))?;
+        let child = Command::new(bin.join(name))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                name: name.into(),
+                source,
+            })?;
+        groups.add(child.id());
+        self.procs.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// Errors if a control-plane process has exited.
+    pub(crate) fn check_alive(&mut self, dir: &Path) -> Result<(), Error> {
+        for (name, child) in &mut self.procs {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(Error::Exited {
+                    name: name.clone(),
+                    status: status.to_string(),
+                    log_tail: tail(&dir.join(format!("{name}.log")), 30),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, dir: &Path, client: &kube::Client) -> Result<(), Error> {
+        let limit = Duration::from_secs(90);
+        let start = Instant::now();
+        loop {
+            self.check_alive(dir)?;
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+            if let Ok(text) = client.request_text(req).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(Error::NotReady {
+                    name: "kube-apiserver".into(),
+                    secs: limit.as_secs(),
+                    log_tail: tail(&dir.join("kube-apiserver.log"), 30),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// SIGKILLs every component (etcd's data is throwaway) and reaps them.
+    pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
+        for (_, child) in self.procs.iter_mut().rev() {
+            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+            groups.remove(child.id());
+        }
+        self.procs.clear();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for (_, child) in self.procs.iter_mut().rev() {
+            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! One container of a Pod across its runs: start, exit handling and restart back-off, probe
+//! verdicts, the termination message, and its ContainerStatus.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use super::container;
+use super::env;
+use super::pod::now;
+use super::probe::{self, ProbeState};
+use super::volumes::Sources;
+use super::Kubelet;
+use crate::ImageTable;
+use crate::process::{group_alive, signal_group};
+
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Whether a container will run (again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Running, or will be (re)started.
+    Running,
+    /// Finished with exit code 0 and will not run again.
+    Succeeded,
+    /// Finished with an error and will not run again.
+    Failed,
+}
+
+struct Run {
+    child: tokio::process::Child,
+    pid: u32,
+    started: Instant,
+    started_at: String,
+    term_file: PathBuf,
+    log_file: PathBuf,
+    env: BTreeMap<String, String>,
+    kill_deadline: Option<Instant>,
+}
+
+/// What [`Ctr::start`] needs from the Pod.
+pub(crate) struct StartCtx<'a> {
+    pub(crate) k: &'a Kubelet,
+    pub(crate) pod: &'a Pod,
+    pub(crate) ip: &'a str,
+    pub(crate) hostname: &'a str,
+    pub(crate) sources: &'a Sources,
+    pub(crate) dir: &'a Path,
+    pub(crate) log_dir: &'a Path,
+}
+
+/// One container of a Pod.
+pub(crate) struct Ctr {
+    spec: Container,
+    run: Option<Run>,
+    runs: u32,
+    restarts: i32,
+    waiting: Option<(String, String)>,
+    terminated: Option<Value>,
+    last_terminated: Option<Value>,
+    last_exit_ok: Option<bool>,
+    last_pid: Option<u32>,
+    next_start: Instant,
+    /// Will not run again.
+    pub(crate) done: bool,
+    readiness: ProbeState,
+    liveness: ProbeState,
+    startup: ProbeState,
+    started_ok: bool,
+}
+
+impl Ctr {
+    pub(crate) fn new(spec: Container) -> Ctr {
+        Ctr {
+            spec,
+            run: None,
+            runs: 0,
+            restarts: 0,
+            waiting: None,
+            terminated: None,
+            last_terminated: None,
+            last_exit_ok: None,
+            last_pid: None,
+            next_start: Instant::now(),
+            done: false,
+            readiness: ProbeState::default(),
+            liveness: ProbeState::default(),
+            startup: ProbeState::default(),
+            started_ok: false,
+        }
+    }
+
+    pub(crate) fn outcome(&self) -> Outcome {
+        match (self.done, self.last_exit_ok) {
+            (true, Some(true)) => Outcome::Succeeded,
+            (true, _) => Outcome::Failed,
+            (false, _) => Outcome::Running,
+        }
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.run.is_some()
+    }
+
+    pub(crate) fn ever_started(&self) -> bool {
+        self.runs > 0
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.run.as_ref().map(|r| r.pid)
+    }
+
+    pub(crate) fn should_start(&self) -> bool {
+        self.run.is_none() && !self.done && Instant::now() >= self.next_start
+    }
+
+    pub(crate) fn ready(&self) -> bool {
+        self.run.is_some()
+            && self.started_ok
+            && (self.spec.readiness_probe.is_none() || self.readiness.ok)
+    }
+
+    fn fail_start(&mut self, reason: &str, message: String, retry: Duration) {
+        tracing::debug!(container = %self.spec.name, reason, %message, "container not started");
+        self.waiting = Some((reason.to_string(), message));
+        self.next_start = Instant::now() + retry;
+    }
+
+    pub(crate) async fn start(&mut self, ctx: &StartCtx<'_>) {
+        let client = &ctx.k.cfg.client;
+        let env = match env::resolve(client, ctx.pod, ctx.ip, &self.spec, ctx.k.cfg.apiserver_port).await {
+            Ok(e) => e,
+            Err(m) => return self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2)),
+        };
+        let expand = |v: &Option<Vec<String>>| -> Vec<String> {
+            v.iter().flatten().map(|s| env::expand(s, &env)).collect()
+        };
+        let image = self.spec.image.clone().unwrap_or_default();
+        let argv = match ctx.k.cfg.images.resolve(&image, &expand(&self.spec.command), &expand(&self.spec.args)) {
+            Ok(a) => a,
+            Err(e) => return self.fail_start(e.reason, e.message, Duration::from_secs(5)),
+        };
+        let n = self.runs;
+        let term_file = ctx.dir.join("termination").join(format!("{}-{n}", self.spec.name));
+        let log_file = ctx.log_dir.join(format!("{}-{n}.log", self.spec.name));
+        let prepared = (|| -> Result<_, String> {
+            for d in [term_file.parent(), log_file.parent()].into_iter().flatten() {
+                std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+            }
+            std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
+            let mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
+            for m in &mounts {
+                ctx.k
+                    .ensure_mountpoint(&m.dst, m.src.is_file())
+                    .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
+            }
+            let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
+            container::command(ctx.hostname, &mounts, &argv, &env, self.spec.working_dir.as_deref(), log)
+        })();
+        let mut cmd = match prepared {
+            Ok(c) => c,
+            Err(m) => return self.fail_start("CreateContainerError", m, Duration::from_secs(2)),
+        };
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return self.fail_start("RunContainerError", format!("spawn: {e}"), Duration::from_secs(2));
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        ctx.k.cfg.groups.add(pid);
+        let ns = ctx.pod.metadata.namespace.clone().unwrap_or_default();
+        let name = ctx.pod.metadata.name.clone().unwrap_or_default();
+        ctx.k.record_log((ns, name, self.spec.name.clone()), log_file.clone());
+        tracing::debug!(container = %self.spec.name, pid, ?argv, "container started");
+        self.runs += 1;
+        self.waiting = None;
+        self.terminated = None;
+        self.last_pid = Some(pid);
+        self.readiness = ProbeState::default();
+        self.liveness = ProbeState::default();
+        self.startup = ProbeState::default();
+        self.started_ok = self.spec.startup_probe.is_none();
+        self.run = Some(Run {
+            child,
+            pid,
+            started: Instant::now(),
+            started_at: now(),
+            term_file,
+            log_file,
+            env,
+            kill_deadline: None,
+        });
+    }
+
+    /// Sends a signal to the running process group (the first SIGTERM starts no deadline:
+    /// the pod worker owns the grace period on deletion).
+    pub(crate) fn signal(&mut self, sig: Signal) {
+        if let Some(r) = &self.run {
+            signal_group(r.pid, sig);
+        }
+    }
+
+    /// SIGTERM now, SIGKILL when `grace` has passed (liveness/startup failures).
+    fn kill_for_restart(&mut self, grace: Duration) {
+        if let Some(r) = &mut self.run
+            && r.kill_deadline.is_none()
+        {
+            signal_group(r.pid, Signal::SIGTERM);
+            r.kill_deadline = Some(Instant::now() + grace);
+        }
+    }
+
+    /// Notices an exit and applies the restart policy.
+    pub(crate) fn reap(&mut self, k: &Kubelet, policy: &str, _grace: Duration) {
+        let Some(r) = &mut self.run else { return };
+        let status = match r.child.try_wait() {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                if r.kill_deadline.is_some_and(|d| Instant::now() >= d) {
+                    signal_group(r.pid, Signal::SIGKILL);
+                }
+                return;
+            }
+            Err(_) => return,
+        };
+        self.exited(k, policy, status);
+    }
+
+    /// Waits for the (already killed) process so nothing is left behind.
+    pub(crate) async fn reap_blocking(&mut self, k: &Kubelet) {
+        if let Some(r) = &mut self.run
+            && let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), r.child.wait()).await
+        {
+            self.exited(k, "Never", status);
+        }
+    }
+
+    fn exited(&mut self, k: &Kubelet, policy: &str, status: std::process::ExitStatus) {
+        let Some(r) = self.run.take() else { return };
+        // A container's exit ends every process in it, as with a real runtime.
+        if group_alive(r.pid) {
+            signal_group(r.pid, Signal::SIGKILL);
+        }
+        k.cfg.groups.remove(r.pid);
+        let (code, signal) = match (status.code(), status.signal()) {
+            (Some(c), _) => (c, None),
+            (None, Some(s)) => (128 + s, Some(s)),
+            (None, None) => (255, None),
+        };
+        let mut message = std::fs::read_to_string(&r.term_file).unwrap_or_default();
+        message.truncate(4096);
+        let fallback = self.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        if message.is_empty() && fallback && code != 0 {
+            let log = crate::controlplane::tail(&r.log_file, 80);
+            let start = log.len().saturating_sub(2048);
+            message = log.get(start..).unwrap_or(&log).to_string();
+        }
+        let mut term = json!({
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": r.started_at,
+            "finishedAt": now(),
+            "containerID": format!("process://{}", r.pid),
+        });
+        if let Some(s) = signal {
+            term["signal"] = json!(s);
+        }
+        if !message.is_empty() {
+            term["message"] = json!(message);
+        }
+        let ok = code == 0;
+        self.last_exit_ok = Some(ok);
+        let restart = match policy {
+            "Always" => true,
+            "OnFailure" => !ok,
+            _ => false,
+        };
+        tracing::debug!(container = %self.spec.name, code, restart, "container exited");
+        if restart {
+            self.restarts += 1;
+            self.last_terminated = Some(term);
+            let backoff = Duration::from_secs(1u64 << (self.restarts - 1).clamp(0, 4) as u32).min(MAX_BACKOFF);
+            self.next_start = Instant::now() + backoff;
+            self.waiting = Some((
+                "CrashLoopBackOff".into(),
+                format!("back-off {}s restarting failed container={}", backoff.as_secs(), self.spec.name),
+            ));
+        } else {
+            self.done = true;
+            self.terminated = Some(term);
+        }
+    }
+
+    /// Runs the probes that are due and applies their verdicts.
+    pub(crate) async fn probe(&mut self, images: &ImageTable, ip: &str, grace: Duration) {
+        let Some(r) = &self.run else { return };
+        if r.kill_deadline.is_some() {
+            return;
+        }
+        let ports = self.spec.ports.clone().unwrap_or_default();
+        let exec_for = |p: &k8s_openapi::api::core::v1::Probe| {
+            let cmd = p.exec.as_ref()?.command.clone().unwrap_or_default();
+            let image = self.spec.image.clone().unwrap_or_default();
+            let argv = images.resolve(&image, &cmd, &[]).ok()?;
+            Some((container::nsenter(r.pid, &argv), r.env.clone()))
+        };
+        let started = r.started;
+        let mut kill = None;
+        if !self.started_ok {
+            if let Some(p) = self.spec.startup_probe.clone()
+                && self.startup.due(&p, started)
+            {
+                let ok = probe::run(&p, ip, &ports, exec_for(&p)).await;
+                self.startup.record(&p, ok);
+                if ok {
+                    self.started_ok = true;
+                } else if self.startup.failures() >= p.failure_threshold.unwrap_or(3) {
+                    kill = Some(
+                        p.termination_grace_period_seconds
+                            .map_or(grace, |s| Duration::from_secs(s.max(0) as u64)),
+                    );
+                }
+            }
+            if let Some(g) = kill {
+                self.kill_for_restart(g);
+            }
+            return;
+        }
+        if let Some(p) = self.spec.liveness_probe.clone()
+            && self.liveness.due(&p, started)
+        {
+            let ok = probe::run(&p, ip, &ports, exec_for(&p)).await;
+            self.liveness.record(&p, ok);
+            if self.liveness.failures() >= p.failure_threshold.unwrap_or(3) {
+                kill = Some(
+                    p.termination_grace_period_seconds
+                        .map_or(grace, |s| Duration::from_secs(s.max(0) as u64)),
+                );
+            }
+        }
+        if let Some(p) = self.spec.readiness_probe.clone()
+            && self.readiness.due(&p, started)
+        {
+            let ok = probe::run(&p, ip, &ports, exec_for(&p)).await;
+            self.readiness.record(&p, ok);
+        }
+        if let Some(g) = kill {
+            self.kill_for_restart(g);
+        }
+    }
+
+    /// Runs the preStop hook (exec or httpGet), bounded by `deadline`.
+    pub(crate) async fn pre_stop(&self, images: &ImageTable, ip: &str, deadline: Instant) {
+        let (Some(r), Some(hook)) = (
+            &self.run,
+            self.spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()),
+        ) else {
+            return;
+        };
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let as_probe = k8s_openapi::api::core::v1::Probe {
+            exec: hook.exec.clone(),
+            http_get: hook.http_get.clone(),
+            tcp_socket: hook.tcp_socket.clone(),
+            timeout_seconds: Some(budget.as_secs().max(1) as i32),
+            ..Default::default()
+        };
+        let exec = hook.exec.as_ref().and_then(|e| {
+            let image = self.spec.image.clone().unwrap_or_default();
+            let argv = images.resolve(&image, e.command.as_deref().unwrap_or_default(), &[]).ok()?;
+            Some((container::nsenter(r.pid, &argv), r.env.clone()))
+        });
+        if let Some(sleep) = &hook.sleep {
+            tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(budget)).await;
+            return;
+        }
+        let ports = self.spec.ports.clone().unwrap_or_default();
+        let _ = probe::run(&as_probe, ip, &ports, exec).await;
+    }
+
+    pub(crate) fn status_json(&self, waiting_reason: &str, message: Option<&str>) -> Value {
+        let state = if let Some(r) = &self.run {
+            json!({"running": {"startedAt": r.started_at}})
+        } else if let Some(t) = &self.terminated {
+            json!({"terminated": t})
+        } else if let Some((reason, msg)) = &self.waiting {
+            json!({"waiting": {"reason": reason, "message": msg}})
+        } else {
+            let mut w = json!({"reason": waiting_reason});
+            if let Some(m) = message {
+                w["message"] = json!(m);
+            }
+            json!({"waiting": w})
+        };
+        let image = self.spec.image.clone().unwrap_or_default();
+        let mut s = json!({
+            "name": self.spec.name,
+            "image": image,
+            "imageID": format!("testbed://{image}"),
+            "ready": self.ready(),
+            "started": self.run.is_some() && self.started_ok,
+            "restartCount": self.restarts,
+            "state": state,
+            "lastState": self.last_terminated.as_ref().map_or(json!({}), |t| json!({"terminated": t})),
+        });
+        if let Some(pid) = self.last_pid {
+            s["containerID"] = json!(format!("process://{pid}"));
+        }
+        s
+    }
+}

@@ -1,0 +1,376 @@
+//! A local Kubernetes for end-to-end tests, with no container runtime.
+//!
+//! The control plane is upstream: `etcd`, `kube-apiserver`, `kube-controller-manager` and
+//! `kube-scheduler` built from the Go module proxy by `scripts/build-k8s.sh` (pinned in
+//! `scripts/versions.env`). Beside it this crate runs:
+//!
+//! - a **process kubelet** ([`kubelet`]) that registers N Nodes, keeps their status and Leases
+//!   fresh and runs every Pod bound to them as local processes (one private mount namespace per
+//!   container, volumes bind-mounted, env resolved, a per-Pod loopback IP `127.1.x.y`, probes,
+//!   restarts, graceful termination);
+//! - a **volume provisioner** ([`storage`]) behind the default StorageClass [`STORAGE_CLASS`]
+//!   (host directories, `allowVolumeExpansion: true`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rustqueue_testbed::Error> {
+//! use rustqueue_testbed::{Image, Testbed, TestbedOptions};
+//! let bed = Testbed::start(
+//!     TestbedOptions::default()
+//!         .nodes(3)
+//!         .image("rustqueue:dev", Image::dir("target/release").entrypoint(["rustqueued"])),
+//! )
+//! .await?;
+//! let client = bed.client(); // a kube::Client with cluster-admin rights
+//! # Ok(()) }
+//! ```
+//!
+//! Everything is torn down when the [`Testbed`] is dropped (also while unwinding from a panic):
+//! every process is killed and the work directory removed. See `docs/e2e.md`.
+
+mod assets;
+mod controlplane;
+mod error;
+mod images;
+pub mod kubelet;
+mod pki;
+mod process;
+pub mod storage;
+pub mod testserver;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, PostParams};
+use tokio::task::JoinHandle;
+
+pub use assets::{etcd_version, k8s_version};
+pub use error::Error;
+pub use images::{Image, ImageTable};
+
+use controlplane::ControlPlane;
+use process::ProcessGroups;
+
+/// The default StorageClass the testbed installs (host directories, expandable).
+pub const STORAGE_CLASS: &str = "testbed-hostpath";
+/// Label every testbed Node carries, so tests can tell them apart.
+pub const NODE_LABEL: &str = "rustqueue.io/testbed";
+
+/// One Node to register.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    /// Node name.
+    pub name: String,
+    /// Extra labels (`kubernetes.io/hostname` and [`NODE_LABEL`] are always set).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// How to start a [`Testbed`].
+#[derive(Clone, Debug)]
+pub struct TestbedOptions {
+    /// The Nodes to register (default: three, `testbed-node-0..2`).
+    pub nodes: Vec<NodeSpec>,
+    /// Image references the kubelet can run. The built-in `testbed/tiny:1` (see
+    /// [`testserver`]) is added when [`TestbedOptions::tiny_image_dir`] is set.
+    pub images: ImageTable,
+    /// Keep the work directory (logs, etcd data) after teardown, for debugging.
+    pub keep_dir: bool,
+}
+
+impl Default for TestbedOptions {
+    fn default() -> Self {
+        TestbedOptions {
+            nodes: Vec::new(),
+            images: ImageTable::default(),
+            keep_dir: std::env::var_os("RUSTQUEUE_TESTBED_KEEP").is_some(),
+        }
+        .nodes(3)
+    }
+}
+
+impl TestbedOptions {
+    /// Registers `n` Nodes named `testbed-node-<i>` (replacing any set before).
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = (0..n)
+            .map(|i| NodeSpec {
+                name: format!("testbed-node-{i}"),
+                labels: BTreeMap::new(),
+            })
+            .collect();
+        self
+    }
+
+    /// Adds a label to every Node registered so far (e.g. `rustqueue.io/eligible=true`).
+    pub fn node_label(mut self, key: &str, value: &str) -> Self {
+        for n in &mut self.nodes {
+            n.labels.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// Adds one Node with its own labels.
+    pub fn node(mut self, spec: NodeSpec) -> Self {
+        self.nodes.push(spec);
+        self
+    }
+
+    /// Maps an image reference to a local image.
+    pub fn image(mut self, reference: &str, image: Image) -> Self {
+        self.images.insert(reference, image);
+        self
+    }
+
+    /// Makes `testbed/tiny:1` available: `dir` must hold the `rustqueue-testbed` binary (whose
+    /// `serve` subcommand is the tiny server).
+    pub fn tiny_image_dir(self, dir: impl Into<PathBuf>) -> Self {
+        self.image(
+            testserver::TINY_IMAGE,
+            Image::dir(dir).entrypoint(["rustqueue-testbed", "serve"]),
+        )
+    }
+}
+
+/// A running testbed. Dropping it tears everything down.
+pub struct Testbed {
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    node_names: Vec<String>,
+    dir: Option<tempfile::TempDir>,
+    dir_path: PathBuf,
+    control_plane: ControlPlane,
+    groups: ProcessGroups,
+    kubelet: Arc<kubelet::Kubelet>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
+    // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
+}
+
+impl Testbed {
+    /// Starts the control plane, the kubelet for `opts.nodes` and the provisioner, and returns
+    /// once the Nodes are Ready and schedulable and the `default` ServiceAccount exists.
+    pub async fn start(opts: TestbedOptions) -> Result<Testbed, Error> {
+        let started = Instant::now();
+        let bin = assets::bin_dir()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("rustqueue-testbed-")
+            .tempdir()
+            .map_err(|e| Error::io("creating", std::env::temp_dir(), e))?;
+        let dir_path = tmp.path().to_path_buf();
+        let groups = ProcessGroups::default();
+        let pki = pki::Pki::generate()?;
+        let control_plane = match ControlPlane::start(&bin, &dir_path, &pki, &groups).await {
+            Ok(cp) => cp,
+            Err(e) => {
+                groups.kill_all();
+                return Err(e);
+            }
+        };
+        let kubeconfig = control_plane.admin_kubeconfig.clone();
+        let client = client_from_kubeconfig(&kubeconfig).await?;
+        let node_names = opts.nodes.iter().map(|n| n.name.clone()).collect();
+        let kubelet = Arc::new(kubelet::Kubelet::new(kubelet::Config {
+            client: client.clone(),
+            images: opts.images.clone(),
+            dir: dir_path.clone(),
+            nodes: opts.nodes.clone(),
+            apiserver_port: control_plane.apiserver_port,
+            groups: groups.clone(),
+            serving: pki.kubelet_serving.clone(),
+        })?);
+        let mut bed = Testbed {
+            client: client.clone(),
+            kubeconfig,
+            node_names,
+            dir: Some(tmp),
+            dir_path,
+            control_plane,
+            groups,
+            kubelet: kubelet.clone(),
+            tasks: Vec::new(),
+        };
+        if opts.keep_dir
+            && let Some(d) = bed.dir.take()
+        {
+            let _ = d.keep();
+        }
+        bed.tasks.extend(kubelet.clone().spawn().await?);
+        bed.tasks
+            .push(storage::Provisioner::new(client.clone(), bed.dir_path.join("volumes")).spawn());
+        storage::install_storage_class(&client).await?;
+        bed.wait_nodes_ready(Duration::from_secs(60)).await?;
+        bed.wait_default_service_account("default", Duration::from_secs(60))
+            .await?;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            dir = %bed.dir_path.display(),
+            "testbed up"
+        );
+        Ok(bed)
+    }
+
+    /// A client with cluster-admin rights (group `system:masters`).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Path of the admin kubeconfig (also usable with `kubectl --kubeconfig`).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The registered Node names.
+    pub fn node_names(&self) -> &[String] {
+        &self.node_names
+    }
+
+    /// The work directory (component logs, etcd data, Pod logs, volumes).
+    pub fn dir(&self) -> &Path {
+        &self.dir_path
+    }
+
+    /// The stdout+stderr of the current (or last) run of a container.
+    pub fn logs(&self, namespace: &str, pod: &str, container: &str) -> Result<String, Error> {
+        self.kubelet.logs(namespace, pod, container, false)
+    }
+
+    /// The stdout+stderr of the previous run of a container (like `kubectl logs --previous`).
+    pub fn previous_logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<String, Error> {
+        self.kubelet.logs(namespace, pod, container, true)
+    }
+
+    /// Leaders of every process group the testbed runs now (control plane and containers);
+    /// useful to prove that teardown leaves nothing behind.
+    pub fn process_ids(&self) -> Vec<u32> {
+        self.groups.list()
+    }
+
+    /// The log file of a control-plane component (`kube-apiserver`, `etcd`, ...).
+    pub fn component_log(&self, component: &str) -> PathBuf {
+        self.dir_path.join(format!("{component}.log"))
+    }
+
+    /// Creates a namespace and waits for its `default` ServiceAccount (Pods are rejected by
+    /// the ServiceAccount admission plugin until the controller-manager has created it).
+    pub async fn create_namespace(&self, name: &str) -> Result<(), Error> {
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name}
+        }))
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        match Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.wait_default_service_account(name, Duration::from_secs(60))
+            .await
+    }
+
+    /// Errors if a control-plane process died (useful in long tests).
+    pub fn check_control_plane(&mut self) -> Result<(), Error> {
+        self.control_plane.check_alive(&self.dir_path)
+    }
+
+    async fn wait_default_service_account(
+        &self,
+        namespace: &str,
+        limit: Duration,
+    ) -> Result<(), Error> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        wait_for(&format!("ServiceAccount {namespace}/default"), limit, || {
+            let api = api.clone();
+            async move { Ok(api.get_opt("default").await?.is_some()) }
+        })
+        .await
+    }
+
+    async fn wait_nodes_ready(&self, limit: Duration) -> Result<(), Error> {
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let names = self.node_names.clone();
+        wait_for("Nodes Ready without not-ready taints", limit, || {
+            let api = api.clone();
+            let names = names.clone();
+            async move {
+                for name in &names {
+                    let node = api.get(name).await?;
+                    let tainted = node
+                        .spec
+                        .and_then(|s| s.taints)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.key.starts_with("node.kubernetes.io/"));
+                    if tainted {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        })
+        .await
+    }
+
+    /// Tears everything down now (what `Drop` does).
+    pub fn shutdown(mut self) {
+        self.teardown();
+    }
+
+    fn teardown(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.kubelet.kill_all();
+        self.control_plane.stop(&self.groups);
+        self.groups.kill_all();
+        self.kubelet.remove_mountpoints();
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Polls `check` every 250 ms until it returns `Ok(true)`; API errors are retried.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F) -> Result<(), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, Error>>,
+{
+    let start = Instant::now();
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(%e, what, "waiting"),
+        }
+        if start.elapsed() > limit {
+            return Err(Error::Timeout {
+                what: what.into(),
+                secs: limit.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

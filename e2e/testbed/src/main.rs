@@ -1,0 +1,114 @@
+//! `rustqueue-testbed`: `up` starts a local testbed and keeps it running until Ctrl-C;
+//! `serve` is the built-in tiny server image (see the library's `testserver` module).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rustqueue_testbed::{Image, Testbed, TestbedOptions, testserver};
+
+#[derive(Parser)]
+#[command(about = "A local Kubernetes (upstream control plane + process kubelet) for e2e tests")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a testbed, print its kubeconfig path, run until Ctrl-C, then tear it down.
+    Up {
+        /// How many Nodes to register.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Label for every Node, `key=value` (repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Image mapping `reference=dir` or `reference=dir:entrypoint` (repeatable). Default:
+        /// `rustqueue:dev=<target>/release` with the workspace's release binaries.
+        #[arg(long = "image")]
+        images: Vec<String>,
+    },
+    /// The tiny test server (image `testbed/tiny:1`).
+    Serve {
+        /// Address to listen on (default `$POD_IP:8080`).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Where PUT data is stored.
+        #[arg(long, default_value = "/data")]
+        data_dir: PathBuf,
+    },
+}
+
+fn default_release_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    std::path::absolute(target.join("release")).unwrap_or_else(|_| target.join("release"))
+}
+
+fn parse_image(s: &str) -> anyhow::Result<(String, Image)> {
+    let (reference, rest) = s
+        .split_once('=')
+        .context("--image expects reference=dir[:entrypoint]")?;
+    let image = match rest.split_once(':') {
+        Some((dir, entry)) => Image::dir(dir).entrypoint([entry]),
+        None => Image::dir(rest),
+    };
+    Ok((reference.to_string(), image))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "rustqueue_testbed=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Serve { listen, data_dir } => {
+            let listen = match listen {
+                Some(l) => l,
+                None => {
+                    let ip = std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into());
+                    format!("{ip}:{}", testserver::TINY_PORT).parse()?
+                }
+            };
+            testserver::serve(listen, data_dir).await?;
+        }
+        Cmd::Up { nodes, labels, images } => {
+            let mut opts = TestbedOptions::default().nodes(nodes);
+            for l in &labels {
+                let (k, v) = l.split_once('=').context("--label expects key=value")?;
+                opts = opts.node_label(k, v);
+            }
+            opts = opts.image("rustqueue:dev", Image::dir(default_release_dir()));
+            for i in &images {
+                let (reference, image) = parse_image(i)?;
+                opts = opts.image(&reference, image);
+            }
+            if let Some(dir) = std::env::current_exe()?.parent() {
+                opts = opts.tiny_image_dir(dir);
+            }
+            let started = std::time::Instant::now();
+            let bed = Testbed::start(opts).await?;
+            println!("{}", bed.kubeconfig_path().display());
+            eprintln!(
+                "testbed up in {:.1}s: Kubernetes {} on nodes {}; work dir {}\n\
+                 try: kubectl --kubeconfig {} get nodes\nCtrl-C tears it down.",
+                started.elapsed().as_secs_f64(),
+                rustqueue_testbed::k8s_version(),
+                bed.node_names().join(", "),
+                bed.dir().display(),
+                bed.kubeconfig_path().display(),
+            );
+            tokio::signal::ctrl_c().await?;
+            eprintln!("tearing down");
+            bed.shutdown();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Pod-level behaviour of the process kubelet: env and volume sources, the termination
+//! message, restart policies, liveness restarts, image errors, and SIGTERM-then-SIGKILL on
+//! delete within the grace period.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use support::{TOOLS, wait_pod};
+
+const NS: &str = "features";
+const LONG: Duration = Duration::from_secs(90);
+
+fn pod(name: &str, restart: &str, script: &str, extra: serde_json::Value) -> Pod {
+    let mut p = json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", script]}],
+        },
+    });
+    merge(&mut p, extra);
+    serde_json::from_value(p).unwrap()
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn terminated(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.terminated.clone()
+}
+
+const INSPECT: &str = r#"
+echo "env: GREETING=$GREETING MY_IP=$MY_IP MY_NAME=$MY_NAME"
+test "$GREETING" = hello || exit 10
+test "$PASSWORD" = s3cret || exit 11
+test "$(cat /etc/cfg/greeting)" = hello || exit 12
+test "$(cat /etc/sec/password)" = s3cret || exit 13
+grep -q 'app="inspect"' /etc/podinfo/labels || exit 14
+test -s /var/run/secrets/kubernetes.io/serviceaccount/token || exit 15
+grep -q 'BEGIN CERTIFICATE' /var/run/secrets/kubernetes.io/serviceaccount/ca.crt || exit 16
+test "$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)" = features || exit 17
+test "$(hostname)" = inspect || exit 18
+test "$KUBERNETES_SERVICE_HOST" = 127.0.0.1 || exit 19
+echo "ip=$MY_IP name=$MY_NAME" > /dev/termination-log
+exit 3
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
+    let bed = support::start().await;
+    let client = bed.client();
+    bed.create_namespace(NS).await.unwrap();
+    let pp = PostParams::default();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "cfg"}, "data": {"greeting": "hello"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), NS).create(&pp, &cm).await.unwrap();
+    let sec: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "sec"}, "stringData": {"password": "s3cret"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS).create(&pp, &sec).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+
+    let inspect = pod("inspect", "Never", INSPECT, json!({"spec": {
+        "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", INSPECT],
+            "env": [
+                {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+                {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
+            "volumeMounts": [
+                {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": true},
+                {"name": "sec", "mountPath": "/etc/sec"},
+                {"name": "podinfo", "mountPath": "/etc/podinfo"},
+            ]}],
+        "volumes": [
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "sec", "secret": {"secretName": "sec"}},
+            {"name": "podinfo", "downwardAPI": {"items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        ],
+    }}));
+    let flaky = pod("flaky", "Always", "echo run; sleep 60", json!({"spec": {
+        "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "echo run; sleep 60"],
+            "livenessProbe": {"exec": {"command": ["test", "-f", "/scratch/healthy"]},
+                              "periodSeconds": 1, "failureThreshold": 1},
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    }}));
+    let done = pod("done", "OnFailure", "echo finished", json!({}));
+    let stubborn_script = "trap 'echo got TERM' TERM; echo started; while true; do sleep 0.2; done";
+    let stubborn = pod("stubborn", "Always", stubborn_script, json!({}));
+    let mut missing = pod("missing", "Always", "true", json!({}));
+    missing.spec.as_mut().unwrap().containers[0].image = Some("no/such-image:1".into());
+    for p in [&inspect, &flaky, &done, &stubborn, &missing] {
+        pods.create(&pp, p).await.unwrap();
+    }
+
+    // Env and every volume kind resolved; the termination message is reported.
+    let p = wait_pod(&pods, "inspect", "Failed with exit 3", LONG, |p| {
+        terminated(p).is_some_and(|t| t.exit_code != 0)
+    })
+    .await;
+    let t = terminated(&p).unwrap();
+    let log = bed.logs(NS, "inspect", "main").unwrap_or_default();
+    assert_eq!(t.exit_code, 3, "the script's checks passed; log: {log}");
+    let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert_eq!(t.message.as_deref(), Some(format!("ip={ip} name=inspect\n").as_str()));
+    assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+
+    // OnFailure + exit 0: Succeeded, no restart.
+    let p = wait_pod(&pods, "done", "Succeeded", LONG, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+    })
+    .await;
+    assert_eq!(p.status.unwrap().container_statuses.unwrap()[0].restart_count, 0);
+    assert_eq!(bed.logs(NS, "done", "main").unwrap(), "finished\n");
+
+    // Liveness failures restart the container; the previous run's log is kept.
+    let p = wait_pod(&pods, "flaky", "restarted by its liveness probe", LONG, |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| cs[0].restart_count >= 1)
+    })
+    .await;
+    let cs = &p.status.unwrap().container_statuses.unwrap()[0];
+    assert!(cs.last_state.as_ref().unwrap().terminated.is_some());
+    assert_eq!(bed.previous_logs(NS, "flaky", "main").unwrap(), "run\n");
+
+    // An image outside the table is an image pull error.
+    wait_pod(&pods, "missing", "ErrImagePull", LONG, |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs[0].state.as_ref()?.waiting.as_ref()?.reason.clone())
+            .as_deref()
+            == Some("ErrImagePull")
+    })
+    .await;
+
+    // A process that ignores SIGTERM is SIGKILLed after the 2 s grace period.
+    let p = wait_pod(&pods, "stubborn", "running", LONG, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })
+    .await;
+    let pid: u32 = p.status.unwrap().container_statuses.unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("process://")
+        .parse()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = Instant::now();
+    pods.delete("stubborn", &DeleteParams::default()).await.unwrap();
+    loop {
+        if pods.get_opt("stubborn").await.unwrap().is_none() {
+            break;
+        }
+        assert!(asked.elapsed() < LONG, "stubborn pod never went away");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_millis(1900), "waited the grace period: {took:?}");
+    assert!(!support::process_running(pid), "SIGKILLed after the grace period");
+    assert!(bed.logs(NS, "stubborn", "main").unwrap().contains("got TERM"));
+
+    let all = bed.process_ids();
+    drop(bed);
+    assert!(all.iter().all(|p| !support::process_running(*p)), "nothing left: {all:?}");
+}

@@ -1,0 +1,98 @@
+//! Shared helpers for the testbed's own scenario tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use rustqueue_testbed::{Image, Testbed, TestbedOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Image of plain shell tools (`/bin`), for scripted containers.
+pub const TOOLS: &str = "testbed/tools:1";
+
+pub async fn start() -> Testbed {
+    let bin = Path::new(env!("CARGO_BIN_EXE_rustqueue-testbed"));
+    let opts = TestbedOptions::default()
+        .nodes(3)
+        .node_label("rustqueue.io/eligible", "true")
+        .tiny_image_dir(bin.parent().expect("binary dir"))
+        .image(TOOLS, Image::dir("/bin"));
+    Testbed::start(opts).await.expect("testbed starts")
+}
+
+/// A minimal HTTP/1.1 exchange; returns (status, body).
+pub async fn http(method: &str, addr: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(body).await?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+pub fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn pod_ip(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.pod_ip.clone())
+}
+
+/// Waits until `check(pod)` holds for the named Pod and returns it.
+pub async fn wait_pod(
+    api: &Api<Pod>,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    check: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let start = std::time::Instant::now();
+    let mut last = None;
+    loop {
+        if let Ok(Some(p)) = api.get_opt(name).await {
+            if check(&p) {
+                return p;
+            }
+            last = Some(p);
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for pod {name}: {what}; last seen status: {:#?}",
+            last.and_then(|p| p.status)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether a process still runs (a zombie awaiting its reaper does not count).
+pub fn process_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+            state != Some('Z')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Host mounts whose source or target mentions `needle`.
+pub fn host_mounts_mentioning(needle: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
