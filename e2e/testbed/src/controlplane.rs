@@ -149,6 +149,8 @@ impl ControlPlane {
                 format!("--secure-port={}", cp.apiserver_port),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
+                // a loopback advertise address is refused by the endpoint reconcilers
+                "--endpoint-reconciler-type=none".into(),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--allow-privileged=true".into(),
                 "--authorization-mode=RBAC".into(),

@@ -99,7 +99,7 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
     let flaky = pod("flaky", "Always", "echo run; sleep 60", json!({"spec": {
         "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "echo run; sleep 60"],
             "livenessProbe": {"exec": {"command": ["test", "-f", "/scratch/healthy"]},
-                              "periodSeconds": 1, "failureThreshold": 1},
+                              "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 1},
             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
     }}));

@@ -178,6 +178,9 @@ impl Ctr {
         let name = ctx.pod.metadata.name.clone().unwrap_or_default();
         ctx.k.record_log((ns, name, self.spec.name.clone()), log_file.clone());
         tracing::debug!(container = %self.spec.name, pid, ?argv, "container started");
+        if self.runs > 0 {
+            self.restarts += 1;
+        }
         self.runs += 1;
         self.waiting = None;
         self.terminated = None;
@@ -283,9 +286,9 @@ impl Ctr {
         };
         tracing::debug!(container = %self.spec.name, code, restart, "container exited");
         if restart {
-            self.restarts += 1;
+            // restartCount grows when the next run starts, as with a real kubelet
             self.last_terminated = Some(term);
-            let backoff = Duration::from_secs(1u64 << (self.restarts - 1).clamp(0, 4) as u32).min(MAX_BACKOFF);
+            let backoff = Duration::from_secs(1u64 << self.restarts.clamp(0, 4) as u32).min(MAX_BACKOFF);
             self.next_start = Instant::now() + backoff;
             self.waiting = Some((
                 "CrashLoopBackOff".into(),
