@@ -117,16 +117,32 @@ pub(crate) async fn persist_wait(
     chan: &Arc<Channel>,
     cmds: Vec<ChannelCommand>,
 ) -> Result<(), String> {
-    let Some(tx) = &chan.wal_tx else {
-        return Ok(());
+    persist_send(chan, cmds).await
+}
+
+/// Queues commands for the next group commit now, before returning; the future resolves
+/// once they crossed the WAL fsync. It borrows nothing, so callers may keep working (and
+/// queue more) while the fsync runs.
+pub(crate) fn persist_send(
+    chan: &Channel,
+    cmds: Vec<ChannelCommand>,
+) -> impl std::future::Future<Output = Result<(), String>> + Send + 'static {
+    let rx = match &chan.wal_tx {
+        Some(tx) if !cmds.is_empty() => {
+            let (rtx, rrx) = oneshot::channel();
+            tx.send(WalReq::Cmds(cmds, Some(rtx)))
+                .map(|()| rrx)
+                .map_err(|_| "channel closed".to_string())
+                .map(Some)
+        }
+        _ => Ok(None),
     };
-    if cmds.is_empty() {
-        return Ok(());
+    async move {
+        match rx? {
+            Some(rrx) => rrx.await.map_err(|_| "channel closed".to_string())?,
+            None => Ok(()),
+        }
     }
-    let (rtx, rrx) = oneshot::channel();
-    tx.send(WalReq::Cmds(cmds, Some(rtx)))
-        .map_err(|_| "channel closed".to_string())?;
-    rrx.await.map_err(|_| "channel closed".to_string())?
 }
 
 /// Sends commands without waiting (timeout counters, sampled auto-FINs).

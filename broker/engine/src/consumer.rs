@@ -10,7 +10,7 @@ use rustqueue_storage::{Entry, FsFile};
 use tokio::sync::watch;
 
 use crate::channel::{Channel, ConsumerState, Take, TakeRules};
-use crate::commit::{persist_later, persist_wait};
+use crate::commit::{persist_later, persist_send, persist_wait};
 use crate::engine::{Inner, PERMIT_BYTES};
 use crate::error::DeliveryError;
 use crate::topic::{Topic, lock};
@@ -33,6 +33,15 @@ impl std::fmt::Debug for Consumer {
             .field("id", &self.id)
             .finish()
     }
+}
+
+/// Resolves once a pipelined FIN/REQ is durable (crossed the channel WAL fsync).
+pub type Durable = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), DeliveryError>> + Send + 'static>,
+>;
+
+fn durable(fut: impl std::future::Future<Output = Result<(), String>> + Send + 'static) -> Durable {
+    Box::pin(async move { fut.await.map_err(DeliveryError::StorageFault) })
 }
 
 /// Bodies above this size are read on the blocking pool.
@@ -211,25 +220,39 @@ impl Consumer {
 
     /// FIN; resolves after the channel WAL fsync (durable channels).
     pub async fn finish(&self, id: MessageId) -> Result<(), DeliveryError> {
+        self.finish_pipelined(id)?.await
+    }
+
+    /// FIN applied in memory at once (the message leaves this consumer's in-flight set and its
+    /// RDY slot frees); the returned future resolves after the channel WAL fsync. A crash before
+    /// that fsync redelivers the message (at-least-once), never loses it. Sessions use this
+    /// so a FIN does not stall delivery for an fsync: NSQ sends no reply to FIN.
+    pub fn finish_pipelined(&self, id: MessageId) -> Result<Durable, DeliveryError> {
         let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
         let cmd = lock(&self.channel.st).finish(self.id, raw)?;
         self.channel.notify.notify_waiters();
-        persist_wait(&self.channel, vec![cmd])
-            .await
-            .map_err(DeliveryError::StorageFault)
+        Ok(durable(persist_send(&self.channel, vec![cmd])))
     }
 
     /// REQ with a delay (0 = at once); attempts are kept.
     pub async fn requeue(&self, id: MessageId, delay: Duration) -> Result<(), DeliveryError> {
+        self.requeue_pipelined(id, delay)?.await
+    }
+
+    /// REQ applied in memory at once; the future resolves after the channel WAL fsync (see
+    /// [`Consumer::finish_pipelined`]).
+    pub fn requeue_pipelined(
+        &self,
+        id: MessageId,
+        delay: Duration,
+    ) -> Result<Durable, DeliveryError> {
         if delay > self.inner.cfg.max_defer {
             return Err(DeliveryError::InvalidDelay);
         }
         let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
         let cmd = lock(&self.channel.st).requeue(self.id, raw, delay, now_ms())?;
         self.channel.notify.notify_waiters();
-        persist_wait(&self.channel, vec![cmd])
-            .await
-            .map_err(DeliveryError::StorageFault)
+        Ok(durable(persist_send(&self.channel, vec![cmd])))
     }
 
     /// TOUCH: restarts the message's timeout.

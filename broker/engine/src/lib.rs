@@ -26,7 +26,7 @@ mod types;
 
 pub use bytes::Bytes;
 pub use config::{AckMode, EngineConfig, feature_level_message_cap};
-pub use consumer::Consumer;
+pub use consumer::{Consumer, Durable};
 pub use engine::Engine;
 pub use error::{DeliveryError, EngineError, OpenError, PublishError};
 pub use types::{

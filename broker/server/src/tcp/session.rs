@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use rustqueue_engine::{ClientInfo, Consumer, ConsumerOptions, Delivery};
 use rustqueue_protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated, negotiate};
 use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, frame};
@@ -53,6 +55,8 @@ pub struct Session {
     last_recv: Instant,
     flush_at: Option<Instant>,
     command_started: Option<Instant>,
+    /// FIN/REQ applied in memory whose WAL fsync is still running.
+    pending_acks: FuturesUnordered<acks::PendingAck>,
 }
 
 fn far_future() -> Instant {
@@ -78,6 +82,7 @@ impl Session {
             last_recv: Instant::now(),
             flush_at: None,
             command_started: None,
+            pending_acks: FuturesUnordered::new(),
         }
     }
 
@@ -209,6 +214,11 @@ impl Session {
                             self.conn.flush().await?;
                             return Ok(());
                         }
+                    }
+                }
+                Some(settled) = self.pending_acks.next(), if !self.pending_acks.is_empty() => {
+                    if let Next::Close = self.ack_settled(settled).await? {
+                        return Ok(());
                     }
                 }
                 _ = sleep_until(flush_at) => {

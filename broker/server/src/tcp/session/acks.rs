@@ -1,12 +1,14 @@
-//! FIN/REQ/TOUCH, batched: a run of pipelined acks is sent to the engine concurrently so
-//! their channel-WAL fsyncs share one group commit instead of one fsync each.
+//! FIN/REQ/TOUCH. A run of pipelined acks is applied in order; their channel-WAL fsyncs run
+//! in the background and share group commits, so delivery never stalls on the disk.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::future::join_all;
-use rustqueue_engine::MessageId;
-use rustqueue_protocol::{Command, ProtocolError};
+use std::future::Future;
+use std::pin::Pin;
+
+use rustqueue_engine::{DeliveryError, MessageId};
+use rustqueue_protocol::{Command, MessageId as ProtoId, ProtocolError};
 
 use crate::tcp::errors;
 use crate::tcp::session::{Next, Session, State};
@@ -22,49 +24,64 @@ pub(super) fn is_ack(cmd: &Command) -> bool {
     )
 }
 
+/// A FIN/REQ already applied in memory whose channel-WAL fsync is still running.
+pub(super) type PendingAck = Pin<
+    Box<dyn Future<Output = (&'static str, ProtoId, Result<(), DeliveryError>)> + Send + 'static>,
+>;
+
 impl Session {
-    /// Runs acks concurrently, then reports failures in command order (non-fatal, like nsqd).
+    /// Applies a run of acks in command order. FIN and REQ take effect in memory at once (the
+    /// RDY slot frees, nothing is redelivered) and their WAL fsyncs are left to complete in
+    /// the background, so delivery never waits on a disk flush: NSQ sends no reply to FIN or
+    /// REQ, and a crash before the fsync only redelivers (at-least-once). Failures are reported
+    /// like nsqd's, as non-fatal errors.
     pub(super) async fn ack_batch(&mut self, acks: Vec<Command>) -> std::io::Result<Next> {
-        let Some(consumer) = self.consumer.as_ref().filter(|_| self.state != State::Init) else {
+        if self.state == State::Init || self.consumer.is_none() {
             let name = acks.first().map_or("FIN", Command::name);
             return self
                 .fail(ProtocolError::invalid(format!(
                     "cannot {name} in current state"
                 )))
                 .await;
-        };
+        }
         let max_defer = self.shared.cfg.queue.max_defer_ms as i64;
-        let results = join_all(acks.iter().filter_map(|cmd| {
-            let (name, id) = match cmd {
-                Command::Fin(id) => ("FIN", *id),
-                Command::Req { id, .. } => ("REQ", *id),
-                Command::Touch(id) => ("TOUCH", *id),
-                _ => return None,
+        for cmd in &acks {
+            let Some(consumer) = self.consumer.as_ref() else {
+                break;
             };
-            let eid = MessageId(id.0);
-            Some(async move {
-                let result = match cmd {
-                    Command::Fin(_) => consumer.finish(eid).await,
-                    // nsqd clamps an out-of-range REQ delay instead of refusing it.
-                    Command::Req { delay_ms, .. } => {
-                        let delay = Duration::from_millis((*delay_ms).clamp(0, max_defer) as u64);
-                        consumer.requeue(eid, delay).await
+            let (name, id, applied) = match cmd {
+                Command::Fin(id) => ("FIN", *id, consumer.finish_pipelined(MessageId(id.0))),
+                // nsqd clamps an out-of-range REQ delay instead of refusing it.
+                Command::Req { id, delay_ms } => {
+                    let delay = Duration::from_millis((*delay_ms).clamp(0, max_defer) as u64);
+                    (
+                        "REQ",
+                        *id,
+                        consumer.requeue_pipelined(MessageId(id.0), delay),
+                    )
+                }
+                Command::Touch(id) => {
+                    if let Err(e) = consumer.touch(MessageId(id.0))
+                        && let Next::Close = self
+                            .fail(errors::delivery(&e, "TOUCH", id.as_str()))
+                            .await?
+                    {
+                        return Ok(Next::Close);
                     }
-                    _ => consumer.touch(eid),
-                };
-                (name, id, result)
-            })
-        }))
-        .await;
-        for (name, id, result) in results {
-            match result {
-                Ok(()) => {
-                    let counter = match name {
-                        "FIN" => &self.stats.finish_count,
-                        "REQ" => &self.stats.requeue_count,
-                        _ => continue,
+                    continue;
+                }
+                _ => continue,
+            };
+            match applied {
+                Ok(durable) => {
+                    let counter = if name == "FIN" {
+                        &self.stats.finish_count
+                    } else {
+                        &self.stats.requeue_count
                     };
                     counter.fetch_add(1, Ordering::Relaxed);
+                    self.pending_acks
+                        .push(Box::pin(async move { (name, id, durable.await) }));
                 }
                 Err(e) => {
                     if let Next::Close = self.fail(errors::delivery(&e, name, id.as_str())).await? {
@@ -75,5 +92,16 @@ impl Session {
         }
         self.update_in_flight();
         Ok(Next::Continue)
+    }
+
+    /// Reports a background FIN/REQ fsync that failed (storage is isolated by then).
+    pub(super) async fn ack_settled(
+        &mut self,
+        (name, id, result): (&'static str, ProtoId, Result<(), DeliveryError>),
+    ) -> std::io::Result<Next> {
+        match result {
+            Ok(()) => Ok(Next::Continue),
+            Err(e) => self.fail(errors::delivery(&e, name, id.as_str())).await,
+        }
     }
 }
