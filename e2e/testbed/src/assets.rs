@@ -41,9 +41,14 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
             cache.join(format!("k8s-{}", k8s_version())).join("bin")
         }
     };
-    let complete = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
-        .iter()
-        .all(|b| dir.join(b).exists());
+    let complete = [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ]
+    .iter()
+    .all(|b| dir.join(b).exists());
     if complete {
         Ok(dir)
     } else {

@@ -149,7 +149,9 @@ mod tests {
 
     #[test]
     fn unknown_image_is_an_image_pull_error() {
-        let err = table().resolve("nope:1", &["true".into()], &[]).unwrap_err();
+        let err = table()
+            .resolve("nope:1", &["true".into()], &[])
+            .unwrap_err();
         assert_eq!(err.reason, "ErrImagePull");
     }
 

@@ -148,8 +148,8 @@ pub struct Testbed {
 pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kc = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let kc =
+        kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| Error::Kubeconfig(e.to_string()))?;
@@ -295,10 +295,14 @@ impl Testbed {
         limit: Duration,
     ) -> Result<(), Error> {
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
-        wait_for(&format!("ServiceAccount {namespace}/default"), limit, || {
-            let api = api.clone();
-            async move { Ok(api.get_opt("default").await?.is_some()) }
-        })
+        wait_for(
+            &format!("ServiceAccount {namespace}/default"),
+            limit,
+            || {
+                let api = api.clone();
+                async move { Ok(api.get_opt("default").await?.is_some()) }
+            },
+        )
         .await
     }
 

@@ -79,7 +79,11 @@ async fn main() -> anyhow::Result<()> {
             };
             testserver::serve(listen, data_dir).await?;
         }
-        Cmd::Up { nodes, labels, images } => {
+        Cmd::Up {
+            nodes,
+            labels,
+            images,
+        } => {
             let mut opts = TestbedOptions::default().nodes(nodes);
             for l in &labels {
                 let (k, v) = l.split_once('=').context("--label expects key=value")?;

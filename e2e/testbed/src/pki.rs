@@ -5,8 +5,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use crate::Error;
@@ -127,8 +127,11 @@ impl Pki {
         let admin = leaf("rustqueue-testbed-admin", Some("system:masters"), None)?;
         let controller_manager = leaf("system:kube-controller-manager", None, None)?;
         let scheduler = leaf("system:kube-scheduler", None, None)?;
-        let apiserver_kubelet_client =
-            leaf("kube-apiserver-kubelet-client", Some("system:masters"), None)?;
+        let apiserver_kubelet_client = leaf(
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            None,
+        )?;
         let kubelet_serving = leaf("testbed-kubelet", None, Some(serving_sans(&["localhost"])?))?;
 
         let sa = KeyPair::generate().map_err(pki_err)?;

@@ -113,7 +113,8 @@ impl Provisioner {
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         for pvc in pvcs.list(&ListParams::default()).await? {
             let class = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
-            if class.as_deref() != Some(STORAGE_CLASS) || pvc.metadata.deletion_timestamp.is_some() {
+            if class.as_deref() != Some(STORAGE_CLASS) || pvc.metadata.deletion_timestamp.is_some()
+            {
                 continue;
             }
             let bound = pvc.spec.as_ref().and_then(|s| s.volume_name.clone());
@@ -123,9 +124,17 @@ impl Provisioner {
             }
         }
         for pv in pvs.list(&ListParams::default()).await? {
-            let ours = pv.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) == Some(STORAGE_CLASS);
+            let ours = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref())
+                == Some(STORAGE_CLASS);
             let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-            let delete = pv.spec.as_ref().and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
+            let delete = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+                == Some("Delete");
             if ours && released && delete && pv.metadata.deletion_timestamp.is_none() {
                 let name = pv.metadata.name.clone().unwrap_or_default();
                 if let Some(path) = pv.spec.and_then(|s| s.host_path).map(|h| h.path) {
@@ -137,8 +146,17 @@ impl Provisioner {
         Ok(())
     }
 
-    async fn provision(&self, pvs: &Api<PersistentVolume>, pvc: &PersistentVolumeClaim) -> Result<(), Error> {
-        let Some(node) = pvc.metadata.annotations.as_ref().and_then(|a| a.get(SELECTED_NODE)) else {
+    async fn provision(
+        &self,
+        pvs: &Api<PersistentVolume>,
+        pvc: &PersistentVolumeClaim,
+    ) -> Result<(), Error> {
+        let Some(node) = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE))
+        else {
             return Ok(()); // WaitForFirstConsumer: the scheduler has not picked a node yet
         };
         let uid = pvc.metadata.uid.clone().unwrap_or_default();
@@ -185,14 +203,19 @@ impl Provisioner {
         pvc: &PersistentVolumeClaim,
         pv_name: &str,
     ) -> Result<(), Error> {
-        let Some(want) = storage_of(pvc) else { return Ok(()) };
+        let Some(want) = storage_of(pvc) else {
+            return Ok(());
+        };
         let have = pvc
             .status
             .as_ref()
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage"))
             .map(|q| q.0.clone());
-        let (Some(want_b), Some(have_b)) = (parse_quantity(&want), have.as_deref().and_then(parse_quantity)) else {
+        let (Some(want_b), Some(have_b)) = (
+            parse_quantity(&want),
+            have.as_deref().and_then(parse_quantity),
+        ) else {
             return Ok(());
         };
         if want_b <= have_b {

@@ -22,7 +22,10 @@ pub const TINY_IMAGE: &str = "testbed/tiny:1";
 pub const TINY_PORT: u16 = 8080;
 
 fn valid(key: &str) -> bool {
-    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 async fn put(State(dir): State<PathBuf>, Path(key): Path<String>, body: Bytes) -> StatusCode {
@@ -49,7 +52,9 @@ async fn fetch(State(dir): State<PathBuf>, Path(key): Path<String>) -> Result<Ve
     if !valid(&key) {
         return Err(StatusCode::BAD_REQUEST);
     }
-    tokio::fs::read(dir.join(key)).await.map_err(|_| StatusCode::NOT_FOUND)
+    tokio::fs::read(dir.join(key))
+        .await
+        .map_err(|_| StatusCode::NOT_FOUND)
 }
 
 /// Serves until SIGTERM or SIGINT.
@@ -67,8 +72,9 @@ pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> std::io::Result<()>
     println!("tiny: listening on {listen}");
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("SIGTERM handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}

@@ -39,7 +39,15 @@ fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
 }
 
 fn terminated(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
-    p.status.as_ref()?.container_statuses.as_ref()?.first()?.state.as_ref()?.terminated.clone()
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
 }
 
 const INSPECT: &str = r#"
@@ -68,41 +76,57 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
         "metadata": {"name": "cfg"}, "data": {"greeting": "hello"}
     }))
     .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), NS).create(&pp, &cm).await.unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .create(&pp, &cm)
+        .await
+        .unwrap();
     let sec: Secret = serde_json::from_value(json!({
         "metadata": {"name": "sec"}, "stringData": {"password": "s3cret"}
     }))
     .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS).create(&pp, &sec).await.unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&pp, &sec)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
-    let inspect = pod("inspect", "Never", INSPECT, json!({"spec": {
-        "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", INSPECT],
-            "env": [
-                {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
-                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
-                {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    let inspect = pod(
+        "inspect",
+        "Never",
+        INSPECT,
+        json!({"spec": {
+            "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", INSPECT],
+                "env": [
+                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
+                    {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": true},
+                    {"name": "sec", "mountPath": "/etc/sec"},
+                    {"name": "podinfo", "mountPath": "/etc/podinfo"},
+                ]}],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "sec", "secret": {"secretName": "sec"}},
+                {"name": "podinfo", "downwardAPI": {"items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
             ],
-            "volumeMounts": [
-                {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": true},
-                {"name": "sec", "mountPath": "/etc/sec"},
-                {"name": "podinfo", "mountPath": "/etc/podinfo"},
-            ]}],
-        "volumes": [
-            {"name": "cfg", "configMap": {"name": "cfg"}},
-            {"name": "sec", "secret": {"secretName": "sec"}},
-            {"name": "podinfo", "downwardAPI": {"items": [
-                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-        ],
-    }}));
-    let flaky = pod("flaky", "Always", "echo run; sleep 60", json!({"spec": {
-        "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "echo run; sleep 60"],
-            "livenessProbe": {"exec": {"command": ["test", "-f", "/scratch/healthy"]},
-                              "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 1},
-            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
-    }}));
+        }}),
+    );
+    let flaky = pod(
+        "flaky",
+        "Always",
+        "echo run; sleep 60",
+        json!({"spec": {
+            "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "echo run; sleep 60"],
+                "livenessProbe": {"exec": {"command": ["test", "-f", "/scratch/healthy"]},
+                                  "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 1},
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        }}),
+    );
     let done = pod("done", "OnFailure", "echo finished", json!({}));
     let stubborn_script = "trap 'echo got TERM' TERM; echo started; while true; do sleep 0.2; done";
     let stubborn = pod("stubborn", "Always", stubborn_script, json!({}));
@@ -121,7 +145,10 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
     let log = bed.logs(NS, "inspect", "main").unwrap_or_default();
     assert_eq!(t.exit_code, 3, "the script's checks passed; log: {log}");
     let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    assert_eq!(t.message.as_deref(), Some(format!("ip={ip} name=inspect\n").as_str()));
+    assert_eq!(
+        t.message.as_deref(),
+        Some(format!("ip={ip} name=inspect\n").as_str())
+    );
     assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
 
     // OnFailure + exit 0: Succeeded, no restart.
@@ -129,16 +156,25 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
         p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
     })
     .await;
-    assert_eq!(p.status.unwrap().container_statuses.unwrap()[0].restart_count, 0);
+    assert_eq!(
+        p.status.unwrap().container_statuses.unwrap()[0].restart_count,
+        0
+    );
     assert_eq!(bed.logs(NS, "done", "main").unwrap(), "finished\n");
 
     // Liveness failures restart the container; the previous run's log is kept.
-    let p = wait_pod(&pods, "flaky", "restarted by its liveness probe", LONG, |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|cs| cs[0].restart_count >= 1)
-    })
+    let p = wait_pod(
+        &pods,
+        "flaky",
+        "restarted by its liveness probe",
+        LONG,
+        |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| cs[0].restart_count >= 1)
+        },
+    )
     .await;
     let cs = &p.status.unwrap().container_statuses.unwrap()[0];
     assert!(cs.last_state.as_ref().unwrap().terminated.is_some());
@@ -169,7 +205,9 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = Instant::now();
-    pods.delete("stubborn", &DeleteParams::default()).await.unwrap();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
     loop {
         if pods.get_opt("stubborn").await.unwrap().is_none() {
             break;
@@ -178,11 +216,24 @@ async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let took = asked.elapsed();
-    assert!(took >= Duration::from_millis(1900), "waited the grace period: {took:?}");
-    assert!(!support::process_running(pid), "SIGKILLed after the grace period");
-    assert!(bed.logs(NS, "stubborn", "main").unwrap().contains("got TERM"));
+    assert!(
+        took >= Duration::from_millis(1900),
+        "waited the grace period: {took:?}"
+    );
+    assert!(
+        !support::process_running(pid),
+        "SIGKILLed after the grace period"
+    );
+    assert!(
+        bed.logs(NS, "stubborn", "main")
+            .unwrap()
+            .contains("got TERM")
+    );
 
     let all = bed.process_ids();
     drop(bed);
-    assert!(all.iter().all(|p| !support::process_running(*p)), "nothing left: {all:?}");
+    assert!(
+        all.iter().all(|p| !support::process_running(*p)),
+        "nothing left: {all:?}"
+    );
 }

@@ -95,11 +95,19 @@ pub(crate) fn command(
 ) -> Result<tokio::process::Command, String> {
     let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
     let mut cmd = tokio::process::Command::new("unshare");
-    cmd.args(["--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c"])
-        .arg(MOUNT_SCRIPT)
-        .arg("sh")
-        .arg(hostname)
-        .arg(mounts.len().to_string());
+    cmd.args([
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+    ])
+    .arg(MOUNT_SCRIPT)
+    .arg("sh")
+    .arg(hostname)
+    .arg(mounts.len().to_string());
     for m in mounts {
         cmd.arg(&m.src)
             .arg(&m.dst)

@@ -34,7 +34,11 @@ pub(crate) fn field(pod: &Pod, ip: &str, sel: &ObjectFieldSelector) -> Result<St
         "status.hostIP" | "status.hostIPs" => "127.0.0.1".to_string(),
         _ => {
             if let Some(k) = map_key("metadata.labels") {
-                m.labels.as_ref().and_then(|l| l.get(&k)).cloned().unwrap_or_default()
+                m.labels
+                    .as_ref()
+                    .and_then(|l| l.get(&k))
+                    .cloned()
+                    .unwrap_or_default()
             } else if let Some(k) = map_key("metadata.annotations") {
                 m.annotations
                     .as_ref()
@@ -131,13 +135,19 @@ pub(crate) async fn resolve(
         .or_else(|| pod.metadata.name.clone())
         .unwrap_or_default();
     for (k, v) in [
-        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()),
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        ),
         ("HOME", "/root".to_string()),
         ("HOSTNAME", hostname),
         ("KUBERNETES_SERVICE_HOST", "127.0.0.1".to_string()),
         ("KUBERNETES_SERVICE_PORT", apiserver_port.to_string()),
         ("KUBERNETES_SERVICE_PORT_HTTPS", apiserver_port.to_string()),
-        ("KUBERNETES_PORT", format!("tcp://127.0.0.1:{apiserver_port}")),
+        (
+            "KUBERNETES_PORT",
+            format!("tcp://127.0.0.1:{apiserver_port}"),
+        ),
     ] {
         vars.insert(k.to_string(), v);
     }
@@ -209,9 +219,9 @@ pub(crate) async fn resolve(
 fn resource_field(container: &Container, resource: &str) -> String {
     let res = container.resources.as_ref();
     let (kind, name) = resource.split_once('.').unwrap_or(("limits", resource));
-    let pick = |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
-        m.and_then(|m| m.get(name)).map(|q| q.0.clone())
-    };
+    let pick = |m: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| { m.and_then(|m| m.get(name)).map(|q| q.0.clone()) };
     let v = match kind {
         "requests" => pick(res.and_then(|r| r.requests.as_ref())),
         _ => pick(res.and_then(|r| r.limits.as_ref())),
@@ -248,9 +258,18 @@ mod tests {
             field_path: p.into(),
             ..Default::default()
         };
-        assert_eq!(field(&pod, "127.1.0.2", &sel("metadata.labels['app']")).unwrap(), "q");
-        assert_eq!(field(&pod, "127.1.0.2", &sel("status.podIP")).unwrap(), "127.1.0.2");
-        assert_eq!(field(&pod, "", &sel("metadata.labels")).unwrap(), "app=\"q\"\n");
+        assert_eq!(
+            field(&pod, "127.1.0.2", &sel("metadata.labels['app']")).unwrap(),
+            "q"
+        );
+        assert_eq!(
+            field(&pod, "127.1.0.2", &sel("status.podIP")).unwrap(),
+            "127.1.0.2"
+        );
+        assert_eq!(
+            field(&pod, "", &sel("metadata.labels")).unwrap(),
+            "app=\"q\"\n"
+        );
         assert!(field(&pod, "", &sel("spec.nope")).is_err());
     }
 }

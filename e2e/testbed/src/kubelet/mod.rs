@@ -179,7 +179,8 @@ impl Kubelet {
 
     /// Removes the host directories and files created as mountpoints (empty ones only).
     pub(crate) fn remove_mountpoints(&self) {
-        let created = std::mem::take(&mut *self.mountpoints.lock().unwrap_or_else(|p| p.into_inner()));
+        let created =
+            std::mem::take(&mut *self.mountpoints.lock().unwrap_or_else(|p| p.into_inner()));
         for path in created.iter().rev() {
             if path.is_dir() {
                 let _ = std::fs::remove_dir(path);
@@ -235,12 +236,20 @@ impl Kubelet {
         container: &str,
         previous: bool,
     ) -> Result<String, Error> {
-        let key = (namespace.to_string(), pod.to_string(), container.to_string());
+        let key = (
+            namespace.to_string(),
+            pod.to_string(),
+            container.to_string(),
+        );
         let what = format!("{namespace}/{pod}/{container}");
         let path = {
             let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
             let runs = logs.get(&key).ok_or_else(|| Error::NoLog(what.clone()))?;
-            let idx = if previous { runs.len().checked_sub(2) } else { runs.len().checked_sub(1) };
+            let idx = if previous {
+                runs.len().checked_sub(2)
+            } else {
+                runs.len().checked_sub(1)
+            };
             idx.and_then(|i| runs.get(i))
                 .cloned()
                 .ok_or_else(|| Error::NoLog(what.clone()))?

@@ -42,7 +42,8 @@ fn labels(spec: &NodeSpec) -> BTreeMap<String, String> {
 
 fn status(name: &str, kubelet_port: u16) -> serde_json::Value {
     let t = now();
-    let resources = json!({"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"});
+    let resources =
+        json!({"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"});
     let cond = |ty: &str, status: &str, reason: &str, message: &str| {
         json!({"type": ty, "status": status, "reason": reason, "message": message,
                "lastHeartbeatTime": t, "lastTransitionTime": t})

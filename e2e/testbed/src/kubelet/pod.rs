@@ -68,7 +68,12 @@ impl Worker {
             volume_error: None,
             last_volume_sync: Instant::now(),
             start_time: now(),
-            init: spec.init_containers.unwrap_or_default().into_iter().map(Ctr::new).collect(),
+            init: spec
+                .init_containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(Ctr::new)
+                .collect(),
             ctrs: spec.containers.into_iter().map(Ctr::new).collect(),
             init_done: false,
             conditions: Vec::new(),
@@ -126,7 +131,12 @@ impl Worker {
             .pod
             .metadata
             .deletion_grace_period_seconds
-            .or_else(|| self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .or_else(|| {
+                self.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
             .unwrap_or(30);
         Duration::from_secs(secs.max(0) as u64)
     }
@@ -168,7 +178,11 @@ impl Worker {
         }
         self.reap_all();
         if !self.init_done {
-            match self.init.iter().position(|c| c.outcome() != Outcome::Succeeded) {
+            match self
+                .init
+                .iter()
+                .position(|c| c.outcome() != Outcome::Succeeded)
+            {
                 None => self.init_done = true,
                 Some(i) => {
                     if self.init[i].outcome() == Outcome::Failed {
@@ -194,7 +208,11 @@ impl Worker {
         let grace = self.grace();
         for c in self.init.iter_mut() {
             // init containers never restart after success; a failure restarts unless Never
-            let p = if policy == "Never" { "Never" } else { "OnFailure" };
+            let p = if policy == "Never" {
+                "Never"
+            } else {
+                "OnFailure"
+            };
             c.reap(&self.k, p, grace);
         }
         for c in self.ctrs.iter_mut() {
@@ -215,7 +233,11 @@ impl Worker {
             dir: &self.dir,
             log_dir: &self.log_dir,
         };
-        let c = if init { &mut self.init[i] } else { &mut self.ctrs[i] };
+        let c = if init {
+            &mut self.init[i]
+        } else {
+            &mut self.ctrs[i]
+        };
         c.start(&ctx).await;
     }
 
@@ -223,10 +245,7 @@ impl Worker {
         let ip = self.ip.map(|i| i.to_string()).unwrap_or_default();
         let grace = self.grace();
         let images = &self.k.cfg.images;
-        let jobs = self
-            .ctrs
-            .iter_mut()
-            .map(|c| c.probe(images, &ip, grace));
+        let jobs = self.ctrs.iter_mut().map(|c| c.probe(images, &ip, grace));
         futures::future::join_all(jobs).await;
     }
 
@@ -338,7 +357,11 @@ impl Worker {
         }
         let api: Api<Pod> = Api::namespaced(self.k.cfg.client.clone(), &self.ns);
         match api
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Strategic(body.clone()))
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Strategic(body.clone()),
+            )
             .await
         {
             Ok(_) => self.last_patch = Some(body),
@@ -352,10 +375,7 @@ impl Worker {
         let mut deadline = Instant::now() + self.grace();
         let ip = self.ip.map(|i| i.to_string()).unwrap_or_default();
         let images = &self.k.cfg.images;
-        let hooks = self
-            .ctrs
-            .iter()
-            .map(|c| c.pre_stop(images, &ip, deadline));
+        let hooks = self.ctrs.iter().map(|c| c.pre_stop(images, &ip, deadline));
         futures::future::join_all(hooks).await;
         for c in self.init.iter_mut().chain(self.ctrs.iter_mut()) {
             c.signal(Signal::SIGTERM);

@@ -104,7 +104,7 @@ pub(crate) async fn run(
             if s.write_all(req.as_bytes()).await.is_err() {
                 return false;
             }
-            let mut buf = vec![0u8; 64];
+            let mut buf = [0u8; 64];
             let mut n = 0;
             while n < 12 {
                 match s.read(&mut buf[n..]).await {
@@ -149,7 +149,9 @@ pub(crate) async fn run(
             false
         }
     };
-    tokio::time::timeout(timeout, attempt).await.unwrap_or(false)
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -186,7 +188,11 @@ mod tests {
                 while let Ok((mut s, _)) = l.accept().await {
                     let mut buf = [0u8; 1024];
                     let _ = s.read(&mut buf).await;
-                    let _ = s.write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes()).await;
+                    let _ = s
+                        .write_all(
+                            format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+                        )
+                        .await;
                 }
             });
             port

@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
+use super::Kubelet;
 use super::container;
 use super::env;
 use super::pod::now;
 use super::probe::{self, ProbeState};
 use super::volumes::Sources;
-use super::Kubelet;
 use crate::ImageTable;
 use crate::process::{group_alive, signal_group};
 
@@ -133,23 +133,43 @@ impl Ctr {
 
     pub(crate) async fn start(&mut self, ctx: &StartCtx<'_>) {
         let client = &ctx.k.cfg.client;
-        let env = match env::resolve(client, ctx.pod, ctx.ip, &self.spec, ctx.k.cfg.apiserver_port).await {
+        let env = match env::resolve(
+            client,
+            ctx.pod,
+            ctx.ip,
+            &self.spec,
+            ctx.k.cfg.apiserver_port,
+        )
+        .await
+        {
             Ok(e) => e,
-            Err(m) => return self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2)),
+            Err(m) => {
+                return self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2));
+            }
         };
         let expand = |v: &Option<Vec<String>>| -> Vec<String> {
             v.iter().flatten().map(|s| env::expand(s, &env)).collect()
         };
         let image = self.spec.image.clone().unwrap_or_default();
-        let argv = match ctx.k.cfg.images.resolve(&image, &expand(&self.spec.command), &expand(&self.spec.args)) {
+        let argv = match ctx.k.cfg.images.resolve(
+            &image,
+            &expand(&self.spec.command),
+            &expand(&self.spec.args),
+        ) {
             Ok(a) => a,
             Err(e) => return self.fail_start(e.reason, e.message, Duration::from_secs(5)),
         };
         let n = self.runs;
-        let term_file = ctx.dir.join("termination").join(format!("{}-{n}", self.spec.name));
+        let term_file = ctx
+            .dir
+            .join("termination")
+            .join(format!("{}-{n}", self.spec.name));
         let log_file = ctx.log_dir.join(format!("{}-{n}.log", self.spec.name));
         let prepared = (|| -> Result<_, String> {
-            for d in [term_file.parent(), log_file.parent()].into_iter().flatten() {
+            for d in [term_file.parent(), log_file.parent()]
+                .into_iter()
+                .flatten()
+            {
                 std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
             }
             std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
@@ -160,7 +180,14 @@ impl Ctr {
                     .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
             }
             let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
-            container::command(ctx.hostname, &mounts, &argv, &env, self.spec.working_dir.as_deref(), log)
+            container::command(
+                ctx.hostname,
+                &mounts,
+                &argv,
+                &env,
+                self.spec.working_dir.as_deref(),
+                log,
+            )
         })();
         let mut cmd = match prepared {
             Ok(c) => c,
@@ -169,14 +196,19 @@ impl Ctr {
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                return self.fail_start("RunContainerError", format!("spawn: {e}"), Duration::from_secs(2));
+                return self.fail_start(
+                    "RunContainerError",
+                    format!("spawn: {e}"),
+                    Duration::from_secs(2),
+                );
             }
         };
         let pid = child.id().unwrap_or(0);
         ctx.k.cfg.groups.add(pid);
         let ns = ctx.pod.metadata.namespace.clone().unwrap_or_default();
         let name = ctx.pod.metadata.name.clone().unwrap_or_default();
-        ctx.k.record_log((ns, name, self.spec.name.clone()), log_file.clone());
+        ctx.k
+            .record_log((ns, name, self.spec.name.clone()), log_file.clone());
         tracing::debug!(container = %self.spec.name, pid, ?argv, "container started");
         if self.runs > 0 {
             self.restarts += 1;
@@ -238,7 +270,8 @@ impl Ctr {
     /// Waits for the (already killed) process so nothing is left behind.
     pub(crate) async fn reap_blocking(&mut self, k: &Kubelet) {
         if let Some(r) = &mut self.run
-            && let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), r.child.wait()).await
+            && let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(5), r.child.wait()).await
         {
             self.exited(k, "Never", status);
         }
@@ -258,7 +291,8 @@ impl Ctr {
         };
         let mut message = std::fs::read_to_string(&r.term_file).unwrap_or_default();
         message.truncate(4096);
-        let fallback = self.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        let fallback =
+            self.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
         if message.is_empty() && fallback && code != 0 {
             let log = crate::controlplane::tail(&r.log_file, 80);
             let start = log.len().saturating_sub(2048);
@@ -288,11 +322,16 @@ impl Ctr {
         if restart {
             // restartCount grows when the next run starts, as with a real kubelet
             self.last_terminated = Some(term);
-            let backoff = Duration::from_secs(1u64 << self.restarts.clamp(0, 4) as u32).min(MAX_BACKOFF);
+            let backoff =
+                Duration::from_secs(1u64 << self.restarts.clamp(0, 4) as u32).min(MAX_BACKOFF);
             self.next_start = Instant::now() + backoff;
             self.waiting = Some((
                 "CrashLoopBackOff".into(),
-                format!("back-off {}s restarting failed container={}", backoff.as_secs(), self.spec.name),
+                format!(
+                    "back-off {}s restarting failed container={}",
+                    backoff.as_secs(),
+                    self.spec.name
+                ),
             ));
         } else {
             self.done = true;
@@ -362,7 +401,10 @@ impl Ctr {
     pub(crate) async fn pre_stop(&self, images: &ImageTable, ip: &str, deadline: Instant) {
         let (Some(r), Some(hook)) = (
             &self.run,
-            self.spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()),
+            self.spec
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref()),
         ) else {
             return;
         };
@@ -376,7 +418,9 @@ impl Ctr {
         };
         let exec = hook.exec.as_ref().and_then(|e| {
             let image = self.spec.image.clone().unwrap_or_default();
-            let argv = images.resolve(&image, e.command.as_deref().unwrap_or_default(), &[]).ok()?;
+            let argv = images
+                .resolve(&image, e.command.as_deref().unwrap_or_default(), &[])
+                .ok()?;
             Some((container::nsenter(r.pid, &argv), r.env.clone()))
         });
         if let Some(sleep) = &hook.sleep {

@@ -27,7 +27,8 @@ pub(crate) type NotReady = String;
 fn write_file(dir: &Path, rel: &str, data: &[u8], mode: Option<i32>) -> Result<(), NotReady> {
     let path = dir.join(rel);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
     }
     if std::fs::read(&path).ok().as_deref() != Some(data) {
         std::fs::write(&path, data).map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -68,7 +69,12 @@ fn config_map_data(cm: ConfigMap) -> BTreeMap<String, Vec<u8>> {
         .into_iter()
         .map(|(k, v)| (k, v.into_bytes()))
         .collect();
-    out.extend(cm.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+    out.extend(
+        cm.binary_data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0)),
+    );
     out
 }
 
@@ -88,7 +94,11 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    async fn config_map(&self, name: &str, optional: Option<bool>) -> Result<Option<ConfigMap>, NotReady> {
+    async fn config_map(
+        &self,
+        name: &str,
+        optional: Option<bool>,
+    ) -> Result<Option<ConfigMap>, NotReady> {
         let cm = Api::<ConfigMap>::namespaced(self.client.clone(), &self.ns)
             .get_opt(name)
             .await
@@ -110,7 +120,12 @@ impl Ctx<'_> {
         }
     }
 
-    fn downward(&self, dir: &Path, items: &[DownwardAPIVolumeFile], mode: Option<i32>) -> Result<(), NotReady> {
+    fn downward(
+        &self,
+        dir: &Path,
+        items: &[DownwardAPIVolumeFile],
+        mode: Option<i32>,
+    ) -> Result<(), NotReady> {
         for it in items {
             let text = if let Some(f) = &it.field_ref {
                 env::field(self.pod, self.ip, f)?
@@ -124,7 +139,11 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    async fn token(&self, audience: Option<&str>, expiration: Option<i64>) -> Result<String, NotReady> {
+    async fn token(
+        &self,
+        audience: Option<&str>,
+        expiration: Option<i64>,
+    ) -> Result<String, NotReady> {
         let sa = self
             .pod
             .spec
@@ -173,7 +192,12 @@ impl Ctx<'_> {
                 .spec
                 .and_then(|s| s.volume_name)
                 .filter(|_| pvc.status.and_then(|s| s.phase).as_deref() == Some("Bound"))
-                .ok_or_else(|| format!("persistentvolumeclaim {:?} is not bound yet", claim.claim_name))?;
+                .ok_or_else(|| {
+                    format!(
+                        "persistentvolumeclaim {:?} is not bound yet",
+                        claim.claim_name
+                    )
+                })?;
             let pv = Api::<PersistentVolume>::all(self.client.clone())
                 .get(&pv_name)
                 .await
@@ -183,19 +207,31 @@ impl Ctx<'_> {
                 .host_path
                 .map(|h| h.path)
                 .or(spec.local.map(|l| l.path))
-                .ok_or_else(|| format!("persistentvolume {pv_name:?} is neither hostPath nor local"))?;
+                .ok_or_else(|| {
+                    format!("persistentvolume {pv_name:?} is neither hostPath nor local")
+                })?;
             mkdir(Path::new(&path))?;
             return Ok(PathBuf::from(path));
         }
         mkdir(dir)?;
         if let Some(cm) = &v.config_map {
             if let Some(obj) = self.config_map(&cm.name, cm.optional).await? {
-                write_keys(dir, &config_map_data(obj), cm.items.as_ref(), cm.default_mode)?;
+                write_keys(
+                    dir,
+                    &config_map_data(obj),
+                    cm.items.as_ref(),
+                    cm.default_mode,
+                )?;
             }
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
             if let Some(obj) = self.secret(&name, s.optional).await? {
-                write_keys(dir, &secret_data(obj), s.items.as_ref(), s.default_mode.or(Some(0o644)))?;
+                write_keys(
+                    dir,
+                    &secret_data(obj),
+                    s.items.as_ref(),
+                    s.default_mode.or(Some(0o644)),
+                )?;
             }
         } else if let Some(d) = &v.downward_api {
             self.downward(dir, d.items.as_deref().unwrap_or_default(), d.default_mode)?;
@@ -213,7 +249,9 @@ impl Ctx<'_> {
                 } else if let Some(d) = &src.downward_api {
                     self.downward(dir, d.items.as_deref().unwrap_or_default(), mode)?;
                 } else if let Some(t) = &src.service_account_token {
-                    let token = self.token(t.audience.as_deref(), t.expiration_seconds).await?;
+                    let token = self
+                        .token(t.audience.as_deref(), t.expiration_seconds)
+                        .await?;
                     write_file(dir, &t.path, token.as_bytes(), mode)?;
                 }
             }
@@ -238,7 +276,13 @@ pub(crate) async fn prepare(
         ip,
     };
     let mut out = Sources::new();
-    for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
         let dir = pod_dir.join("volumes").join(&v.name);
         let src = ctx
             .volume(v, &dir)

@@ -23,7 +23,12 @@ pub async fn start() -> Testbed {
 }
 
 /// A minimal HTTP/1.1 exchange; returns (status, body).
-pub async fn http(method: &str, addr: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, String)> {
+pub async fn http(
+    method: &str,
+    addr: &str,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -34,8 +39,15 @@ pub async fn http(method: &str, addr: &str, path: &str, body: &[u8]) -> std::io:
     let mut out = Vec::new();
     s.read_to_end(&mut out).await?;
     let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((status, body))
 }
 
