@@ -176,25 +176,14 @@ start_rustqueued() {
   start secure env RUST_LOG="${RUST_LOG:-warn}" "$RUSTQUEUED_BIN" --config "$WORK/secure.toml"
 }
 
-# count CLIENT OUT: sets pass/fail from the suite output. On rustqueued, FAIL lines listed in
-# known-failures.txt become XFAIL (reported, not counted) and listed passes are reported as
-# XPASS; COMPAT_STRICT=1 counts everything.
+# count OUT: sets pass/fail from a suite's PASS/FAIL lines; a suite that passed nothing fails.
 count() {
-  local client="$1" out="$2" known=() line status name
-  if [ "$target" = rustqueued ] && [ "${COMPAT_STRICT:-0}" != 1 ]; then
-    mapfile -t known < <(awk -v c="$client" '$1 == c { print $2 }' "$HERE/known-failures.txt")
-  fi
+  local out="$1" status _
   pass=0 fail=0
-  local xfail=() xpass=()
-  while read -r status name _; do
-    if [[ " ${known[*]} " == *" $name "* ]]; then
-      if [ "$status" = FAIL ]; then xfail+=("$name"); else xpass+=("$name"); pass=$((pass + 1)); fi
-    elif [ "$status" = FAIL ]; then fail=$((fail + 1))
-    else pass=$((pass + 1)); fi
+  while read -r status _; do
+    if [ "$status" = FAIL ]; then fail=$((fail + 1)); else pass=$((pass + 1)); fi
   done < <(grep -E '^(PASS|FAIL) ' "$out")
   [ "$pass" -gt 0 ] || fail=$((fail + 1))
-  [ ${#xfail[@]} = 0 ] || echo "XFAIL ${#xfail[@]} known rustqueued failures (e2e/compat/known-failures.txt): ${xfail[*]}"
-  [ ${#xpass[@]} = 0 ] || echo "XPASS listed in known-failures.txt but passed, remove if it keeps passing: ${xpass[*]}"
 }
 
 # suite CLIENT MODE: the command line of one client suite for one broker mode.
@@ -237,7 +226,7 @@ main() {
         tail -n 20 "$WORK/$client-$mode.stderr" | sed 's/^/    | /'
       fi
     done
-    count "$client" "$out"
+    count "$out"
     if [ -n "${COMPAT_RESULTS_DIR:-}" ]; then
       mkdir -p "$COMPAT_RESULTS_DIR"
       cp "$out" "$COMPAT_RESULTS_DIR/$client-$target.txt"
