@@ -9,7 +9,7 @@ export RUSTQUEUE_CACHE ?= $(HOME)/.cache/rustqueue
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 .PHONY: deps
 deps: ## install pinned external tools into ~/.cache/rustqueue (idempotent)
@@ -95,6 +95,9 @@ deps-k8s:
 	scripts/deps.sh k8s
 
 unit: deps-k8s
+
+.PHONY: e2e
+e2e: e2e-testbed ## Kubernetes e2e; today the testbed's own scenarios (make unit runs them too)
 
 .PHONY: e2e-testbed
 e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
