@@ -11,6 +11,9 @@ use super::status::RustQueueStatus;
 
 /// Desired state of one RustQueue cluster: a set of share-nothing brokers, one per eligible
 /// Node, each with its own PVC.
+// Two printer columns are both `type_ = "integer"`; clippy reads the repeated nested
+// key-value as a duplicated attribute (a false positive for `#[kube(printcolumn(...))]`).
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "rustqueue.io",
