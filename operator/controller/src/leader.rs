@@ -207,7 +207,14 @@ mod tests {
             record: r.clone(),
             since,
         };
-        let cases: Vec<(&str, Option<Record>, Option<Seen>, Instant, Decision)> = vec![
+        type Case = (
+            &'static str,
+            Option<Record>,
+            Option<Seen>,
+            Instant,
+            Decision,
+        );
+        let cases: Vec<Case> = vec![
             ("no lease", None, None, t0, Decision::Create),
             (
                 "we hold it",

@@ -69,7 +69,7 @@ impl Observer<'_> {
             .map_err(|e| Error::kube("get auth Secret", e))?;
 
         let brokers = futures::future::join_all(pods.items.iter().map(|p| self.broker(p))).await;
-        let sts_spec = sts.and_then(|s| s.spec);
+        let sts_spec = sts.map(|s| s.spec);
         let claim_template_size = sts_spec.as_ref().and_then(|s| {
             let t = s.volume_claim_templates.as_ref()?.first()?;
             let req = t.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;

@@ -109,7 +109,7 @@ fn the_role_is_least_privilege() {
 #[test]
 fn the_manager_runs_two_replicas_of_the_operator() {
     let d: Deployment = serde_yaml::from_str(&config("manager/deployment.yaml")).unwrap();
-    let spec = d.spec.unwrap();
+    let spec = d.spec;
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.unwrap();
     assert_eq!(

@@ -68,7 +68,8 @@ mod tests {
     #[test]
     fn storage_states_follow_the_claims() {
         let ok = claim("data-q-0", "local", "1Gi", Some("1Gi"), true);
-        let cases: Vec<(Vec<Claim>, &str, fn(&StorageState) -> bool)> = vec![
+        type Case = (Vec<Claim>, &'static str, fn(&StorageState) -> bool);
+        let cases: Vec<Case> = vec![
             (vec![], "no claims yet is fine", |s| {
                 *s == StorageState::Ready
             }),

@@ -100,8 +100,12 @@ mod tests {
         let cases: &[(Edit, &str)] = &[
             (|s| s.image = "  ".into(), "spec.image is blank"),
             (
-                |s| s.min_brokers = 5,
-                "spec.minBrokers (5) must be between 1 and spec.maxBrokers",
+                // maxBrokers defaults to 500 (spec/operator.md), so the edit must lower it.
+                |s| {
+                    s.min_brokers = 5;
+                    s.max_brokers = 4;
+                },
+                "spec.minBrokers (5) must be between 1 and spec.maxBrokers (4)",
             ),
             (
                 |s| s.max_brokers = 0,

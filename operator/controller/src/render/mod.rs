@@ -181,8 +181,9 @@ impl Children {
     pub fn revision(&self) -> &str {
         self.stateful_set
             .spec
+            .template
+            .metadata
             .as_ref()
-            .and_then(|s| s.template.metadata.as_ref())
             .and_then(|m| m.annotations.as_ref())
             .and_then(|a| a.get(labels::REVISION_ANNOTATION))
             .map(String::as_str)

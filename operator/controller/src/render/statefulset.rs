@@ -170,7 +170,7 @@ mod tests {
 
     fn pod(spec: &RustQueueSpec) -> (StatefulSet, PodSpec, Container) {
         let sts = stateful_set(&owner(), spec, &inputs(), "toml");
-        let pod = sts.spec.clone().unwrap().template.spec.unwrap();
+        let pod = sts.spec.template.spec.clone().unwrap();
         let c = pod.containers[0].clone();
         (sts, pod, c)
     }
@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn the_statefulset_is_on_delete_parallel_and_retains_pvcs() {
         let (sts, _, _) = pod(&spec());
-        let s = sts.spec.unwrap();
+        let s = sts.spec;
         assert_eq!(s.replicas, Some(3));
         assert_eq!(s.service_name.as_deref(), Some("queue-brokers"));
         assert_eq!(
@@ -324,14 +324,7 @@ mod tests {
             vols[1].secret.clone().unwrap().secret_name.as_deref(),
             Some("queue-auth")
         );
-        let ann = sts
-            .spec
-            .unwrap()
-            .template
-            .metadata
-            .unwrap()
-            .annotations
-            .unwrap();
+        let ann = sts.spec.template.metadata.unwrap().annotations.unwrap();
         assert_eq!(ann["rustqueue.io/revision"].len(), 32);
     }
 }
