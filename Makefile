@@ -50,6 +50,13 @@ test: lint unit ## the whole suite: what .ci/run runs
 .PHONY: ci
 ci: test
 
+# --- operator CRD (issue 7): generated from operator/api; drift fails crdgen and config tests --
+.PHONY: crds
+crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
+	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd > crds/rustqueue.io_rustqueues.yaml.tmp
+	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
+	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
+
 # --- benchmarks (issue 8): not part of `make test`; see docs/benchmarks.md -------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
