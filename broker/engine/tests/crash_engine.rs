@@ -13,6 +13,11 @@ fn cfg(dir: &std::path::Path) -> EngineConfig {
     EngineConfig {
         data_path: dir.to_path_buf(),
         max_segment_bytes: 4_096,
+        // This test is about crash points on the simulated disk; the disk-pressure guard
+        // reads the host's real free space and would throttle every publish on a full host.
+        disk_high_watermark_percent: 100,
+        disk_low_watermark_percent: 99,
+        min_free_bytes: 0,
         ..EngineConfig::default()
     }
 }
