@@ -248,3 +248,23 @@ async fn a_client_disconnecting_mid_stream_returns_its_messages_at_once() {
     assert!(start.elapsed() < Duration::from_secs(30));
     b.stop().await;
 }
+
+/// A client that streams an oversized body in one write (as go-nsq does) reads the
+/// E_BAD_MESSAGE that explains the refusal, instead of a connection reset in mid-write.
+#[tokio::test]
+async fn oversized_body_sent_in_full_still_gets_its_error() {
+    let b = Broker::start_with(|c| c.queue.max_message_bytes = 1024 * 1024).await;
+    let body = vec![b'x'; 16 * 1024 * 1024];
+    for _ in 0..3 {
+        let mut c = b.client().await;
+        c.cmd_body("PUB big", &body).await;
+        let got = c.expect_error("E_BAD_MESSAGE").await;
+        assert_eq!(
+            got,
+            format!("E_BAD_MESSAGE PUB message too big {} > 1048576", body.len())
+        );
+        c.expect_closed().await;
+    }
+    assert_others_unaffected(&b, 1).await;
+    b.stop().await;
+}

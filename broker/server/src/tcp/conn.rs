@@ -168,6 +168,29 @@ impl Conn {
         Ok(())
     }
 
+    /// After a fatal error: reads and discards what the client is still sending (at most
+    /// `budget` bytes, for at most `within`) so that closing does not reset the connection
+    /// while the client is mid-write. Without this, a client still writing an oversized body
+    /// gets `ECONNRESET` and never reads the error frame that says what was wrong.
+    pub async fn linger(&mut self, budget: usize, within: std::time::Duration) {
+        let drain = async {
+            let mut scratch = vec![0u8; 64 * 1024];
+            let mut left = budget;
+            while left > 0 {
+                let n = match &mut self.io {
+                    Transport::Plain(s) => s.read(&mut scratch).await,
+                    Transport::Tls(s) => s.read(&mut scratch).await,
+                    Transport::Upgrading => return,
+                };
+                match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(within, drain).await;
+    }
+
     /// Shuts the write side down (best effort).
     pub async fn shutdown(&mut self) {
         let _ = self.flush().await;

@@ -40,6 +40,9 @@ enum Next {
     Close,
 }
 
+/// How long a connection closed by a fatal error keeps draining the client's input.
+const LINGER_AFTER_ERROR: Duration = Duration::from_secs(2);
+
 /// One client session.
 pub struct Session {
     shared: Arc<Shared>,
@@ -57,6 +60,8 @@ pub struct Session {
     command_started: Option<Instant>,
     /// FIN/REQ applied in memory whose WAL fsync is still running.
     pending_acks: FuturesUnordered<acks::PendingAck>,
+    /// A fatal error was sent: linger before closing so the client can read it.
+    closed_on_error: bool,
 }
 
 fn far_future() -> Instant {
@@ -83,6 +88,7 @@ impl Session {
             flush_at: None,
             command_started: None,
             pending_acks: FuturesUnordered::new(),
+            closed_on_error: false,
         }
     }
 
@@ -108,6 +114,13 @@ impl Session {
             tracing::debug!(peer = %self.peer, "session ended: {e}");
         }
         self.conn.shutdown().await;
+        if self.closed_on_error {
+            let limits = &self.shared.cfg.limits;
+            let budget = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
+            self.conn
+                .linger(budget.saturating_add(64 * 1024), LINGER_AFTER_ERROR)
+                .await;
+        }
         // Dropping the consumer returns its in-flight messages to the channel at once.
         self.consumer.take();
     }
@@ -133,6 +146,7 @@ impl Session {
                         Ok(Some(cmd)) => cmd,
                         Ok(None) => break,
                         Err(e) => {
+                            self.closed_on_error = true;
                             self.conn.error(&e);
                             return Ok(());
                         }
@@ -158,6 +172,7 @@ impl Session {
                     }
                     let next = self.ack_batch(batch).await?;
                     if let Some(e) = decode_error {
+                        self.closed_on_error = true;
                         self.conn.error(&e);
                         return Ok(());
                     }
@@ -304,6 +319,7 @@ impl Session {
             return Ok(Next::Close);
         }
         let fatal = err.is_fatal();
+        self.closed_on_error |= fatal;
         self.conn.error(&err);
         self.flush_now().await?;
         Ok(if fatal { Next::Close } else { Next::Continue })
