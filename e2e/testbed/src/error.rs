@@ -55,6 +55,9 @@ pub enum Error {
     /// Building the kube client from the generated kubeconfig failed.
     #[error("kube client: {0}")]
     Kubeconfig(String),
+    /// Setting up the testbed's private network namespace failed.
+    #[error("testbed network: {0}")]
+    Network(String),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),

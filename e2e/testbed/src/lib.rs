@@ -6,22 +6,28 @@
 //!
 //! - a **process kubelet** ([`kubelet`]) that registers N Nodes, keeps their status and Leases
 //!   fresh and runs every Pod bound to them as local processes (one private mount namespace per
-//!   container, volumes bind-mounted, env resolved, a per-Pod loopback IP `127.1.x.y`, probes,
+//!   container, volumes bind-mounted, env resolved, a per-Pod IP `10.244.x.y`, probes,
 //!   restarts, graceful termination);
 //! - a **volume provisioner** ([`storage`]) behind the default StorageClass [`STORAGE_CLASS`]
 //!   (host directories, `allowVolumeExpansion: true`).
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), rustqueue_testbed::Error> {
-//! use rustqueue_testbed::{Image, Testbed, TestbedOptions};
-//! let bed = Testbed::start(
-//!     TestbedOptions::default()
-//!         .nodes(3)
-//!         .image("rustqueue:dev", Image::dir("target/release").entrypoint(["rustqueued"])),
-//! )
-//! .await?;
-//! let client = bed.client(); // a kube::Client with cluster-admin rights
-//! # Ok(()) }
+//! # fn demo() -> Result<(), rustqueue_testbed::Error> {
+//! use rustqueue_testbed::{Image, Testbed, TestbedOptions, netns};
+//! // First: a private network namespace for this thread, then the runtime inside it.
+//! let rt = netns::isolated_runtime()?;
+//! rt.block_on(async {
+//!     let bed = Testbed::start(
+//!         TestbedOptions::default()
+//!             .nodes(3)
+//!             .image("rustqueue:dev", Image::dir("target/release").entrypoint(["rustqueued"])),
+//!     )
+//!     .await?;
+//!     let client = bed.client(); // a kube::Client with cluster-admin rights
+//!     # let _ = client;
+//!     Ok(())
+//! })
+//! # }
 //! ```
 //!
 //! Everything is torn down when the [`Testbed`] is dropped (also while unwinding from a panic):
@@ -32,6 +38,7 @@ mod controlplane;
 mod error;
 mod images;
 pub mod kubelet;
+pub mod netns;
 mod pki;
 mod process;
 pub mod storage;
@@ -159,7 +166,17 @@ pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, 
 impl Testbed {
     /// Starts the control plane, the kubelet for `opts.nodes` and the provisioner, and returns
     /// once the Nodes are Ready and schedulable and the `default` ServiceAccount exists.
+    ///
+    /// Must run inside the testbed's network namespace (see [`netns::isolated_runtime`]).
     pub async fn start(opts: TestbedOptions) -> Result<Testbed, Error> {
+        if !netns::in_private_network() {
+            return Err(Error::Network(
+                "Testbed::start runs only inside the testbed's private network namespace: \
+                 build the test's runtime with rustqueue_testbed::netns::isolated_runtime() \
+                 (see docs/e2e.md)"
+                    .into(),
+            ));
+        }
         let started = Instant::now();
         let bin = assets::bin_dir()?;
         let tmp = tempfile::Builder::new()
@@ -222,6 +239,11 @@ impl Testbed {
     /// A client with cluster-admin rights (group `system:masters`).
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// The API server's address (inside the testbed's network namespace).
+    pub fn apiserver_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.control_plane.apiserver_port))
     }
 
     /// Path of the admin kubeconfig (also usable with `kubectl --kubeconfig`).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use rustqueue_testbed::{Image, Testbed, TestbedOptions, testserver};
+use rustqueue_testbed::{Image, Testbed, TestbedOptions, netns, testserver};
 
 #[derive(Parser)]
 #[command(about = "A local Kubernetes (upstream control plane + process kubelet) for e2e tests")]
@@ -59,8 +59,7 @@ fn parse_image(s: &str) -> anyhow::Result<(String, Image)> {
     Ok((reference.to_string(), image))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -77,7 +76,7 @@ async fn main() -> anyhow::Result<()> {
                     format!("{ip}:{}", testserver::TINY_PORT).parse()?
                 }
             };
-            testserver::serve(listen, data_dir).await?;
+            tokio::runtime::Runtime::new()?.block_on(testserver::serve(listen, data_dir))?;
         }
         Cmd::Up {
             nodes,
@@ -97,22 +96,54 @@ async fn main() -> anyhow::Result<()> {
             if let Some(dir) = std::env::current_exe()?.parent() {
                 opts = opts.tiny_image_dir(dir);
             }
-            let started = std::time::Instant::now();
-            let bed = Testbed::start(opts).await?;
-            println!("{}", bed.kubeconfig_path().display());
-            eprintln!(
-                "testbed up in {:.1}s: Kubernetes {} on nodes {}; work dir {}\n\
-                 try: kubectl --kubeconfig {} get nodes\nCtrl-C tears it down.",
-                started.elapsed().as_secs_f64(),
-                rustqueue_testbed::k8s_version(),
-                bed.node_names().join(", "),
-                bed.dir().display(),
-                bed.kubeconfig_path().display(),
-            );
-            tokio::signal::ctrl_c().await?;
-            eprintln!("tearing down");
-            bed.shutdown();
+            // Bound before leaving the host's network namespace, so kubectl on the host can
+            // reach the API server through it.
+            let host_listener = std::net::TcpListener::bind("127.0.0.1:0")
+                .context("binding the host-side API server port")?;
+            let rt = netns::isolated_runtime()?;
+            rt.block_on(up(opts, host_listener))?;
         }
     }
+    Ok(())
+}
+
+async fn up(opts: TestbedOptions, host_listener: std::net::TcpListener) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let bed = Testbed::start(opts).await?;
+    let host_port = host_listener.local_addr()?.port();
+    host_listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(host_listener)?;
+    let inner = bed.apiserver_addr();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(inner).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    let kubeconfig = std::fs::read_to_string(bed.kubeconfig_path())?.replace(
+        &format!("https://{inner}"),
+        &format!("https://127.0.0.1:{host_port}"),
+    );
+    let host_kubeconfig = bed.dir().join("kubeconfig-host");
+    std::fs::write(&host_kubeconfig, kubeconfig)?;
+    println!("{}", host_kubeconfig.display());
+    eprintln!(
+        "testbed up in {:.1}s: Kubernetes {} on nodes {}; work dir {}\n\
+         try: kubectl --kubeconfig {} get nodes\n\
+         Pods live in the testbed's own network namespace; to reach a Pod IP run commands under\n\
+         `nsenter --net=/proc/{}/ns/net`.\nCtrl-C tears it down.",
+        started.elapsed().as_secs_f64(),
+        rustqueue_testbed::k8s_version(),
+        bed.node_names().join(", "),
+        bed.dir().display(),
+        host_kubeconfig.display(),
+        std::process::id(),
+    );
+    tokio::signal::ctrl_c().await?;
+    eprintln!("tearing down");
+    bed.shutdown();
     Ok(())
 }

@@ -66,8 +66,12 @@ echo "ip=$MY_IP name=$MY_NAME" > /dev/termination-log
 exit 3
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
+#[test]
+fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
+    support::run(scenario());
+}
+
+async fn scenario() {
     let bed = support::start().await;
     let client = bed.client();
     bed.create_namespace(NS).await.unwrap();

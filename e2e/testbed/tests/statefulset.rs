@@ -93,14 +93,12 @@ async fn sliced_ready_ips(client: &kube::Client) -> BTreeSet<String> {
         .collect()
 }
 
-// Not yet passing, so not part of `make test`: the API server's EndpointSlice validation
-// refuses loopback addresses, and the testbed gives Pods 127.1.x.y IPs, so the slices never
-// list them (seen: "EndpointSlices list the 3 ready pod IPs" times out). Pods need addresses
-// from per-Pod network namespaces first. Run it with `cargo test -p rustqueue-testbed --
-// --ignored`.
-#[ignore = "EndpointSlices refuse loopback Pod IPs; needs per-Pod network namespaces"]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn statefulset_pods_get_ips_endpoints_and_keep_their_volume_across_replacement_and_growth() {
+#[test]
+fn statefulset_pods_get_ips_endpoints_and_keep_their_volume_across_replacement_and_growth() {
+    support::run(scenario());
+}
+
+async fn scenario() {
     let started = std::time::Instant::now();
     let bed = support::start().await;
     eprintln!("testbed started in {:.1}s", started.elapsed().as_secs_f64());
@@ -124,7 +122,7 @@ async fn statefulset_pods_get_ips_endpoints_and_keep_their_volume_across_replace
     .unwrap();
     let ips: BTreeSet<String> = ready_ips(&pods).await.into_iter().collect();
     assert_eq!(ips.len(), 3, "distinct pod IPs: {ips:?}");
-    assert!(ips.iter().all(|ip| ip.starts_with("127.1.")), "{ips:?}");
+    assert!(ips.iter().all(|ip| ip.starts_with("10.244.")), "{ips:?}");
     wait_for("EndpointSlices list the 3 ready pod IPs", LONG, || {
         let client = client.clone();
         let ips = ips.clone();

@@ -259,12 +259,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            field(&pod, "127.1.0.2", &sel("metadata.labels['app']")).unwrap(),
+            field(&pod, "10.244.0.2", &sel("metadata.labels['app']")).unwrap(),
             "q"
         );
         assert_eq!(
-            field(&pod, "127.1.0.2", &sel("status.podIP")).unwrap(),
-            "127.1.0.2"
+            field(&pod, "10.244.0.2", &sel("status.podIP")).unwrap(),
+            "10.244.0.2"
         );
         assert_eq!(
             field(&pod, "", &sel("metadata.labels")).unwrap(),

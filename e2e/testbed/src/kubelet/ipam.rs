@@ -1,5 +1,6 @@
-//! Pod IPs: `127.1.<block>.<2..=254>`. All of 127.0.0.0/8 is routed to `lo` on Linux, so a
-//! process can bind such an address without configuring anything. Each testbed claims one
+//! Pod IPs: `10.244.<block>.<2..=254>`. Inside the testbed's network namespace the whole of
+//! [`crate::netns::POD_CIDR`] is routed to `lo` as local, so a process can bind such an address
+//! without configuring anything per Pod. Each testbed claims one
 //! `<block>` with an exclusive `flock` on a file under the temp dir, so testbeds running at the
 //! same time (parallel tests, several test binaries) never hand out the same address; the lock
 //! dies with the process.
@@ -71,7 +72,7 @@ impl Ipam {
             let candidate = s.next;
             s.next = if s.next >= 254 { 2 } else { s.next + 1 };
             if s.used.insert(candidate) {
-                return Some(Ipv4Addr::new(127, 1, self.block, candidate));
+                return Some(Ipv4Addr::new(10, 244, self.block, candidate));
             }
         }
         None
@@ -89,13 +90,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_are_distinct_loopback_addresses_in_the_claimed_block() {
+    fn addresses_are_distinct_unicast_addresses_in_the_claimed_block() {
         let ipam = Ipam::claim().unwrap();
         let a = ipam.allocate().unwrap();
         let b = ipam.allocate().unwrap();
         assert_ne!(a, b);
-        assert_eq!(&a.octets()[..3], &[127, 1, ipam.block]);
-        std::net::TcpListener::bind((a, 0)).expect("pod IPs are bindable");
+        assert_eq!(&a.octets()[..3], &[10, 244, ipam.block]);
+        assert!(!a.is_loopback() && !a.is_link_local() && !a.is_unspecified());
+        std::thread::spawn(move || {
+            crate::netns::enter_private_network().unwrap();
+            std::net::TcpListener::bind((a, 0)).expect("pod IPs are bindable in the namespace");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -12,6 +12,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Image of plain shell tools (`/bin`), for scripted containers.
 pub const TOOLS: &str = "testbed/tools:1";
 
+/// Runs a scenario inside the testbed's private network namespace (see
+/// `rustqueue_testbed::netns`): the runtime is built after the switch so all its threads,
+/// and every process they start, live there.
+pub fn run<F: std::future::Future>(scenario: F) -> F::Output {
+    rustqueue_testbed::netns::isolated_runtime()
+        .expect("private network namespace for the testbed")
+        .block_on(scenario)
+}
+
 pub async fn start() -> Testbed {
     let bin = Path::new(env!("CARGO_BIN_EXE_rustqueue-testbed"));
     let opts = TestbedOptions::default()
