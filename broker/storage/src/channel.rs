@@ -41,6 +41,12 @@ pub enum ChannelCommand {
         /// Last position emptied.
         through: u64,
     },
+    /// Protective eviction: every position through `through` was deleted from the topic log
+    /// under disk pressure; the channel moves past it as if finished (spec §5.5).
+    Evict {
+        /// Last evicted position.
+        through: u64,
+    },
     /// Channel timeout counter after an expiry.
     Timeout {
         /// Cumulative timeout count.
@@ -52,6 +58,7 @@ const TAG_FINISH: u8 = 1;
 const TAG_REQUEUE: u8 = 7;
 const TAG_PAUSE: u8 = 3;
 const TAG_EMPTY: u8 = 4;
+const TAG_EVICT: u8 = 5;
 const TAG_TIMEOUT: u8 = 6;
 
 impl ChannelCommand {
@@ -86,6 +93,10 @@ impl ChannelCommand {
                 b.push(TAG_EMPTY);
                 b.extend_from_slice(&through.to_be_bytes());
             }
+            ChannelCommand::Evict { through } => {
+                b.push(TAG_EVICT);
+                b.extend_from_slice(&through.to_be_bytes());
+            }
             ChannelCommand::Timeout { timeout_count } => {
                 b.push(TAG_TIMEOUT);
                 b.extend_from_slice(&timeout_count.to_be_bytes());
@@ -113,6 +124,9 @@ impl ChannelCommand {
             }),
             (TAG_PAUSE, 2) => Some(ChannelCommand::Pause(b[1] != 0)),
             (TAG_EMPTY, 9) => Some(ChannelCommand::Empty {
+                through: u64_at(1)?,
+            }),
+            (TAG_EVICT, 9) => Some(ChannelCommand::Evict {
                 through: u64_at(1)?,
             }),
             (TAG_TIMEOUT, 9) => Some(ChannelCommand::Timeout {
@@ -192,7 +206,7 @@ impl ChannelState {
                 self.requeue_count = self.requeue_count.max(requeue_count);
             }
             ChannelCommand::Pause(p) => self.paused = p,
-            ChannelCommand::Empty { through } => {
+            ChannelCommand::Empty { through } | ChannelCommand::Evict { through } => {
                 if through > self.ack_floor {
                     self.ack_floor = through;
                     self.acked = self.acked.split_off(&(through + 1));
@@ -249,6 +263,7 @@ mod tests {
             },
             ChannelCommand::Pause(true),
             ChannelCommand::Empty { through: 99 },
+            ChannelCommand::Evict { through: 42 },
             ChannelCommand::Timeout { timeout_count: 12 },
         ];
         for c in cmds {
@@ -308,6 +323,27 @@ mod tests {
             id: 0,
         });
         assert_eq!(s.ack_floor, 20);
+    }
+
+    #[test]
+    fn evict_moves_the_floor_past_the_deleted_prefix_and_replays_idempotently() {
+        let mut s = ChannelState::new("c", 1);
+        s.apply(&ChannelCommand::Finish { position: 7, id: 0 });
+        s.apply(&ChannelCommand::Requeue {
+            position: 3,
+            id: 0,
+            available_at_ms: 0,
+            attempts: 2,
+            requeue_count: 1,
+        });
+        let evict = ChannelCommand::Evict { through: 6 };
+        assert_eq!(evict.encode().len(), 9);
+        assert_eq!(evict.encode()[0], 5);
+        s.apply(&evict);
+        assert_eq!(s.ack_floor, 7);
+        assert!(s.requeued.is_empty() && s.acked.is_empty());
+        s.apply(&evict);
+        assert_eq!(s.ack_floor, 7);
     }
 
     #[test]

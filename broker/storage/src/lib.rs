@@ -12,6 +12,7 @@
 //! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
 //! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
 
+pub mod audit;
 pub mod channel;
 pub mod failpoint;
 pub mod fs;
@@ -25,12 +26,14 @@ pub mod store;
 pub mod wal;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use audit::EvictionAudit;
 pub use channel::{ChannelCommand, ChannelState};
 pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
-pub use log::{AppendBatch, Entry, TopicLog};
+pub use log::{AppendBatch, Entry, OldestSegment, TopicLog};
 pub use store::{RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use wal::ChannelWal;
 
@@ -90,26 +93,45 @@ pub fn io_err<'a>(
 
 /// The fail-closed switch shared by every writer of one store.
 #[derive(Clone, Debug, Default)]
-pub struct Fault(Arc<Mutex<Option<String>>>);
+pub struct Fault(Arc<FaultState>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    reason: Mutex<Option<String>>,
+    errors: AtomicU64,
+}
 
 impl Fault {
     /// `Err(Isolated)` once tripped.
     pub fn check(&self) -> Result<(), StorageError> {
-        match &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*self.0.reason.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(why) => Err(StorageError::Isolated(why.clone())),
             None => Ok(()),
         }
     }
-    /// Trips the switch (first reason wins).
+    /// Trips the switch (first reason wins); every call counts as one storage error.
     pub fn trip(&self, why: String) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.0.errors.fetch_add(1, Ordering::Relaxed);
+        self.close(why);
+    }
+    /// Refuses further writes without counting an error (graceful close).
+    pub fn close(&self, why: String) {
+        let mut g = self.0.reason.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             *g = Some(why);
         }
     }
+    /// Storage errors seen so far (`rustqueue_storage_errors_total`).
+    pub fn errors(&self) -> u64 {
+        self.0.errors.load(Ordering::Relaxed)
+    }
     /// The reason, if tripped.
     pub fn reason(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     /// Runs a write step; any error trips the switch.
     pub fn guard<T>(&self, r: Result<T, StorageError>) -> Result<T, StorageError> {

@@ -16,6 +16,9 @@ use crate::fs::{Fs, FsFile};
 use crate::record::{self, DecodeError, HEADER_LEN, RecordHeader};
 use crate::{Fault, StorageError, index, io_err, meta};
 
+mod oldest;
+pub use oldest::OldestSegment;
+
 /// Metadata of one stored message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {

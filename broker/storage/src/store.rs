@@ -305,7 +305,7 @@ impl Store {
 
     /// Releases the directory lock (graceful shutdown); later writes are refused.
     pub fn release_lock(&self) {
-        self.fault.trip("store closed".into());
+        self.fault.close("store closed".into());
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
@@ -350,6 +350,16 @@ impl Store {
         self.fault.guard(r)?;
         ids.meta = m;
         Ok(ids.meta.registry_revision)
+    }
+
+    /// Writes a protective-eviction audit record atomically (before any deletion).
+    pub fn write_eviction_audit(
+        &self,
+        audit: &crate::audit::EvictionAudit,
+    ) -> Result<PathBuf, StorageError> {
+        self.fault.check()?;
+        let r = crate::audit::write(self.fs.as_ref(), &self.root, audit);
+        self.fault.guard(r)
     }
 
     /// Current registry revision.
