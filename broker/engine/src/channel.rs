@@ -329,6 +329,22 @@ impl ChanState {
         cmd
     }
 
+    /// Protective eviction deleted everything through `through`: the channel moves past it.
+    /// Deliveries already in flight stay so their FIN still succeeds; queued redeliveries of
+    /// evicted positions are dropped (a timed-out one is skipped as absent).
+    pub fn evict(&mut self, through: u64) -> ChannelCommand {
+        self.ready = self.ready.split_off(&(through + 1));
+        self.deferred.retain(|(_, p)| *p > through);
+        let in_flight: std::collections::HashSet<u64> =
+            self.in_flight.values().map(|f| f.position).collect();
+        self.attempts
+            .retain(|p, _| *p > through || in_flight.contains(p));
+        let cmd = ChannelCommand::Evict { through };
+        self.durable.apply(&cmd);
+        self.cursor = self.cursor.max(through + 1);
+        cmd
+    }
+
     /// In-flight count of one consumer.
     pub fn consumer_in_flight(&self, consumer: u64) -> u32 {
         self.consumers.get(&consumer).map_or(0, |c| c.in_flight)

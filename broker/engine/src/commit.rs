@@ -5,20 +5,21 @@
 //! checkpoints when due, and only then answers: every success has crossed the WAL fsync.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustqueue_storage::{ChannelCommand, ChannelWal, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::channel::Channel;
+use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::lock;
 
 type Reply = oneshot::Sender<Result<(), String>>;
 
 /// A request to a channel WAL worker.
 pub(crate) enum WalReq {
-    /// Persist commands; reply (if any) after the fsync.
-    Cmds(Vec<ChannelCommand>, Option<Reply>),
+    /// Persist commands; reply (if any) after the fsync. The instant is when it was queued.
+    Cmds(Vec<ChannelCommand>, Option<Reply>, Instant),
     /// Write a checkpoint now (shutdown).
     Checkpoint(Reply),
     /// Delete the channel's files and stop.
@@ -32,43 +33,72 @@ const WINDOW: Duration = Duration::from_millis(1);
 pub(crate) async fn wal_worker(
     chan: Weak<Channel>,
     wal: ChannelWal,
+    rx: mpsc::UnboundedReceiver<WalReq>,
+    metrics: Arc<EngineMetrics>,
+) {
+    metrics.add(Counter::ChannelWorkers, 1);
+    group_commit_loop(chan, wal, rx, &metrics).await;
+    metrics.sub(Counter::ChannelWorkers, 1);
+    metrics.add(Counter::ChannelWorkersRetired, 1);
+}
+
+async fn group_commit_loop(
+    chan: Weak<Channel>,
+    wal: ChannelWal,
     mut rx: mpsc::UnboundedReceiver<WalReq>,
+    metrics: &Arc<EngineMetrics>,
 ) {
     let mut wal = Some(wal);
     while let Some(first) = rx.recv().await {
         let mut cmds = Vec::new();
         let mut replies: Vec<Reply> = Vec::new();
+        let mut queued: Vec<Instant> = Vec::new();
         let mut control: Option<WalReq> = None;
         let push = |req: WalReq,
                     cmds: &mut Vec<ChannelCommand>,
-                    replies: &mut Vec<Reply>|
+                    replies: &mut Vec<Reply>,
+                    queued: &mut Vec<Instant>|
          -> Option<WalReq> {
             match req {
-                WalReq::Cmds(c, r) => {
+                WalReq::Cmds(c, r, at) => {
                     cmds.extend(c);
                     replies.extend(r);
+                    queued.push(at);
                     None
                 }
                 other => Some(other),
             }
         };
-        control = control.or(push(first, &mut cmds, &mut replies));
+        control = control.or(push(first, &mut cmds, &mut replies, &mut queued));
         if control.is_none() {
             let deadline = tokio::time::Instant::now() + WINDOW;
             while replies.len() < MAX_GROUP && control.is_none() {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(req)) => control = push(req, &mut cmds, &mut replies),
+                    Ok(Some(req)) => control = push(req, &mut cmds, &mut replies, &mut queued),
                     _ => break,
                 }
             }
         }
+        let started = Instant::now();
+        for at in &queued {
+            metrics.observe(
+                Timer::ChannelGroupWait,
+                started.saturating_duration_since(*at),
+            );
+        }
+        if !cmds.is_empty() {
+            metrics.add(Counter::ChannelGroupCommits, 1);
+            metrics.add(Counter::ChannelGroupRequests, queued.len() as u64);
+            metrics.raise(Counter::ChannelGroupMaxRequests, queued.len() as u64);
+        }
+        let m2 = metrics.clone();
         let Some(w) = wal.take() else { break };
         let chan2 = chan.clone();
         let ckpt = matches!(control, Some(WalReq::Checkpoint(_)));
         let delete = matches!(control, Some(WalReq::Delete(_)));
         let joined = tokio::task::spawn_blocking(move || {
             let mut w = w;
-            let r = persist(&mut w, &chan2, &cmds, ckpt);
+            let r = persist(&mut w, &chan2, &cmds, ckpt, &m2);
             if delete {
                 let d = w.delete();
                 return (None, r.and(d));
@@ -98,10 +128,14 @@ fn persist(
     chan: &Weak<Channel>,
     cmds: &[ChannelCommand],
     force_checkpoint: bool,
+    metrics: &EngineMetrics,
 ) -> Result<(), StorageError> {
     if !cmds.is_empty() {
         w.append(cmds)?;
-        w.sync()?;
+        let fsync = Instant::now();
+        let synced = w.sync();
+        metrics.since(Timer::ChannelFsync, fsync);
+        synced?;
     }
     if (force_checkpoint || w.needs_checkpoint())
         && let Some(c) = chan.upgrade()
@@ -130,7 +164,7 @@ pub(crate) fn persist_send(
     let rx = match &chan.wal_tx {
         Some(tx) if !cmds.is_empty() => {
             let (rtx, rrx) = oneshot::channel();
-            tx.send(WalReq::Cmds(cmds, Some(rtx)))
+            tx.send(WalReq::Cmds(cmds, Some(rtx), Instant::now()))
                 .map(|()| rrx)
                 .map_err(|_| "channel closed".to_string())
                 .map(Some)
@@ -150,7 +184,7 @@ pub(crate) fn persist_later(chan: &Channel, cmds: Vec<ChannelCommand>) {
     if let Some(tx) = &chan.wal_tx
         && !cmds.is_empty()
     {
-        let _ = tx.send(WalReq::Cmds(cmds, None));
+        let _ = tx.send(WalReq::Cmds(cmds, None, Instant::now()));
     }
 }
 

@@ -74,6 +74,10 @@ pub struct EngineConfig {
     pub min_free_bytes: u64,
     /// How often the disk is inspected.
     pub disk_check_interval: Duration,
+    /// Delete the oldest segments after `disk_pressure_grace` of continuous pressure.
+    pub protective_eviction_enabled: bool,
+    /// Continuous pressure before protective eviction starts.
+    pub disk_pressure_grace: Duration,
     /// Publish group commit: most requests per group.
     pub group_max_requests: usize,
     /// Publish group commit: most encoded bytes per group.
@@ -111,6 +115,8 @@ impl Default for EngineConfig {
             disk_low_watermark_percent: 75,
             min_free_bytes: 10 << 30,
             disk_check_interval: Duration::from_secs(1),
+            protective_eviction_enabled: false,
+            disk_pressure_grace: Duration::from_secs(60),
             group_max_requests: 64,
             group_max_bytes: 8 << 20,
             group_window: Duration::from_millis(1),

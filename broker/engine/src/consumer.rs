@@ -13,6 +13,7 @@ use crate::channel::{Channel, ConsumerState, Take, TakeRules};
 use crate::commit::{persist_later, persist_send, persist_wait};
 use crate::engine::{Inner, PERMIT_BYTES};
 use crate::error::DeliveryError;
+use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::{Topic, lock};
 use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms, valid_name};
 
@@ -40,8 +41,17 @@ pub type Durable = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<(), DeliveryError>> + Send + 'static>,
 >;
 
-fn durable(fut: impl std::future::Future<Output = Result<(), String>> + Send + 'static) -> Durable {
-    Box::pin(async move { fut.await.map_err(DeliveryError::StorageFault) })
+/// Wraps a WAL fsync wait; its duration from now is the channel ack time.
+fn durable(
+    fut: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+    metrics: Arc<EngineMetrics>,
+) -> Durable {
+    let applied = Instant::now();
+    Box::pin(async move {
+        let r = fut.await.map_err(DeliveryError::StorageFault);
+        metrics.since(Timer::ChannelAck, applied);
+        r
+    })
 }
 
 /// Bodies above this size are read on the blocking pool.
@@ -139,7 +149,12 @@ impl Consumer {
                     || self.topic.paused.load(Ordering::SeqCst)
                     || self.inner.frozen.load(Ordering::SeqCst);
                 let take = if !paused && st.consumer_in_flight(self.id) < ready {
+                    let m = &self.inner.metrics;
+                    m.add(Counter::FetchRequests, 1);
+                    let waited = Instant::now();
                     let log = lock(&self.topic.log);
+                    let held = Instant::now();
+                    m.observe(Timer::DeliveryLockWait, held - waited);
                     let rules = TakeRules {
                         visible: self.topic.visible_through(),
                         now,
@@ -148,12 +163,18 @@ impl Consumer {
                         dead_letter: dlq_allowed,
                     };
                     let take = st.take(self.id, &log, &rules, &mut persist);
-                    match take {
+                    let take = match take {
                         Take::Deliver { entry, .. } | Take::DeadLetter { entry } => {
                             Some((take, log.body_source(&entry)))
                         }
-                        Take::Nothing => None,
-                    }
+                        Take::Nothing => {
+                            m.add(Counter::FetchEmpty, 1);
+                            None
+                        }
+                    };
+                    drop(log);
+                    m.since(Timer::DeliveryLockHold, held);
+                    take
                 } else {
                     persist.extend(st.expire(now));
                     None
@@ -165,6 +186,11 @@ impl Consumer {
                 Some((Take::Deliver { entry, attempts }, source)) => {
                     match self.budgeted_read(source, entry).await {
                         Some(body) => {
+                            let m = &self.inner.metrics;
+                            m.add(Counter::FetchBatches, 1);
+                            m.add(Counter::FetchMessages, 1);
+                            m.add(Counter::FetchBytes, body.len() as u64);
+                            m.add(Counter::Delivered, 1);
                             return Some(Delivery {
                                 id: MessageId::from_u64(entry.id),
                                 timestamp_ns: entry.timestamp_ns,
@@ -214,8 +240,21 @@ impl Consumer {
         let units = (2 * u64::from(entry.body_len))
             .div_ceil(PERMIT_BYTES)
             .clamp(1, cap) as u32;
-        let _permit = budget.clone().acquire_many_owned(units).await.ok()?;
-        read(source, entry).await
+        let m = &self.inner.metrics;
+        let _permit = match budget.clone().try_acquire_many_owned(units) {
+            Ok(p) => p,
+            Err(_) => {
+                m.add(Counter::BudgetWaits, 1);
+                m.add(Counter::BudgetWaiters, 1);
+                let p = budget.clone().acquire_many_owned(units).await;
+                m.sub(Counter::BudgetWaiters, 1);
+                p.ok()?
+            }
+        };
+        let started = Instant::now();
+        let body = read(source, entry).await;
+        m.since(Timer::PayloadRead, started);
+        body
     }
 
     /// FIN; resolves after the channel WAL fsync (durable channels).
@@ -231,7 +270,11 @@ impl Consumer {
         let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
         let cmd = lock(&self.channel.st).finish(self.id, raw)?;
         self.channel.notify.notify_waiters();
-        Ok(durable(persist_send(&self.channel, vec![cmd])))
+        self.inner.metrics.add(Counter::Finished, 1);
+        Ok(durable(
+            persist_send(&self.channel, vec![cmd]),
+            self.inner.metrics.clone(),
+        ))
     }
 
     /// REQ with a delay (0 = at once); attempts are kept.
@@ -252,7 +295,11 @@ impl Consumer {
         let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
         let cmd = lock(&self.channel.st).requeue(self.id, raw, delay, now_ms())?;
         self.channel.notify.notify_waiters();
-        Ok(durable(persist_send(&self.channel, vec![cmd])))
+        self.inner.metrics.add(Counter::Requeued, 1);
+        Ok(durable(
+            persist_send(&self.channel, vec![cmd]),
+            self.inner.metrics.clone(),
+        ))
     }
 
     /// TOUCH: restarts the message's timeout.
@@ -323,6 +370,7 @@ async fn dead_letter(
     {
         return;
     }
+    inner.metrics.add(Counter::DeadLetters, 1);
     let cmd = lock(&channel.st).finish_internal(entry.id);
     if let Some(cmd) = cmd {
         let _ = persist_wait(&channel, vec![cmd]).await;

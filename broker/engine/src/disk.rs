@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use crate::config::EngineConfig;
 use crate::engine::Inner;
@@ -54,8 +55,10 @@ pub(crate) fn check(inner: &Inner) {
     *crate::topic::lock(&inner.disk_reason) = state;
 }
 
-/// The guard loop; ends when the engine is dropped or shut down.
+/// The guard loop; ends when the engine is dropped or shut down. With protective eviction
+/// on, every tick after `disk_pressure_grace` of continuous pressure evicts one segment.
 pub(crate) async fn disk_loop(inner: Weak<Inner>) {
+    let mut pressure_since: Option<Instant> = None;
     loop {
         let Some(i) = inner.upgrade() else { return };
         if i.shutting_down.load(Ordering::SeqCst) {
@@ -63,6 +66,17 @@ pub(crate) async fn disk_loop(inner: Weak<Inner>) {
         }
         let period = i.cfg.disk_check_interval;
         check(&i);
+        if i.disk_pressure.load(Ordering::SeqCst) {
+            let since = *pressure_since.get_or_insert_with(Instant::now);
+            if i.cfg.protective_eviction_enabled
+                && since.elapsed() >= i.cfg.disk_pressure_grace
+                && let Err(e) = crate::evict::evict_once(&i).await
+            {
+                tracing::error!(error = %e, "protective eviction failed");
+            }
+        } else {
+            pressure_since = None;
+        }
         drop(i);
         tokio::time::sleep(period).await;
     }

@@ -13,6 +13,7 @@ use crate::commit::{WalReq, control, persist_wait};
 use crate::config::{EngineConfig, feature_level_message_cap};
 use crate::consumer::Consumer;
 use crate::error::{EngineError, OpenError, PublishError};
+use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::{PubReq, Topic, background_sync, lock};
 use crate::types::{
     ChannelStats, ConsumerOptions, EngineHealth, EngineStats, TopicStats, now_ms, valid_name,
@@ -34,6 +35,7 @@ pub(crate) struct Inner {
     pub disk_pressure: AtomicBool,
     pub disk_reason: std::sync::Mutex<Option<String>>,
     pub start_time: u64,
+    pub metrics: Arc<EngineMetrics>,
 }
 
 impl Inner {
@@ -55,12 +57,22 @@ impl Inner {
                 bodies,
                 available_at_ms,
                 force_sync,
+                queued: Instant::now(),
                 reply: tx,
             })
             .await
             .map_err(|_| PublishError::ShuttingDown)?;
         rx.await.map_err(|_| PublishError::ShuttingDown)?
     }
+}
+
+/// Queue aggregates of spec/broker.md §7.2 computed on demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueGauges {
+    /// Age of the oldest appended-but-unsynced message over all topics (0 when all synced).
+    pub publish_sync_lag_seconds: f64,
+    /// Finished positions held above the ack floors (the sparse-ACK window) over all channels.
+    pub channel_ack_gap: u64,
 }
 
 /// The broker engine; clones share one instance.
@@ -115,6 +127,7 @@ impl Engine {
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            metrics: Arc::new(EngineMetrics::default()),
             cfg,
         });
         inner.install_recovered(recovered);
@@ -128,6 +141,32 @@ impl Engine {
     /// PUB (one body), MPUB (several, one atomic record) or DPUB (`defer`). Resolves when the
     /// batch is durable per the ack mode. Creates the topic.
     pub async fn publish(
+        &self,
+        topic: &str,
+        bodies: Vec<Bytes>,
+        defer: Option<Duration>,
+    ) -> Result<(), PublishError> {
+        let started = Instant::now();
+        let m = &self.inner.metrics;
+        let count = bodies.len() as u64;
+        let bytes: u64 = bodies.iter().map(|b| b.len() as u64).sum();
+        let r = self.publish_inner(topic, bodies, defer).await;
+        match &r {
+            Ok(()) => {
+                m.add(Counter::PublishMessages, count);
+                m.add(Counter::PublishBytes, bytes);
+                m.since(Timer::PublishAck, started);
+            }
+            Err(PublishError::Throttled) => {
+                m.add(Counter::ThrottledRequests, 1);
+                m.add(Counter::ThrottledBytes, bytes);
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    async fn publish_inner(
         &self,
         topic: &str,
         bodies: Vec<Bytes>,
@@ -470,6 +509,42 @@ impl Engine {
             held(&self.inner.publish_budget, total_pub),
             held(&self.inner.delivery_budget, total_del),
         )
+    }
+
+    /// The engine's counters and histograms (read by `/metrics`).
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.inner.metrics
+    }
+
+    /// Current value of an engine counter or gauge; storage errors come from the store's
+    /// fail-closed switch.
+    pub fn counter(&self, c: Counter) -> u64 {
+        match c {
+            Counter::StorageErrors => self.inner.store.fault().errors(),
+            c => self.inner.metrics.get(c),
+        }
+    }
+
+    /// Queue aggregates that need a walk over topics and channels (computed per scrape).
+    pub fn queue_gauges(&self) -> QueueGauges {
+        let now_ns = crate::types::now_ns();
+        let mut g = QueueGauges::default();
+        for t in self
+            .inner
+            .topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            if let Some(ts) = lock(&t.log).oldest_unsynced_timestamp() {
+                let lag = (now_ns - ts).max(0) as f64 / 1e9;
+                g.publish_sync_lag_seconds = g.publish_sync_lag_seconds.max(lag);
+            }
+            for c in t.channel_list() {
+                g.channel_ack_gap += lock(&c.st).durable.acked.len() as u64;
+            }
+        }
+        g
     }
 
     /// Graceful shutdown: refuse new work, sync every log, checkpoint every channel, release

@@ -76,11 +76,13 @@ pub(crate) async fn maintenance_loop(inner: Weak<Inner>) {
             .collect();
         let i2 = i.clone();
         let _ = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             for t in topics {
                 if let Err(e) = gc_topic(&i2, &t) {
                     tracing::error!(topic = %t.name, error = %e, "retention GC failed; storage isolated");
                 }
             }
+            i2.metrics.since(crate::metrics::Timer::Gc, started);
         })
         .await;
     }
@@ -112,6 +114,7 @@ pub(crate) fn scrub_all(inner: &Inner) -> Result<u64, rustqueue_storage::Storage
             })?;
         }
     }
+    inner.metrics.since(crate::metrics::Timer::Scrub, started);
     Ok(records)
 }
 

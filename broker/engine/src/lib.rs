@@ -19,7 +19,9 @@ mod consumer;
 mod disk;
 mod engine;
 mod error;
+mod evict;
 mod gc;
+pub mod metrics;
 mod registry;
 mod topic;
 mod types;
@@ -27,8 +29,9 @@ mod types;
 pub use bytes::Bytes;
 pub use config::{AckMode, EngineConfig, feature_level_message_cap};
 pub use consumer::{Consumer, Durable};
-pub use engine::Engine;
+pub use engine::{Engine, QueueGauges};
 pub use error::{DeliveryError, EngineError, OpenError, PublishError};
+pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,
     MessageId, TopicStats, valid_name,

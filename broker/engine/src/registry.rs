@@ -55,6 +55,7 @@ impl Inner {
             visible: watch::channel(visible).0,
             pub_tx: tx,
             ack_mode: self.cfg.ack_mode,
+            metrics: self.metrics.clone(),
         });
         tokio::spawn(publish_worker(
             Arc::downgrade(&t),
@@ -87,7 +88,12 @@ impl Inner {
             deleted: AtomicBool::new(false),
         });
         if let (Some(wal), Some(rx)) = (wal, rx) {
-            tokio::spawn(wal_worker(Arc::downgrade(&c), wal, rx));
+            tokio::spawn(wal_worker(
+                Arc::downgrade(&c),
+                wal,
+                rx,
+                self.metrics.clone(),
+            ));
         }
         c
     }

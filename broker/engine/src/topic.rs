@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::channel::Channel;
 use crate::config::AckMode;
 use crate::error::PublishError;
+use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::types::now_ns;
 
 /// A publish waiting for its group commit.
@@ -28,6 +29,8 @@ pub(crate) struct PubReq {
     pub available_at_ms: i64,
     /// Sync before replying even in relaxed modes (dead letters).
     pub force_sync: bool,
+    /// When it was queued (group-commit wait).
+    pub queued: Instant,
     pub reply: oneshot::Sender<Result<(), PublishError>>,
 }
 
@@ -49,6 +52,7 @@ pub(crate) struct Topic {
     pub visible: watch::Sender<u64>,
     pub pub_tx: mpsc::Sender<PubReq>,
     pub ack_mode: AckMode,
+    pub metrics: Arc<EngineMetrics>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,6 +125,21 @@ pub(crate) async fn publish_worker(
     topic: Weak<Topic>,
     store: Arc<Store>,
     set: GroupSettings,
+    rx: mpsc::Receiver<PubReq>,
+) {
+    let Some(metrics) = topic.upgrade().map(|t| t.metrics.clone()) else {
+        return;
+    };
+    metrics.add(Counter::PublishWorkers, 1);
+    group_commit_loop(topic, store, set, rx).await;
+    metrics.sub(Counter::PublishWorkers, 1);
+    metrics.add(Counter::PublishWorkersRetired, 1);
+}
+
+async fn group_commit_loop(
+    topic: Weak<Topic>,
+    store: Arc<Store>,
+    set: GroupSettings,
     mut rx: mpsc::Receiver<PubReq>,
 ) {
     let mut carry: Option<PubReq> = None;
@@ -178,6 +197,17 @@ pub(crate) async fn publish_worker(
             }
             break;
         };
+        let m = &t.metrics;
+        let commit_start = Instant::now();
+        for r in &group {
+            m.observe(
+                Timer::GroupCommitWait,
+                commit_start.saturating_duration_since(r.queued),
+            );
+        }
+        m.add(Counter::GroupCommits, 1);
+        m.add(Counter::GroupRequests, group.len() as u64);
+        m.raise(Counter::GroupMaxRequests, group.len() as u64);
         let relaxed = set.ack_mode != AckMode::Durable && !t.ephemeral;
         let force = group.iter().any(|r| r.force_sync);
         let sync_now = !t.ephemeral && (!relaxed || force);
@@ -235,8 +265,12 @@ fn commit(
     sync: bool,
 ) -> Vec<Result<(), PublishError>> {
     let mut results = Vec::with_capacity(reqs.len());
+    let m = &t.metrics;
     let handle = {
+        let waited = Instant::now();
         let mut log = lock(&t.log);
+        let held = Instant::now();
+        m.observe(Timer::PublishLockWait, held - waited);
         for (bodies, avail) in reqs {
             let r = store
                 .allocate_ids(bodies.len() as u64)
@@ -250,7 +284,10 @@ fn commit(
                 });
             results.push(r.map(|_| ()).map_err(PublishError::from));
         }
-        if sync { log.sync_handle() } else { None }
+        let handle = if sync { log.sync_handle() } else { None };
+        drop(log);
+        m.since(Timer::PublishLockHold, held);
+        handle
     };
     if let Some((file, path, through)) = handle {
         if let Err(e) = store.fault().check() {
@@ -259,7 +296,10 @@ fn commit(
                 .map(|_| Err(PublishError::StorageFault(e.to_string())))
                 .collect();
         }
-        if let Err(e) = file.sync_data() {
+        let fsync = Instant::now();
+        let synced = file.sync_data();
+        m.since(Timer::PublishFsync, fsync);
+        if let Err(e) = synced {
             let msg = format!("fdatasync {}: {e}", path.display());
             store.fault().trip(msg.clone());
             return results
@@ -277,7 +317,10 @@ fn commit(
 pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        let _ = lock(&t2.log).sync();
+        let mut log = lock(&t2.log);
+        let fsync = Instant::now();
+        let _ = log.sync();
+        t2.metrics.since(Timer::PublishFsync, fsync);
     })
     .await;
     t.publish_visibility();

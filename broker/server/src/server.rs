@@ -68,6 +68,8 @@ fn engine_config(cfg: &Config) -> EngineConfig {
         disk_high_watermark_percent: cfg.storage.disk_high_watermark_percent,
         disk_low_watermark_percent: cfg.storage.disk_low_watermark_percent,
         min_free_bytes: cfg.storage.min_free_bytes,
+        protective_eviction_enabled: cfg.storage.protective_eviction_enabled,
+        disk_pressure_grace: Duration::from_secs(cfg.storage.disk_pressure_grace_seconds),
         ..EngineConfig::default()
     }
 }

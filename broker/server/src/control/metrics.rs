@@ -1,64 +1,44 @@
 //! `GET /metrics`: Prometheus text with the metric names of spec/broker.md §7.
 //!
-//! Gauges derived from engine state (queue aggregates, in-flight bytes, disk) are refreshed on
-//! every scrape. Counters are `pub` so the protocol paths can feed them; the control layer
-//! itself counts auth failures and times manual scrubs. Histograms use the §7.4 buckets.
+//! Three sources, rendered together on each scrape:
+//! - engine counters, gauges and histograms ([`rustqueue_engine::metrics`]): atomics fed on
+//!   the publish, delivery, FIN/REQ, group-commit, GC, scrub and eviction paths;
+//! - series this crate feeds itself: TCP connections and auth failures (control tokens and
+//!   TCP `AUTH`);
+//! - queue aggregates, budgets and disk gauges computed from engine state at scrape time.
+//!
+//! [`RESERVED`] series have no source in this broker yet and always read 0 (docs/api.md).
 
 use std::path::Path;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntGauge, Registry, TextEncoder};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
+use rustqueue_engine::{Counter, Engine, Kind, Timer};
 
 use super::ControlState;
 use super::drain::counts;
 
-/// Histogram buckets in seconds (spec/broker.md §7.4).
-pub const BUCKETS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
-];
+pub use rustqueue_engine::metrics::BUCKETS;
 
-/// Histogram names of spec/broker.md §7.4.
-pub const HISTOGRAMS: [&str; 13] = [
-    "rustqueue_storage_fsync_duration_seconds",
-    "rustqueue_group_commit_wait_duration_seconds",
-    "rustqueue_publish_topic_lock_wait_duration_seconds",
-    "rustqueue_publish_topic_lock_hold_duration_seconds",
-    "rustqueue_publish_ack_duration_seconds",
-    "rustqueue_delivery_topic_lock_wait_duration_seconds",
-    "rustqueue_delivery_topic_lock_hold_duration_seconds",
-    "rustqueue_channel_fsync_duration_seconds",
-    "rustqueue_channel_group_commit_wait_duration_seconds",
-    "rustqueue_channel_ack_duration_seconds",
-    "rustqueue_payload_read_duration_seconds",
-    "rustqueue_storage_scrub_duration_seconds",
-    "rustqueue_storage_gc_duration_seconds",
+/// §7 series registered but never fed: no source exists in this broker yet. The spec also
+/// declares `rustqueue_protocol_errors_total` as never incremented.
+pub const RESERVED: [&str; 5] = [
+    "rustqueue_retention_expired_messages_total",
+    "rustqueue_publish_workers_rejected_total",
+    "rustqueue_channel_commit_workers_rejected_total",
+    "rustqueue_detailed_queue_metric_series",
+    "rustqueue_detailed_queue_metric_series_omitted",
 ];
 
 /// The broker's metrics.
 pub struct Metrics {
     registry: Registry,
-    /// Open TCP connections (set by the TCP listener).
+    /// Open TCP connections (maintained by the TCP listener).
     pub tcp_connections: IntGauge,
-    /// Messages accepted by PUB/MPUB/DPUB and `/pub`, `/mpub`.
-    pub publish_messages_total: IntCounter,
-    /// Body bytes accepted.
-    pub publish_bytes_total: IntCounter,
-    /// Publishes refused with `E_THROTTLED` / 429.
-    pub publish_throttled_requests_total: IntCounter,
-    /// Bytes of refused publishes.
-    pub publish_throttled_bytes_total: IntCounter,
-    /// Messages handed to consumers.
-    pub delivered_messages_total: IntCounter,
-    /// FIN count.
-    pub finished_messages_total: IntCounter,
-    /// REQ count.
-    pub requeued_messages_total: IntCounter,
     /// Declared by the spec; never incremented there either.
     pub protocol_errors_total: IntCounter,
-    /// Requests refused for a missing or wrong token.
+    /// Requests refused for a missing or wrong token, and failed TCP `AUTH`s.
     pub auth_failures_total: IntCounter,
-    /// Storage errors seen by the control layer (scrub failures).
-    pub storage_errors_total: IntCounter,
     publish_inflight_bytes: IntGauge,
     delivery_inflight_bytes: IntGauge,
     disk_total_bytes: IntGauge,
@@ -71,9 +51,10 @@ pub struct Metrics {
     channel_depth_total: IntGauge,
     channel_in_flight_total: IntGauge,
     channel_deferred_total: IntGauge,
+    channel_ack_gap_total: IntGauge,
     publish_unsynced_messages: IntGauge,
     publish_unsynced_bytes: IntGauge,
-    histograms: Vec<Histogram>,
+    publish_sync_lag_seconds: prometheus::Gauge,
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -88,6 +69,12 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
+fn float_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Gauge {
+    let g = prometheus::Gauge::new(name, help).expect("valid metric name");
+    r.register(Box::new(g.clone())).expect("unique metric name");
+    g
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -95,59 +82,36 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric.
+    /// Registers every series this crate owns (engine series are added per scrape).
     pub fn new() -> Self {
         let r = Registry::new();
-        let used = prometheus::Gauge::new("rustqueue_disk_used_percent", "Data disk used percent")
-            .expect("valid metric name");
-        r.register(Box::new(used.clone())).expect("unique");
-        let histograms = HISTOGRAMS
-            .iter()
-            .map(|name| {
-                let h = Histogram::with_opts(
-                    HistogramOpts::new(*name, name.replace('_', " ")).buckets(BUCKETS.to_vec()),
-                )
-                .expect("valid histogram");
-                r.register(Box::new(h.clone())).expect("unique");
-                h
-            })
-            .collect();
+        for name in RESERVED {
+            if name.ends_with("_total") {
+                counter(
+                    &r,
+                    name,
+                    "Reserved: no source in this broker yet (always 0)",
+                );
+            } else {
+                gauge(
+                    &r,
+                    name,
+                    "Reserved: no source in this broker yet (always 0)",
+                );
+            }
+        }
         Self {
             tcp_connections: gauge(&r, "rustqueue_tcp_connections", "Open TCP connections"),
-            publish_messages_total: counter(
-                &r,
-                "rustqueue_publish_messages_total",
-                "Messages published",
-            ),
-            publish_bytes_total: counter(
-                &r,
-                "rustqueue_publish_bytes_total",
-                "Body bytes published",
-            ),
-            publish_throttled_requests_total: counter(
-                &r,
-                "rustqueue_publish_throttled_requests_total",
-                "Publishes refused with E_THROTTLED / 429",
-            ),
-            publish_throttled_bytes_total: counter(
-                &r,
-                "rustqueue_publish_throttled_bytes_total",
-                "Bytes of throttled publishes",
-            ),
-            delivered_messages_total: counter(
-                &r,
-                "rustqueue_delivered_messages_total",
-                "Deliveries",
-            ),
-            finished_messages_total: counter(&r, "rustqueue_finished_messages_total", "FINs"),
-            requeued_messages_total: counter(&r, "rustqueue_requeued_messages_total", "REQs"),
             protocol_errors_total: counter(
                 &r,
                 "rustqueue_protocol_errors_total",
-                "Protocol errors",
+                "Protocol errors (declared by the spec, never incremented)",
             ),
-            auth_failures_total: counter(&r, "rustqueue_auth_failures_total", "Refused tokens"),
-            storage_errors_total: counter(&r, "rustqueue_storage_errors_total", "Storage errors"),
+            auth_failures_total: counter(
+                &r,
+                "rustqueue_auth_failures_total",
+                "Refused control tokens and failed TCP AUTH",
+            ),
             publish_inflight_bytes: gauge(
                 &r,
                 "rustqueue_publish_inflight_bytes",
@@ -164,7 +128,11 @@ impl Metrics {
                 "rustqueue_disk_available_bytes",
                 "Data disk free to unprivileged users",
             ),
-            disk_used_percent: used,
+            disk_used_percent: float_gauge(
+                &r,
+                "rustqueue_disk_used_percent",
+                "Data disk used percent",
+            ),
             disk_pressure: gauge(
                 &r,
                 "rustqueue_disk_pressure",
@@ -175,7 +143,7 @@ impl Metrics {
             topic_messages_total: gauge(
                 &r,
                 "rustqueue_topic_messages_total",
-                "Messages held over all topics",
+                "Messages published over all topics",
             ),
             channel_depth_total: gauge(
                 &r,
@@ -192,6 +160,11 @@ impl Metrics {
                 "rustqueue_channel_deferred_total",
                 "Deferred over all channels",
             ),
+            channel_ack_gap_total: gauge(
+                &r,
+                "rustqueue_channel_ack_gap_total",
+                "Finished positions above the ack floors over all channels",
+            ),
             publish_unsynced_messages: gauge(
                 &r,
                 "rustqueue_publish_unsynced_messages",
@@ -202,17 +175,13 @@ impl Metrics {
                 "rustqueue_publish_unsynced_bytes",
                 "Appended bytes, not fsynced",
             ),
-            histograms,
+            publish_sync_lag_seconds: float_gauge(
+                &r,
+                "rustqueue_publish_sync_lag_seconds",
+                "Age of the oldest unsynced message (max over topics)",
+            ),
             registry: r,
         }
-    }
-
-    /// The histogram called `name` (one of [`HISTOGRAMS`]).
-    pub fn histogram(&self, name: &str) -> Option<&Histogram> {
-        HISTOGRAMS
-            .iter()
-            .position(|n| *n == name)
-            .map(|i| &self.histograms[i])
     }
 
     /// Refreshes the derived gauges and renders the text exposition format.
@@ -221,6 +190,7 @@ impl Metrics {
         let c = counts(&stats);
         let (pub_bytes, del_bytes) = state.engine.inflight_bytes();
         let h = state.engine.health();
+        let q = state.engine.queue_gauges();
         let channels: usize = stats.topics.iter().map(|t| t.channels.len()).sum();
         let deferred: u64 = stats
             .topics
@@ -231,9 +201,10 @@ impl Metrics {
         set(&self.topics, stats.topics.len() as u64);
         set(&self.channels, channels as u64);
         set(&self.topic_messages_total, c.stored_messages);
-        set(&self.channel_depth_total, c.depth - deferred);
+        set(&self.channel_depth_total, c.depth.saturating_sub(deferred));
         set(&self.channel_in_flight_total, c.in_flight);
         set(&self.channel_deferred_total, deferred);
+        set(&self.channel_ack_gap_total, q.channel_ack_gap);
         set(
             &self.publish_unsynced_messages,
             stats.topics.iter().map(|t| t.unsynced_messages).sum(),
@@ -242,6 +213,8 @@ impl Metrics {
             &self.publish_unsynced_bytes,
             stats.topics.iter().map(|t| t.unsynced_bytes).sum(),
         );
+        self.publish_sync_lag_seconds
+            .set(q.publish_sync_lag_seconds);
         set(&self.publish_inflight_bytes, pub_bytes);
         set(&self.delivery_inflight_bytes, del_bytes);
         self.disk_pressure.set(i64::from(h.disk_pressure.is_some()));
@@ -255,12 +228,70 @@ impl Metrics {
             };
             self.disk_used_percent.set(used);
         }
+        let mut families = self.registry.gather();
+        families.extend(engine_families(&state.engine));
+        families.sort_by(|a, b| a.name().cmp(b.name()));
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&families, &mut out)
             .expect("text encoding of gathered metrics cannot fail");
         String::from_utf8(out).expect("the text format is UTF-8")
     }
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metric: proto::Metric) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(kind);
+    f.set_metric(vec![metric]);
+    f
+}
+
+/// The engine's counters, gauges and histograms as metric families.
+pub fn engine_families(engine: &Engine) -> Vec<MetricFamily> {
+    let mut out = Vec::new();
+    for c in Counter::ALL {
+        let v = engine.counter(*c) as f64;
+        let mut m = proto::Metric::default();
+        let kind = match c.kind() {
+            Kind::Counter => {
+                let mut pc = proto::Counter::default();
+                pc.set_value(v);
+                m.set_counter(pc);
+                MetricType::COUNTER
+            }
+            Kind::Gauge => {
+                let mut pg = proto::Gauge::default();
+                pg.set_value(v);
+                m.set_gauge(pg);
+                MetricType::GAUGE
+            }
+        };
+        out.push(family(c.name(), c.help(), kind, m));
+    }
+    for t in Timer::ALL {
+        let snap = engine.metrics().histogram(*t);
+        let mut h = proto::Histogram::default();
+        h.set_sample_count(snap.count);
+        h.set_sample_sum(snap.sum_seconds);
+        h.set_bucket(
+            BUCKETS
+                .iter()
+                .zip(&snap.cumulative)
+                .map(|(bound, n)| {
+                    let mut b = proto::Bucket::default();
+                    b.set_upper_bound(*bound);
+                    b.set_cumulative_count(*n);
+                    b
+                })
+                .collect(),
+        );
+        let mut m = proto::Metric::default();
+        m.set_histogram(h);
+        out.push(family(t.name(), t.help(), MetricType::HISTOGRAM, m));
+    }
+    out
 }
 
 fn set(g: &IntGauge, v: u64) {
@@ -282,31 +313,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_spec_histogram_is_registered_with_the_spec_buckets() {
+    fn every_spec_histogram_is_rendered_with_the_spec_buckets() {
+        let mut names: Vec<&str> = Timer::ALL.iter().map(|t| t.name()).collect();
+        names.sort_unstable();
+        assert_eq!(names.len(), 13, "spec/broker.md §7.4 lists 13 histograms");
+        assert_eq!(BUCKETS.len(), 16);
+        assert_eq!(BUCKETS[0], 0.0001);
+        assert_eq!(BUCKETS[15], 10.0);
+    }
+
+    #[test]
+    fn reserved_series_do_not_collide_with_fed_ones() {
         let m = Metrics::new();
-        m.histogram("rustqueue_storage_scrub_duration_seconds")
-            .unwrap()
-            .observe(0.003);
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&m.registry.gather(), &mut out)
-            .unwrap();
-        let text = String::from_utf8(out).unwrap();
-        for name in HISTOGRAMS {
-            assert!(
-                text.contains(&format!("{name}_bucket{{le=\"0.0001\"}}")),
-                "{name}"
-            );
-            assert!(
-                text.contains(&format!("{name}_bucket{{le=\"10\"}}")),
-                "{name}"
-            );
-            assert!(
-                text.contains(&format!("{name}_bucket{{le=\"+Inf\"}}")),
-                "{name}"
-            );
+        let owned: Vec<String> = m
+            .registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect();
+        for c in Counter::ALL {
+            assert!(!owned.iter().any(|n| n == c.name()), "{}", c.name());
         }
-        assert!(text.contains("rustqueue_storage_scrub_duration_seconds_bucket{le=\"0.005\"} 1"));
-        assert!(text.contains("rustqueue_storage_scrub_duration_seconds_bucket{le=\"0.0025\"} 0"));
+        for t in Timer::ALL {
+            assert!(!owned.iter().any(|n| n == t.name()), "{}", t.name());
+        }
+        for r in RESERVED {
+            assert!(owned.iter().any(|n| n == r), "{r}");
+        }
     }
 }

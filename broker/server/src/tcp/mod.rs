@@ -50,12 +50,15 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, sessions: &mut Jo
         };
         let shared = shared.clone();
         sessions.spawn(async move {
+            let connections = shared.control.metrics.tcp_connections.clone();
+            connections.inc();
             let stats = shared.clients.register(peer.to_string());
             let id = stats.id;
             session::Session::new(shared.clone(), conn::Conn::new(stream), peer, stats)
                 .run()
                 .await;
             shared.clients.remove(id);
+            connections.dec();
             drop(permit);
         });
         while sessions.try_join_next().is_some() {}

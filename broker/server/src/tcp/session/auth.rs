@@ -41,7 +41,10 @@ impl Session {
                 self.flush_now().await?;
                 Ok(Next::Continue)
             }
-            Err(e) => self.fail(auth_error(&e)).await,
+            Err(e) => {
+                self.shared.control.metrics.auth_failures_total.inc();
+                self.fail(auth_error(&e)).await
+            }
         }
     }
 
@@ -69,7 +72,10 @@ impl Session {
                         a.0 = fresh;
                     }
                 }
-                Err(e) => return Some(auth_error(&e)),
+                Err(e) => {
+                    self.shared.control.metrics.auth_failures_total.inc();
+                    return Some(auth_error(&e));
+                }
             }
         }
         let state = &self.auth.as_ref()?.0;
