@@ -30,6 +30,15 @@ fn no_file_gives_the_documented_defaults() {
     assert_eq!(c.queue.max_message_bytes, 20_971_520);
     assert_eq!(c.limits.max_rdy_count, 2_500);
     assert_eq!(c.queue.publish_ack_mode, "durable");
+    assert!(!c.storage.protective_eviction_enabled, "eviction is opt-in");
+    assert_eq!(c.storage.disk_pressure_grace_seconds, 60);
+    let c = load(
+        Some("[storage]\nprotective_eviction_enabled = true\ndisk_pressure_grace_seconds = 2\n"),
+        &[],
+    )
+    .unwrap();
+    assert!(c.storage.protective_eviction_enabled);
+    assert_eq!(c.storage.disk_pressure_grace_seconds, 2);
 }
 
 #[test]
@@ -53,9 +62,13 @@ fn environment_overrides_the_file() {
             ("RUSTQUEUE_MAX_MESSAGE_BYTES", "1024"),
             ("RUSTQUEUE_PUBLISH_ACK_MODE", "write_ack"),
             ("RUSTQUEUE_LOG_FORMAT", "json"),
+            ("RUSTQUEUE_PROTECTIVE_EVICTION_ENABLED", "true"),
+            ("RUSTQUEUE_DISK_PRESSURE_GRACE_SECONDS", "5"),
         ],
     )
     .unwrap();
+    assert!(c.storage.protective_eviction_enabled);
+    assert_eq!(c.storage.disk_pressure_grace_seconds, 5);
     assert_eq!(c.network.tcp_address, "127.0.0.1:2");
     assert_eq!(c.network.http_address, "127.0.0.1:3");
     assert_eq!(c.storage.data_path, Path::new("/env"));

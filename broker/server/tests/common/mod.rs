@@ -38,7 +38,11 @@ impl Broker {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Broker {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), tweak).await
+    }
+
+    /// Starts on an existing data directory (a restart).
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> Broker {
         let mut cfg = test_config(dir.path());
         tweak(&mut cfg);
         cfg.validate().unwrap();
@@ -65,6 +69,14 @@ impl Broker {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
         }
+    }
+
+    /// Graceful shutdown that hands back the data directory for a restart.
+    pub async fn stop_keep_dir(mut self) -> tempfile::TempDir {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+        self.dir
     }
 }
 
