@@ -21,6 +21,10 @@ async fn a_100_mib_message_round_trips_at_feature_level_2_and_is_refused_at_leve
         feature_level: 2,
         max_message_bytes: 100 << 20,
         max_segment_bytes: 256 << 20,
+        // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+        disk_high_watermark_percent: 100,
+        disk_low_watermark_percent: 99,
+        min_free_bytes: 0,
         ..EngineConfig::default()
     };
     let e = Engine::open(cfg.clone()).await.unwrap();
@@ -52,6 +56,10 @@ async fn a_full_size_mpub_is_one_atomic_batch_delivered_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(EngineConfig {
         data_path: dir.path().to_path_buf(),
+        // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+        disk_high_watermark_percent: 100,
+        disk_low_watermark_percent: 99,
+        min_free_bytes: 0,
         ..EngineConfig::default()
     })
     .await

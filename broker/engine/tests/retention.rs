@@ -29,6 +29,10 @@ fn cfg(dir: &std::path::Path) -> EngineConfig {
         max_segment_bytes: 4_096,
         bootstrap_retention: Duration::ZERO,
         gc_interval: Duration::from_millis(50),
+        // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+        disk_high_watermark_percent: 100,
+        disk_low_watermark_percent: 99,
+        min_free_bytes: 0,
         ..EngineConfig::default()
     }
 }
@@ -94,6 +98,10 @@ async fn a_failed_write_isolates_storage_and_reports_unhealthy() {
     let e = Engine::open_with_fs(
         EngineConfig {
             data_path: dir.path().to_path_buf(),
+            // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+            disk_high_watermark_percent: 100,
+            disk_low_watermark_percent: 99,
+            min_free_bytes: 0,
             ..EngineConfig::default()
         },
         Arc::new(fs.clone()),
@@ -123,6 +131,10 @@ async fn disk_pressure_throttles_publishes_but_not_consumption() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(EngineConfig {
         data_path: dir.path().to_path_buf(),
+        // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+        disk_high_watermark_percent: 100,
+        disk_low_watermark_percent: 99,
+        min_free_bytes: 0,
         ..EngineConfig::default()
     })
     .await
@@ -159,6 +171,10 @@ async fn later_durable_channels_start_at_the_bootstrap_window() {
         let e = Engine::open(EngineConfig {
             data_path: dir.path().to_path_buf(),
             bootstrap_retention: window,
+            // Explicit disk guard: a CI host above the default 85 % must not throttle this test.
+            disk_high_watermark_percent: 100,
+            disk_low_watermark_percent: 99,
+            min_free_bytes: 0,
             ..EngineConfig::default()
         })
         .await

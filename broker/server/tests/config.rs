@@ -7,6 +7,8 @@ use std::process::Command;
 
 use rustqueue_server::config::{Config, ConfigError};
 
+mod common;
+
 fn load(toml: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rq.toml");
@@ -182,4 +184,16 @@ fn check_config_validates_and_exits() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not_a_key"));
+}
+
+#[test]
+fn the_disk_guard_file_for_spawned_test_brokers_matches_the_in_process_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let from_file = load(Some(common::DISK_GUARD_TOML), &[]).unwrap();
+    let in_process = common::test_config(dir.path());
+    for c in [&from_file, &in_process] {
+        assert_eq!(c.storage.disk_high_watermark_percent, 100);
+        assert_eq!(c.storage.disk_low_watermark_percent, 99);
+        assert_eq!(c.storage.min_free_bytes, 1);
+    }
 }

@@ -22,18 +22,20 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn command(data: &std::path::Path, tcp: u16, http: u16) -> Command {
+fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::TempDir) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     c.env("RUSTQUEUE_DATA_PATH", data)
         .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
         .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
-    c
+    let guard = common::with_disk_guard(&mut c);
+    (c, guard)
 }
 
 struct Proc {
     child: Child,
+    _config: tempfile::TempDir,
     tcp: SocketAddr,
     http: u16,
 }
@@ -47,7 +49,8 @@ impl Drop for Proc {
 
 async fn spawn(data: &std::path::Path) -> Proc {
     let (tcp, http) = (free_port(), free_port());
-    let child = command(data, tcp, http).spawn().unwrap();
+    let (mut cmd, config) = command(data, tcp, http);
+    let child = cmd.spawn().unwrap();
     let url = format!("http://127.0.0.1:{http}/v1/health");
     common::eventually(async || {
         reqwest::get(&url)
@@ -57,6 +60,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
     .await;
     Proc {
         child,
+        _config: config,
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
         http,
     }
@@ -95,10 +99,8 @@ fn a_data_directory_behind_the_reader_fence_is_refused() {
         ),
     )
     .unwrap();
-    let out = command(dir.path(), free_port(), free_port())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let (mut cmd, _config) = command(dir.path(), free_port(), free_port());
+    let out = cmd.stderr(Stdio::piped()).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("rollback fence"), "{stderr}");

@@ -23,6 +23,7 @@ fn free_port() -> u16 {
 struct Proc {
     child: Child,
     tcp: SocketAddr,
+    _config: tempfile::TempDir,
 }
 
 impl Drop for Proc {
@@ -34,7 +35,9 @@ impl Drop for Proc {
 
 async fn spawn(data: &std::path::Path) -> Proc {
     let (tcp, http) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
+    let config = common::with_disk_guard(&mut cmd);
+    let child = cmd
         .env("RUSTQUEUE_DATA_PATH", data)
         .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
         .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
@@ -52,6 +55,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
     Proc {
         child,
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+        _config: config,
     }
 }
 

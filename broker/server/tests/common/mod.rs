@@ -19,7 +19,23 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
 }
 
-/// Config on 127.0.0.1:0 with a fresh data dir; `tweak` adjusts it.
+/// Disk-guard settings that keep a test broker out of disk pressure whatever the host disk
+/// holds (a CI host above the default 85 % must not throttle it): pressure only on a full disk.
+pub const DISK_GUARD_TOML: &str = "[storage]\ndisk_high_watermark_percent = 100\n\
+     disk_low_watermark_percent = 99\nmin_free_bytes = 1\n";
+
+/// Points a spawned `rustqueued` at a config file holding [`DISK_GUARD_TOML`]; keep the
+/// returned directory alive as long as the process may read it.
+pub fn with_disk_guard(cmd: &mut std::process::Command) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("disk-guard.toml");
+    std::fs::write(&path, DISK_GUARD_TOML).unwrap();
+    cmd.env("RUSTQUEUE_CONFIG", path);
+    dir
+}
+
+/// Config on 127.0.0.1:0 with a fresh data dir; `tweak` adjusts it. The watermarks are set
+/// explicitly so the host's disk use never throttles a test (see [`DISK_GUARD_TOML`]).
 pub fn test_config(dir: &std::path::Path) -> Config {
     let mut cfg = Config::default();
     cfg.network.tcp_address = "127.0.0.1:0".into();
