@@ -147,6 +147,55 @@ async fn with_eviction_on_the_oldest_segments_go_and_channels_skip_them() {
     e.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_durable_channel_eviction_moves_the_unrouted_boundary_past_the_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(roomy(dir.path())).await.unwrap();
+    for i in 1..=20 {
+        e.publish("t", vec![body(i)], None).await.unwrap();
+    }
+    e.shutdown().await;
+
+    let cfg = EngineConfig {
+        disk_check_interval: Duration::from_millis(50),
+        ..pressured(dir.path(), true, Duration::ZERO)
+    };
+    let e = Engine::open(cfg).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while e.counter(Counter::Evictions) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no evictions");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    e.shutdown().await;
+    let through = audit::list(&rustqueue_storage::RealFs, dir.path())
+        .unwrap()
+        .last()
+        .unwrap()
+        .through_position;
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            dir.path()
+                .join("topics")
+                .join(rustqueue_storage::meta::hex("t"))
+                .join("manifest"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(manifest["unrouted_from_position"].as_u64().unwrap() > through);
+
+    // The first durable channel starts at the boundary: right after the gap.
+    let e = Engine::open(roomy(dir.path())).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.body, body(through + 1));
+    e.shutdown().await;
+}
+
 fn store_opts() -> StoreOptions {
     StoreOptions {
         node_id: 1,
