@@ -66,15 +66,6 @@ impl Inner {
     }
 }
 
-/// Queue aggregates of spec/broker.md §7.2 computed on demand.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct QueueGauges {
-    /// Age of the oldest appended-but-unsynced message over all topics (0 when all synced).
-    pub publish_sync_lag_seconds: f64,
-    /// Finished positions held above the ack floors (the sparse-ACK window) over all channels.
-    pub channel_ack_gap: u64,
-}
-
 /// The broker engine; clones share one instance.
 #[derive(Clone)]
 pub struct Engine {
@@ -509,42 +500,6 @@ impl Engine {
             held(&self.inner.publish_budget, total_pub),
             held(&self.inner.delivery_budget, total_del),
         )
-    }
-
-    /// The engine's counters and histograms (read by `/metrics`).
-    pub fn metrics(&self) -> &EngineMetrics {
-        &self.inner.metrics
-    }
-
-    /// Current value of an engine counter or gauge; storage errors come from the store's
-    /// fail-closed switch.
-    pub fn counter(&self, c: Counter) -> u64 {
-        match c {
-            Counter::StorageErrors => self.inner.store.fault().errors(),
-            c => self.inner.metrics.get(c),
-        }
-    }
-
-    /// Queue aggregates that need a walk over topics and channels (computed per scrape).
-    pub fn queue_gauges(&self) -> QueueGauges {
-        let now_ns = crate::types::now_ns();
-        let mut g = QueueGauges::default();
-        for t in self
-            .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            if let Some(ts) = lock(&t.log).oldest_unsynced_timestamp() {
-                let lag = (now_ns - ts).max(0) as f64 / 1e9;
-                g.publish_sync_lag_seconds = g.publish_sync_lag_seconds.max(lag);
-            }
-            for c in t.channel_list() {
-                g.channel_ack_gap += lock(&c.st).durable.acked.len() as u64;
-            }
-        }
-        g
     }
 
     /// Graceful shutdown: refuse new work, sync every log, checkpoint every channel, release

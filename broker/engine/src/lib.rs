@@ -20,6 +20,7 @@ mod disk;
 mod engine;
 mod error;
 mod evict;
+mod gauges;
 mod gc;
 pub mod metrics;
 mod registry;
@@ -29,8 +30,9 @@ mod types;
 pub use bytes::Bytes;
 pub use config::{AckMode, EngineConfig, feature_level_message_cap};
 pub use consumer::{Consumer, Durable};
-pub use engine::{Engine, QueueGauges};
+pub use engine::Engine;
 pub use error::{DeliveryError, EngineError, OpenError, PublishError};
+pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,

@@ -265,3 +265,50 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
     assert_eq!(value(&text, "rustqueue_auth_failures_total"), Some(1.0));
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detailed_queue_metrics_label_each_topic_and_channel_within_the_budget() {
+    let b = Broker::start_with(|cfg| {
+        cfg.metrics.detailed_queue_metrics = true;
+        cfg.metrics.max_detailed_series = 9;
+    })
+    .await;
+    let mut p = b.client().await;
+    let mut c = b.client().await;
+    c.subscribe("t", "c", 0).await;
+    p.publish("t", b"1").await;
+    p.publish("t", b"2").await;
+    p.publish("u", b"3").await;
+    let line = |text: &str, name: &str, labels: &[&str]| -> Option<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| labels.iter().all(|x| l.contains(x)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let text = scrape(&b).await;
+    let (t, ch) = (r#"topic="t""#, r#"channel="c""#);
+    assert_eq!(
+        line(&text, "rustqueue_channel_depth", &[t, ch]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(line(&text, "rustqueue_topic_messages", &[t]), Some(2.0));
+    assert_eq!(
+        line(&text, "rustqueue_topic_last_durable_position", &[t]),
+        Some(2.0)
+    );
+    // Topic t (5) and its channel (4) fill the budget of 9; topic u's 5 are omitted.
+    assert_eq!(
+        line(&text, "rustqueue_topic_messages", &[r#"topic="u""#]),
+        None
+    );
+    assert_eq!(
+        value(&text, "rustqueue_detailed_queue_metric_series"),
+        Some(9.0)
+    );
+    assert_eq!(
+        value(&text, "rustqueue_detailed_queue_metric_series_omitted"),
+        Some(5.0)
+    );
+    b.stop().await;
+}

@@ -5,7 +5,8 @@
 //!   the publish, delivery, FIN/REQ, group-commit, GC, scrub and eviction paths;
 //! - series this crate feeds itself: TCP connections and auth failures (control tokens and
 //!   TCP `AUTH`);
-//! - queue aggregates, budgets and disk gauges computed from engine state at scrape time.
+//! - queue aggregates, budgets and disk gauges computed from engine state at scrape time,
+//!   plus the optional per-topic/channel series of [`super::detailed`].
 //!
 //! [`RESERVED`] series have no source in this broker yet and always read 0 (docs/api.md).
 
@@ -22,12 +23,10 @@ pub use rustqueue_engine::metrics::BUCKETS;
 
 /// §7 series registered but never fed: no source exists in this broker yet. The spec also
 /// declares `rustqueue_protocol_errors_total` as never incremented.
-pub const RESERVED: [&str; 5] = [
+pub const RESERVED: [&str; 3] = [
     "rustqueue_retention_expired_messages_total",
     "rustqueue_publish_workers_rejected_total",
     "rustqueue_channel_commit_workers_rejected_total",
-    "rustqueue_detailed_queue_metric_series",
-    "rustqueue_detailed_queue_metric_series_omitted",
 ];
 
 /// The broker's metrics.
@@ -55,6 +54,10 @@ pub struct Metrics {
     publish_unsynced_messages: IntGauge,
     publish_unsynced_bytes: IntGauge,
     publish_sync_lag_seconds: prometheus::Gauge,
+    detailed_series: IntGauge,
+    detailed_series_omitted: IntGauge,
+    /// `Some(budget)` when the §7.3 per-topic/channel series are on.
+    detail: Option<usize>,
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -180,8 +183,24 @@ impl Metrics {
                 "rustqueue_publish_sync_lag_seconds",
                 "Age of the oldest unsynced message (max over topics)",
             ),
+            detailed_series: gauge(
+                &r,
+                "rustqueue_detailed_queue_metric_series",
+                "Per-topic/channel series emitted",
+            ),
+            detailed_series_omitted: gauge(
+                &r,
+                "rustqueue_detailed_queue_metric_series_omitted",
+                "Per-topic/channel series skipped for the series budget",
+            ),
+            detail: None,
             registry: r,
         }
+    }
+
+    /// Turns the §7.3 per-topic/channel series on with a series budget (or off with `None`).
+    pub fn set_detail(&mut self, budget: Option<usize>) {
+        self.detail = budget;
     }
 
     /// Refreshes the derived gauges and renders the text exposition format.
@@ -228,8 +247,16 @@ impl Metrics {
             };
             self.disk_used_percent.set(used);
         }
+        let detailed = self
+            .detail
+            .map(|budget| super::detailed::families(&stats, &q, budget));
+        if let Some(d) = &detailed {
+            set(&self.detailed_series, d.emitted);
+            set(&self.detailed_series_omitted, d.omitted);
+        }
         let mut families = self.registry.gather();
         families.extend(engine_families(&state.engine));
+        families.extend(detailed.into_iter().flat_map(|d| d.families));
         families.sort_by(|a, b| a.name().cmp(b.name()));
         let mut out = Vec::new();
         TextEncoder::new()

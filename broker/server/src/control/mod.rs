@@ -9,6 +9,7 @@
 //! - [`routes`]: the axum router over a [`ControlState`].
 
 pub mod capabilities;
+pub mod detailed;
 pub mod drain;
 pub mod metrics;
 pub mod registry;
@@ -129,7 +130,7 @@ pub fn from_config(
     tcp_port: u16,
     http_port: u16,
 ) -> ControlState {
-    ControlState::new(
+    let mut state = ControlState::new(
         engine,
         token_files(&cfg.security),
         NodeInfo {
@@ -140,5 +141,10 @@ pub fn from_config(
         },
         binary_capabilities(cfg),
         cfg.storage.data_path.clone(),
-    )
+    );
+    let m = &cfg.metrics;
+    state
+        .metrics
+        .set_detail(m.detailed_queue_metrics.then_some(m.max_detailed_series));
+    state
 }
