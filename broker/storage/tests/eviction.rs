@@ -65,7 +65,7 @@ fn the_oldest_sealed_segment_is_evicted_alone_and_recovery_starts_after_it() {
     );
     let gone = log.evict_oldest(oldest.base).unwrap();
     assert_eq!(gone, oldest.messages);
-    assert!(!fs.paths().iter().any(|p| *p == oldest.path));
+    assert!(!fs.paths().contains(&oldest.path));
     assert_eq!(log.first_position(), oldest.through_position + 1);
     assert_eq!(log.entry(1), None);
     drop((log, store));
@@ -74,7 +74,7 @@ fn the_oldest_sealed_segment_is_evicted_alone_and_recovery_starts_after_it() {
     let log = &topics[0].log;
     assert_eq!(log.first_position(), oldest.through_position + 1);
     assert_eq!(log.next_position(), 7);
-    assert!(!fs.paths().iter().any(|p| *p == oldest.path));
+    assert!(!fs.paths().contains(&oldest.path));
 }
 
 #[test]
