@@ -96,6 +96,9 @@ impl FsFile for RealFile {
     }
 }
 
+/// Lock attempts 10 ms apart before a held directory lock is reported (about 0.5 s).
+const LOCK_RETRIES: u32 = 50;
+
 impl Fs for RealFs {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
         let file = OpenOptions::new()
@@ -141,15 +144,26 @@ impl Fs for RealFs {
             .create(true)
             .truncate(false)
             .open(path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    "locked by another process",
-                ));
+        // A short retry before refusing: a process that forks while another thread of it
+        // holds (or just dropped) this lock keeps the flock in the child until its exec, so
+        // the lock can look taken for a moment with no second broker anywhere (seen in the
+        // multi-threaded SIGKILL tests). A real second process still gets refused.
+        let mut attempts = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if attempts < LOCK_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "locked by another process",
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
         file.set_len(0)?;
         writeln!(file, "{}", std::process::id())?;
