@@ -245,10 +245,9 @@ impl Consumer {
             Ok(p) => p,
             Err(_) => {
                 m.add(Counter::BudgetWaits, 1);
-                m.add(Counter::BudgetWaiters, 1);
-                let p = budget.clone().acquire_many_owned(units).await;
-                m.sub(Counter::BudgetWaiters, 1);
-                p.ok()?
+                // A guard, not a plain decrement: sessions cancel `next()` mid-wait.
+                let _waiting = Waiter::new(m);
+                budget.clone().acquire_many_owned(units).await.ok()?
             }
         };
         let started = Instant::now();
@@ -332,6 +331,22 @@ impl Drop for Consumer {
             self.inner
                 .drop_ephemeral_channel(&self.topic, &self.channel);
         }
+    }
+}
+
+/// Counts one delivery waiting for the budget while it lives.
+struct Waiter<'a>(&'a EngineMetrics);
+
+impl<'a> Waiter<'a> {
+    fn new(m: &'a EngineMetrics) -> Self {
+        m.add(Counter::BudgetWaiters, 1);
+        Waiter(m)
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.sub(Counter::BudgetWaiters, 1);
     }
 }
 
