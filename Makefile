@@ -36,8 +36,8 @@ lint: fmt-check ## rustfmt check and clippy with warnings denied
 	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 .PHONY: unit
-unit: ## unit and integration tests of every crate (includes crash tests)
-	$(CARGO) test --workspace --all-features --locked
+unit: ## unit and integration tests of every crate (includes crash tests and the testbed self-test)
+	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e
 
 .PHONY: crash
 crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL failpoints (unit runs them too)
@@ -99,16 +99,27 @@ test: compat
 # the Go module proxy into ~/.cache/rustqueue/k8s-<version>; the testbed's tests need it.
 .PHONY: deps-k8s
 deps-k8s:
-	scripts/deps.sh k8s
+	scripts/deps.sh k8s kubectl
 
 unit: deps-k8s
 
 .PHONY: e2e
-e2e: e2e-testbed ## Kubernetes e2e; today the testbed's own scenarios (make unit runs them too)
+e2e: e2e-testbed e2e-operator ## Kubernetes e2e: the testbed self-test, then the operator scenario
 
 .PHONY: e2e-testbed
 e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
 	$(CARGO) test -p rustqueue-testbed --locked
+
+# The operator (issue 7) installed with kubectl from config/, two replicas, the sample on three
+# Nodes, pynsq consuming, a broker Pod replaced, leader failover, a CEL refusal.
+E2E_BIN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/debug
+.PHONY: e2e-operator
+e2e-operator: deps-k8s ## the operator scenario on the testbed (kubectl apply -k config/default, ...)
+	scripts/deps.sh python
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator --bins
+	RUSTQUEUE_E2E_BIN_DIR=$(E2E_BIN_DIR) $(CARGO) test --locked -p rustqueue-e2e
+
+test: e2e-operator
 
 # --- protocol fuzz smoke (issue 4): the cargo-fuzz targets, built on stable -----------------
 .PHONY: fuzz-smoke

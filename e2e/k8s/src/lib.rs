@@ -1,8 +1,7 @@
-//! Helpers for the Kubernetes scenario tests: install `config/` kustomize bases without
-//! kubectl, wait on conditions, and a minimal NSQ V2 consumer to read messages back.
+//! Helpers for the Kubernetes scenario tests: run the pinned `kubectl` and the official pynsq
+//! client (both installed by `scripts/deps.sh`) and wait on conditions.
 
-pub mod install;
-pub mod nsq;
+pub mod tools;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -18,12 +17,20 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 /// The repository root.
 pub fn repo_root() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    crate_dir().join("../..")
+}
+
+/// This crate's directory (`e2e/k8s`).
+pub fn crate_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -9,7 +9,8 @@ use crate::Error;
 
 const VERSIONS_ENV: &str = include_str!("../../../scripts/versions.env");
 
-fn pinned(key: &str) -> &'static str {
+/// A value pinned in `scripts/versions.env` (e.g. `PYNSQ_VERSION`), or `unknown`.
+pub fn pinned(key: &str) -> &'static str {
     VERSIONS_ENV
         .lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
@@ -27,19 +28,23 @@ pub fn etcd_version() -> &'static str {
     pinned("ETCD_VERSION")
 }
 
+/// Where `scripts/deps.sh` installs tools: `$RUSTQUEUE_CACHE`, else `~/.cache/rustqueue`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("RUSTQUEUE_CACHE") {
+        Some(c) => PathBuf::from(c),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".cache/rustqueue"),
+    }
+}
+
 /// The directory holding `etcd`, `kube-apiserver`, `kube-controller-manager` and
 /// `kube-scheduler`; errors when they are not there.
 pub fn bin_dir() -> Result<PathBuf, Error> {
     let dir = match std::env::var_os("RUSTQUEUE_K8S_BIN") {
         Some(d) => PathBuf::from(d),
-        None => {
-            let cache = match std::env::var_os("RUSTQUEUE_CACHE") {
-                Some(c) => PathBuf::from(c),
-                None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                    .join(".cache/rustqueue"),
-            };
-            cache.join(format!("k8s-{}", k8s_version())).join("bin")
-        }
+        None => cache_dir()
+            .join(format!("k8s-{}", k8s_version()))
+            .join("bin"),
     };
     let complete = [
         "etcd",

@@ -53,7 +53,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;
 
-pub use assets::{etcd_version, k8s_version};
+pub use assets::{cache_dir, etcd_version, k8s_version, pinned};
 pub use error::Error;
 pub use images::{Image, ImageTable};
 
