@@ -188,6 +188,14 @@ async fn scenario() {
         "{table}"
     );
 
+    // Argo CD's view: the health check of docs/argocd.md on the live object.
+    let live: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &kc,
+        &["get", "rustqueue", "queue", "-n", NS, "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(argocd_health(&live).0, "Healthy", "{live}");
+
     // Publish over a broker Pod's HTTP and consume with the official pynsq client.
     let ip0 = pod_ip(&pods, "queue-0").await;
     for i in 0..5 {
@@ -314,6 +322,10 @@ async fn scenario() {
     );
     let rq = rq_ready_or_dump(&bed, &rqs).await;
     assert_eq!(rq.spec.max_topics, 5000);
+    assert_eq!(
+        argocd_health(&serde_json::to_value(&rq).unwrap()).0,
+        "Healthy"
+    );
     // The new leader says so on :8080/metrics, and has reconciled.
     let leader_ip = pod_ip(&pods, &new_holder).await;
     let metrics = reqwest::get(format!("http://{leader_ip}:8080/metrics"))
@@ -371,6 +383,23 @@ async fn scenario() {
         "{}",
         refused.stderr
     );
+}
+
+/// Runs the Argo CD health check from docs/argocd.md (Lua 5.4) on `obj`: (status, message).
+fn argocd_health(obj: &serde_json::Value) -> (String, String) {
+    use mlua::LuaSerdeExt;
+    let doc = std::fs::read_to_string(repo_root().join("docs/argocd.md")).unwrap();
+    let start = doc
+        .find("```lua\n")
+        .expect("docs/argocd.md has a lua block")
+        + "```lua\n".len();
+    let len = doc[start..].find("```").expect("the lua block is closed");
+    let lua = mlua::Lua::new();
+    lua.globals()
+        .set("obj", lua.to_value(obj).unwrap())
+        .unwrap();
+    let hs: mlua::Table = lua.load(&doc[start..start + len]).eval().unwrap();
+    (hs.get("status").unwrap(), hs.get("message").unwrap())
 }
 
 /// `target` as a path relative to directory `from` (kustomize refuses absolute bases).
