@@ -34,7 +34,7 @@ pub use channel::{ChannelCommand, ChannelState};
 pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
 pub use log::{AppendBatch, Entry, OldestSegment, TopicLog};
-pub use store::{RecoveredChannel, RecoveredTopic, Store, StoreOptions};
+pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use wal::ChannelWal;
 
 /// Everything that can go wrong in storage. Each variant says what to do.

@@ -20,8 +20,21 @@ use crate::meta::{
 use crate::wal::{self, ChannelWal};
 use crate::{Fault, StorageError, io_err};
 
-/// Highest storage feature level this binary can read and write.
-pub const MAX_FEATURE_LEVEL: u8 = 2;
+/// Highest storage feature level this binary can read and write: 2, or the build-time ceiling
+/// `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL=1` (how tests build an "older" binary). The broker's
+/// capabilities report this same constant, so what it says and what it opens cannot differ.
+pub const MAX_FEATURE_LEVEL: u8 = ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
+
+const fn ceiling(v: Option<&str>) -> u8 {
+    match v {
+        None => 2,
+        Some(s) => match s.as_bytes() {
+            b"1" => 1,
+            b"2" | b"" => 2,
+            _ => panic!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL must be 1 or 2"),
+        },
+    }
+}
 
 /// How to open a store.
 #[derive(Clone, Debug)]
@@ -447,5 +460,19 @@ impl Store {
             state,
             self.fault.clone(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_build_time_ceiling_parses_only_one_or_two() {
+        assert_eq!(ceiling(None), 2);
+        assert_eq!(ceiling(Some("")), 2);
+        assert_eq!(ceiling(Some("1")), 1);
+        assert_eq!(ceiling(Some("2")), 2);
+        assert!((1..=2).contains(&MAX_FEATURE_LEVEL));
     }
 }

@@ -15,20 +15,9 @@ use rustqueue_storage::meta::{self, Compatibility};
 /// Lowest storage feature level any build reads.
 pub const MIN_STORAGE_FEATURE_LEVEL: u32 = 1;
 
-/// Highest storage feature level this build reads and writes (build-time ceiling).
-pub const MAX_STORAGE_FEATURE_LEVEL: u32 =
-    ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
-
-const fn ceiling(v: Option<&str>) -> u32 {
-    match v {
-        None => 2,
-        Some(s) => match s.as_bytes() {
-            b"1" => 1,
-            b"2" | b"" => 2,
-            _ => panic!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL must be 1 or 2"),
-        },
-    }
-}
+/// Highest storage feature level this build reads and writes (the storage crate's build-time
+/// ceiling, so the reported and the enforced level are one constant).
+pub const MAX_STORAGE_FEATURE_LEVEL: u32 = rustqueue_storage::MAX_FEATURE_LEVEL as u32;
 
 /// The binary version reported everywhere (`RUSTQUEUE_BUILD_VERSION` at build time, else the
 /// crate version).
@@ -141,10 +130,11 @@ mod tests {
     }
 
     #[test]
-    fn the_ceiling_parses_only_one_or_two() {
-        assert_eq!(ceiling(None), 2);
-        assert_eq!(ceiling(Some("1")), 1);
-        assert_eq!(ceiling(Some("2")), 2);
+    fn the_reported_ceiling_is_the_one_storage_enforces() {
+        assert_eq!(
+            MAX_STORAGE_FEATURE_LEVEL,
+            u32::from(rustqueue_storage::MAX_FEATURE_LEVEL)
+        );
         assert!((1..=2).contains(&MAX_STORAGE_FEATURE_LEVEL));
     }
 
