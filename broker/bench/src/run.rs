@@ -323,18 +323,23 @@ struct Mark {
 }
 
 impl Mark {
+    /// Samples CPU first (reading /proc takes a while) and the ledger counters last, so the
+    /// caller's phase switch follows the counters at once: otherwise producers keep timing
+    /// acks for the phase being left while the window's counts are already fixed.
     fn take(ledger: &Ledger, pid: Option<u32>) -> Mark {
+        let broker_ticks = pid
+            .and_then(procstat::sample)
+            .map(|s| s.cpu_ticks)
+            .unwrap_or(0);
+        let own_ticks = procstat::sample(std::process::id())
+            .map(|s| s.cpu_ticks)
+            .unwrap_or(0);
         Mark {
             at: Instant::now(),
             acked: ledger.acknowledged(),
             received: ledger.received_total(),
-            broker_ticks: pid
-                .and_then(procstat::sample)
-                .map(|s| s.cpu_ticks)
-                .unwrap_or(0),
-            own_ticks: procstat::sample(std::process::id())
-                .map(|s| s.cpu_ticks)
-                .unwrap_or(0),
+            broker_ticks,
+            own_ticks,
         }
     }
 }
