@@ -12,7 +12,7 @@
 #   compat-<client>-<target>: N passed, M failed
 # and exits non-zero on any failure. Everything it started is stopped on exit.
 #
-# Env: RUSTQUEUED_BIN (default $CARGO_TARGET_DIR/release/rustqueued, else target/release),
+# Env: RUSTQUEUED_BIN (default $CARGO_TARGET_DIR/debug/rustqueued, else target/debug),
 #      COMPAT_RESULTS_DIR (copy of each suite's output, for docs/compatibility.md),
 #      COMPAT_KEEP=1 (keep the temp dir with logs), COMPAT_RUN=<regexp> (scenario filter).
 set -euo pipefail
@@ -27,7 +27,7 @@ clients=("$@")
 NSQ_BIN="$RUSTQUEUE_CACHE/nsqd-$NSQD_VERSION/bin"
 PY="${COMPAT_PY:-$RUSTQUEUE_CACHE/pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION/bin/python}"
 NODE_MODULES="$RUSTQUEUE_CACHE/nsqjs-$NSQJS_VERSION/node_modules"
-RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/rustqueued}"
+RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/rustqueued}"
 MAX_MSG=1048576
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rq-compat-$target.XXXXXX")"
@@ -84,7 +84,7 @@ check_tools() {
   if [ "$target" = nsqd ]; then
     [ -x "$NSQ_BIN/nsqd" ] && [ -x "$NSQ_BIN/nsqlookupd" ] || die "no nsqd in $NSQ_BIN: run scripts/deps.sh nsqd"
   else
-    [ -x "$RUSTQUEUED_BIN" ] || die "no rustqueued at $RUSTQUEUED_BIN: cargo build --release -p rustqueue-server"
+    [ -x "$RUSTQUEUED_BIN" ] || die "no rustqueued at $RUSTQUEUED_BIN: cargo build -p rustqueue-server"
   fi
 }
 
