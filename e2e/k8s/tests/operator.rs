@@ -307,19 +307,8 @@ async fn scenario() {
         "handover took {took:?} (lease 20 s + renew 5 s)"
     );
     eprintln!("leader {holder} -> {new_holder} in {took:?}");
-    kubectl_ok(
-        &kc,
-        &[
-            "patch",
-            "rustqueue",
-            "queue",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"maxTopics":5000}}"#,
-        ],
-    );
+    let patched = patch_spec(&kc, r#"{"maxTopics":5000}"#);
+    assert!(patched.success, "{}{}", patched.stdout, patched.stderr);
     let rq = rq_ready_or_dump(&bed, &rqs).await;
     assert_eq!(rq.spec.max_topics, 5000);
     assert_eq!(
@@ -362,19 +351,7 @@ async fn scenario() {
     );
 
     // An invalid spec is refused by the API server with the CEL message.
-    let refused = kubectl(
-        &kc,
-        &[
-            "patch",
-            "rustqueue",
-            "queue",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"minBrokers":5}}"#,
-        ],
-    );
+    let refused = patch_spec(&kc, r#"{"minBrokers":5}"#);
     assert!(!refused.success, "minBrokers 5 > maxBrokers 3 was accepted");
     assert!(
         refused
@@ -383,6 +360,24 @@ async fn scenario() {
         "{}",
         refused.stderr
     );
+}
+
+/// `kubectl patch rustqueue queue --type=merge` with `spec` as the new spec fields.
+fn patch_spec(kc: &std::path::Path, spec: &str) -> rustqueue_e2e::tools::Output {
+    let body = format!(r#"{{"spec":{spec}}}"#);
+    kubectl(
+        kc,
+        &[
+            "patch",
+            "rustqueue",
+            "queue",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &body,
+        ],
+    )
 }
 
 /// Runs the Argo CD health check from docs/argocd.md (Lua 5.4) on `obj`: (status, message).
