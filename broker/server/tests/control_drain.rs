@@ -149,12 +149,7 @@ async fn disk_pressure_throttles_publishes_keeps_fin_and_clears_when_space_retur
     let r = http_pub(&b, "t", "refused").await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.headers()["retry-after"], "1");
-    let text = reqwest::get(b.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = b.metrics().await;
     assert!(text.lines().any(|l| l == "rustqueue_disk_pressure 1"));
 
     consumer.fin(&id).await;

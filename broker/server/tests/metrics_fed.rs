@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broker, eventually};
+use common::{Broker, eventually, metric};
 use rustqueue_engine::{Counter, Timer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
@@ -83,20 +83,6 @@ const SERVER_SERIES: [&str; 17] = [
     "rustqueue_publish_unsynced_bytes",
     "rustqueue_publish_sync_lag_seconds",
 ];
-
-fn value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
-async fn scrape(b: &Broker) -> String {
-    reqwest::get(b.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
 
 fn mpub_body(count: usize, size: usize) -> Vec<u8> {
     let mut v = (count as u32).to_be_bytes().to_vec();
@@ -189,14 +175,14 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
         200
     );
     eventually(async || {
-        value(&scrape(&b).await, "rustqueue_dead_letter_messages_total") >= Some(1.0)
+        metric(&b.metrics().await, "rustqueue_dead_letter_messages_total") >= Some(1.0)
     })
     .await;
 
     // Retention GC runs on its own 5 s timer.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while value(
-        &scrape(&b).await,
+    while metric(
+        &b.metrics().await,
         "rustqueue_storage_gc_duration_seconds_count",
     ) < Some(1.0)
     {
@@ -226,10 +212,10 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
     bytes[last] ^= 0xff;
     std::fs::write(&sealed[0], bytes).unwrap();
 
-    let text = scrape(&b).await;
+    let text = b.metrics().await;
     assert_eq!(post(url, Some("admin-secret")).await, 503);
-    let after = scrape(&b).await;
-    assert!(value(&after, "rustqueue_storage_errors_total") >= Some(1.0));
+    let after = b.metrics().await;
+    assert!(metric(&after, "rustqueue_storage_errors_total") >= Some(1.0));
 
     let mut zero = Vec::new();
     let names = Counter::ALL
@@ -238,31 +224,34 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
         .filter(|n| *n != "rustqueue_storage_errors_total")
         .chain(SERVER_SERIES);
     for name in names {
-        let v = value(&text, name).unwrap_or_else(|| panic!("{name} missing from /metrics"));
+        let v = metric(&text, name).unwrap_or_else(|| panic!("{name} missing from /metrics"));
         if v <= 0.0 && !MAY_BE_ZERO.iter().any(|(n, _)| *n == name) {
             zero.push(name);
         }
     }
     for t in Timer::ALL {
-        let count = value(&text, &format!("{}_count", t.name()));
+        let count = metric(&text, &format!("{}_count", t.name()));
         if count.unwrap_or(0.0) <= 0.0 {
             zero.push(t.name());
         }
     }
     assert!(zero.is_empty(), "fed series still at 0: {zero:?}\n{text}");
     for (name, _) in MAY_BE_ZERO {
-        assert!(value(&text, name).is_some(), "{name} missing from /metrics");
+        assert!(
+            metric(&text, name).is_some(),
+            "{name} missing from /metrics"
+        );
     }
-    assert_eq!(value(&text, "rustqueue_protocol_errors_total"), Some(0.0));
+    assert_eq!(metric(&text, "rustqueue_protocol_errors_total"), Some(0.0));
     assert_eq!(
-        value(&text, "rustqueue_publish_throttled_requests_total"),
+        metric(&text, "rustqueue_publish_throttled_requests_total"),
         Some(1.0)
     );
     assert_eq!(
-        value(&text, "rustqueue_publish_throttled_bytes_total"),
+        metric(&text, "rustqueue_publish_throttled_bytes_total"),
         Some(60_000.0)
     );
-    assert_eq!(value(&text, "rustqueue_auth_failures_total"), Some(1.0));
+    assert_eq!(metric(&text, "rustqueue_auth_failures_total"), Some(1.0));
     b.stop().await;
 }
 
@@ -285,7 +274,7 @@ async fn detailed_queue_metrics_label_each_topic_and_channel_within_the_budget()
             .find(|l| labels.iter().all(|x| l.contains(x)))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     };
-    let text = scrape(&b).await;
+    let text = b.metrics().await;
     let (t, ch) = (r#"topic="t""#, r#"channel="c""#);
     assert_eq!(
         line(&text, "rustqueue_channel_depth", &[t, ch]),
@@ -303,11 +292,11 @@ async fn detailed_queue_metrics_label_each_topic_and_channel_within_the_budget()
         None
     );
     assert_eq!(
-        value(&text, "rustqueue_detailed_queue_metric_series"),
+        metric(&text, "rustqueue_detailed_queue_metric_series"),
         Some(9.0)
     );
     assert_eq!(
-        value(&text, "rustqueue_detailed_queue_metric_series_omitted"),
+        metric(&text, "rustqueue_detailed_queue_metric_series_omitted"),
         Some(5.0)
     );
     b.stop().await;

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Broker;
+use common::{Broker, metric};
 use rustqueue_server::config::Config;
 use rustqueue_storage::{RealFs, Store, StoreOptions};
 
@@ -28,18 +28,7 @@ fn body(i: u64) -> Vec<u8> {
 }
 
 fn value(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing"))
-}
-
-async fn scrape(b: &Broker) -> String {
-    reqwest::get(b.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    metric(text, name).unwrap_or_else(|| panic!("{name} missing"))
 }
 
 fn audits(dir: &Path) -> Vec<(String, serde_json::Value)> {
@@ -88,7 +77,7 @@ async fn eviction_deletes_the_oldest_segments_with_audit_and_channels_resume_aft
     assert_eq!(status, 503);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let text = loop {
-        let text = scrape(&b).await;
+        let text = b.metrics().await;
         if value(&text, "rustqueue_protective_evictions_total") >= 2.0 {
             break text;
         }

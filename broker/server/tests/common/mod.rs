@@ -81,6 +81,16 @@ impl Broker {
         format!("http://{}{}", self.http, path)
     }
 
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
@@ -234,6 +244,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
 }
 
 /// Polls `f` until it returns true (10 s).
+/// The value of the unlabelled series `name` in Prometheus text, if present.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 pub async fn eventually(mut f: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + T;
     while !f().await {
