@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest};
+use rustqueue_storage::meta::Manifest;
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{ChannelState, ChannelWal, Fault, RecoveredTopic, TopicLog};
 use tokio::sync::{Notify, mpsc, watch};
@@ -121,6 +121,16 @@ impl Inner {
         Ok(())
     }
 
+    /// A snapshot of every topic (the registry lock is not held while callers walk it).
+    pub(crate) fn topic_list(&self) -> Vec<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
         self.topics
             .read()
@@ -146,14 +156,7 @@ impl Inner {
         if !ephemeral && topics.values().filter(|t| !t.ephemeral).count() >= self.cfg.max_topics {
             return Err(EngineError::TooManyTopics);
         }
-        let manifest = Manifest {
-            format: FORMAT_VERSION,
-            name: name.to_string(),
-            paused: false,
-            deleted: false,
-            next_position: 1,
-            unrouted_from_position: Some(1),
-        };
+        let manifest = Manifest::new(name);
         let log = if ephemeral {
             let mem = Arc::new(SimFs::new());
             TopicLog::open(

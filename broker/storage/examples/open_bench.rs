@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest};
+use rustqueue_storage::meta::Manifest;
 use rustqueue_storage::{AppendBatch, RealFs, Store, StoreOptions};
 
 fn main() {
@@ -29,14 +29,7 @@ fn main() {
     let t0 = Instant::now();
     {
         let (store, _) = Store::open(Arc::new(RealFs), &dir, opts.clone()).expect("open");
-        let m = Manifest {
-            format: FORMAT_VERSION,
-            name: "bench".into(),
-            paused: false,
-            deleted: false,
-            next_position: 1,
-            unrouted_from_position: Some(1),
-        };
+        let m = Manifest::new("bench");
         let mut log = store.create_topic(&m).expect("topic");
         let bodies: Vec<Vec<u8>> = (0..BATCH).map(|i| vec![(i % 251) as u8; BODY]).collect();
         for _ in 0..(MESSAGES as usize / BATCH) {

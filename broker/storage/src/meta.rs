@@ -73,6 +73,21 @@ pub struct Manifest {
     pub unrouted_from_position: Option<u64>,
 }
 
+impl Manifest {
+    /// The manifest of a newly created topic: nothing published yet, and no durable channel,
+    /// so GC keeps everything from position 1 until a channel routes it.
+    pub fn new(name: impl Into<String>) -> Manifest {
+        Manifest {
+            format: FORMAT_VERSION,
+            name: name.into(),
+            paused: false,
+            deleted: false,
+            next_position: 1,
+            unrouted_from_position: Some(1),
+        }
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temp, fsync, rename, fsync dir).
 pub fn atomic_write(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     atomic_write_at(fs, path, bytes, "meta_after_file_fsync_before_rename")

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest};
+use rustqueue_storage::meta::Manifest;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, RealFs, RecoveredTopic, Store, StoreOptions,
 };
@@ -32,12 +32,8 @@ fn reopen(dir: &Path) -> (Store, RecoveredTopic) {
 fn fixture(dir: &Path, n: usize, finished: &[u64]) {
     let (store, _) = Store::open(Arc::new(RealFs), dir, opts()).unwrap();
     let m = Manifest {
-        format: FORMAT_VERSION,
-        name: "t".into(),
-        paused: false,
-        deleted: false,
-        next_position: 1,
         unrouted_from_position: None,
+        ..Manifest::new("t")
     };
     let mut log = store.create_topic(&m).unwrap();
     let mut wal = store

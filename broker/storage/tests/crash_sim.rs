@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest};
+use rustqueue_storage::meta::Manifest;
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, ChannelWal, Fs, Store, StoreOptions, TopicLog,
@@ -78,12 +78,8 @@ fn open(fs: &SimFs) -> Result<Open, String> {
         });
     }
     let manifest = Manifest {
-        format: FORMAT_VERSION,
-        name: "t".into(),
-        paused: false,
-        deleted: false,
-        next_position: 1,
         unrouted_from_position: None,
+        ..Manifest::new("t")
     };
     let log = store.create_topic(&manifest).map_err(|e| e.to_string())?;
     let state = ChannelState::new("c", 1);

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest, hex};
+use rustqueue_storage::meta::{Manifest, hex};
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, ChannelWal, EvictionAudit, Store, StoreOptions,
@@ -22,12 +22,8 @@ fn opts() -> StoreOptions {
 
 fn manifest() -> Manifest {
     Manifest {
-        format: FORMAT_VERSION,
-        name: "t".into(),
-        paused: false,
-        deleted: false,
-        next_position: 1,
         unrouted_from_position: None,
+        ..Manifest::new("t")
     }
 }
 

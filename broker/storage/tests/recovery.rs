@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustqueue_storage::meta::{FORMAT_VERSION, Manifest, hex};
+use rustqueue_storage::meta::{Manifest, hex};
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{AppendBatch, Fs, RealFs, StorageError, Store, StoreOptions, TopicLog};
 
@@ -16,14 +16,7 @@ fn opts(seg: u64) -> StoreOptions {
 }
 
 fn manifest() -> Manifest {
-    Manifest {
-        format: FORMAT_VERSION,
-        name: "t".into(),
-        paused: false,
-        deleted: false,
-        next_position: 1,
-        unrouted_from_position: Some(1),
-    }
+    Manifest::new("t")
 }
 
 fn seg_dir() -> PathBuf {
