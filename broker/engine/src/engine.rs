@@ -432,13 +432,7 @@ impl Engine {
     /// Freezes (or resumes) all deliveries (control contract: drain).
     pub fn set_deliveries_frozen(&self, frozen: bool) {
         self.inner.frozen.store(frozen, Ordering::SeqCst);
-        for t in self
-            .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
+        for t in self.inner.topic_list() {
             for c in t.channel_list() {
                 c.notify.notify_waiters();
             }
@@ -508,14 +502,7 @@ impl Engine {
         if self.inner.shutting_down.swap(true, Ordering::SeqCst) {
             return;
         }
-        let topics: Vec<Arc<Topic>> = self
-            .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let topics = self.inner.topic_list();
         for t in &topics {
             for c in t.channel_list() {
                 c.notify.notify_waiters();

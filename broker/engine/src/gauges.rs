@@ -47,13 +47,7 @@ impl Engine {
     pub fn queue_gauges(&self) -> QueueGauges {
         let now_ns = crate::types::now_ns();
         let mut g = QueueGauges::default();
-        for t in self
-            .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
+        for t in self.inner.topic_list() {
             let mut tg = TopicGauges {
                 name: t.name.clone(),
                 ..TopicGauges::default()

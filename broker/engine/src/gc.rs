@@ -67,13 +67,7 @@ pub(crate) async fn maintenance_loop(inner: Weak<Inner>) {
         if i.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let topics: Vec<Arc<Topic>> = i
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let topics = i.topic_list();
         let i2 = i.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
