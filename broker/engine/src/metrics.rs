@@ -156,8 +156,14 @@ impl EngineMetrics {
         self.slot(c).fetch_max(v, Ordering::Relaxed);
     }
 
-    /// Current value.
+    /// Current value. A take returns one message and every returned message is delivered, so
+    /// fetch batches and fetch messages are read from the delivered counter rather than kept
+    /// as two more atomics on the delivery path.
     pub fn get(&self, c: Counter) -> u64 {
+        let c = match c {
+            Counter::FetchBatches | Counter::FetchMessages => Counter::Delivered,
+            c => c,
+        };
         self.slot(c).load(Ordering::Relaxed)
     }
 
