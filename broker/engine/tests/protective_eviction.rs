@@ -57,6 +57,22 @@ async fn fill(e: &Engine) {
     }
 }
 
+/// Reopens `dir` under constant disk pressure with eviction on and no grace, waits for at
+/// least `evictions`, and shuts down.
+async fn evict_under_pressure(dir: &Path, evictions: u64) {
+    let cfg = EngineConfig {
+        disk_check_interval: Duration::from_millis(50),
+        ..pressured(dir, true, Duration::ZERO)
+    };
+    let e = Engine::open(cfg).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while e.counter(Counter::Evictions) < evictions {
+        assert!(tokio::time::Instant::now() < deadline, "no evictions");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    e.shutdown().await;
+}
+
 fn segment_files(dir: &Path) -> Vec<String> {
     let seg = dir
         .join("topics")
@@ -101,17 +117,7 @@ async fn with_eviction_on_the_oldest_segments_go_and_channels_skip_them() {
     e.shutdown().await;
     let before = segment_files(dir.path());
 
-    let cfg = EngineConfig {
-        disk_check_interval: Duration::from_millis(50),
-        ..pressured(dir.path(), true, Duration::ZERO)
-    };
-    let e = Engine::open(cfg).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while e.counter(Counter::Evictions) < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "no evictions");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    e.shutdown().await;
+    evict_under_pressure(dir.path(), 3).await;
     // Sealing the active segment adds new files; of the old ones exactly a prefix is gone.
     let after = segment_files(dir.path());
     let kept: Vec<&String> = before.iter().filter(|f| after.contains(f)).collect();
@@ -156,17 +162,7 @@ async fn without_a_durable_channel_eviction_moves_the_unrouted_boundary_past_the
     }
     e.shutdown().await;
 
-    let cfg = EngineConfig {
-        disk_check_interval: Duration::from_millis(50),
-        ..pressured(dir.path(), true, Duration::ZERO)
-    };
-    let e = Engine::open(cfg).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while e.counter(Counter::Evictions) < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "no evictions");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    e.shutdown().await;
+    evict_under_pressure(dir.path(), 2).await;
     let through = audit::list(&rustqueue_storage::RealFs, dir.path())
         .unwrap()
         .last()
