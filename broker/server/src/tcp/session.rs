@@ -146,8 +146,7 @@ impl Session {
                         Ok(Some(cmd)) => cmd,
                         Ok(None) => break,
                         Err(e) => {
-                            self.closed_on_error = true;
-                            self.conn.error(&e);
+                            self.fatal(&e);
                             return Ok(());
                         }
                     },
@@ -172,8 +171,7 @@ impl Session {
                     }
                     let next = self.ack_batch(batch).await?;
                     if let Some(e) = decode_error {
-                        self.closed_on_error = true;
-                        self.conn.error(&e);
+                        self.fatal(&e);
                         return Ok(());
                     }
                     next
@@ -308,6 +306,12 @@ impl Session {
         }
     }
 
+    /// Queues a fatal error; the session closes next and lingers so the client can read it.
+    fn fatal(&mut self, err: &ProtocolError) {
+        self.closed_on_error = true;
+        self.conn.error(err);
+    }
+
     /// Sends `err`; closes when fatal (or when it is a retriable publish refusal and the
     /// broker is configured to disconnect instead).
     async fn fail(&mut self, err: ProtocolError) -> std::io::Result<Next> {
@@ -319,8 +323,11 @@ impl Session {
             return Ok(Next::Close);
         }
         let fatal = err.is_fatal();
-        self.closed_on_error |= fatal;
-        self.conn.error(&err);
+        if fatal {
+            self.fatal(&err);
+        } else {
+            self.conn.error(&err);
+        }
         self.flush_now().await?;
         Ok(if fatal { Next::Close } else { Next::Continue })
     }
