@@ -78,7 +78,7 @@ func main() {
 GO
   local v="k8s.io/component-base/version"
   (cd "$dest/src" && go mod tidy &&
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X $v.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION" \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X $v.gitVersion=$K8S_VERSION" \
       -o "$dest/bin/kubectl" .)
   "$dest/bin/kubectl" version --client >&2
   finish "$name"
