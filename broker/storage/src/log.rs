@@ -71,8 +71,12 @@ pub struct TopicLog {
     next_position: u64,
     last_ts: i64,
     durable_position: u64,
-    unsynced_messages: u64,
-    unsynced_bytes: u64,
+    /// Record bytes appended since open, and after each append that running total with the
+    /// record's last position, until a sync covers it: unsynced bytes are exact even when
+    /// appends go on while an fsync runs.
+    appended_bytes: u64,
+    unsynced_records: VecDeque<(u64, u64)>,
+    durable_bytes: u64,
 }
 
 fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
@@ -137,8 +141,9 @@ impl TopicLog {
             next_position: min_next_position.max(1),
             last_ts: 0,
             durable_position: 0,
-            unsynced_messages: 0,
-            unsynced_bytes: 0,
+            appended_bytes: 0,
+            unsynced_records: VecDeque::new(),
+            durable_bytes: 0,
         };
         let count = bases.len();
         for (i, base) in bases.into_iter().enumerate() {
@@ -311,6 +316,14 @@ impl TopicLog {
         self.create_segment()
     }
 
+    /// Whether appending records totalling `bytes` would seal the active segment (an fsync
+    /// and an index write) or create the first one, rather than only write to the page cache.
+    pub fn append_needs_io(&self, bytes: u64) -> bool {
+        self.segments
+            .last()
+            .is_none_or(|s| s.len > 0 && s.len + bytes > self.max_segment_bytes)
+    }
+
     /// Appends one batch as one record; returns its first position. Not durable until synced.
     pub fn append<B: AsRef<[u8]>>(
         &mut self,
@@ -405,8 +418,9 @@ impl TopicLog {
         self.last_ts = ts;
         self.next_index += 1;
         self.next_position += batch.bodies.len() as u64;
-        self.unsynced_messages += batch.bodies.len() as u64;
-        self.unsynced_bytes += rec_len;
+        self.appended_bytes += rec_len;
+        self.unsynced_records
+            .push_back((self.next_position - 1, self.appended_bytes));
         crash_failpoint("publish_after_append_before_fsync");
         Ok(first_pos)
     }
@@ -423,9 +437,12 @@ impl TopicLog {
         if position > self.durable_position {
             self.durable_position = position;
         }
-        if self.durable_position + 1 >= self.next_position {
-            self.unsynced_messages = 0;
-            self.unsynced_bytes = 0;
+        while let Some(&(last, total)) = self.unsynced_records.front() {
+            if last > self.durable_position {
+                break;
+            }
+            self.durable_bytes = total;
+            self.unsynced_records.pop_front();
         }
     }
 
@@ -507,7 +524,10 @@ impl TopicLog {
 
     /// Appended-but-unsynced messages and record bytes.
     pub fn unsynced(&self) -> (u64, u64) {
-        (self.unsynced_messages, self.unsynced_bytes)
+        (
+            (self.next_position - 1).saturating_sub(self.durable_position),
+            self.appended_bytes - self.durable_bytes,
+        )
     }
 
     /// Number of segment files.
@@ -594,5 +614,58 @@ fn corrupt(path: &Path, offset: u64, e: DecodeError) -> StorageError {
         file: path.to_path_buf(),
         offset,
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simfs::SimFs;
+
+    fn append(log: &mut TopicLog, id: u64, body: &[u8]) -> u64 {
+        log.append(&AppendBatch {
+            first_id: id,
+            bodies: &[body],
+            timestamp_ns: 1,
+            available_at_ms: 0,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn appends_made_while_a_sync_runs_stay_counted_as_unsynced() {
+        let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+        let mut log = TopicLog::open(fs, Path::new("/t"), Fault::default(), 1 << 20, 1).unwrap();
+        for id in 1..=3 {
+            append(&mut log, id, b"abc");
+        }
+        let record = HEADER_LEN as u64 + record::payload_len([3usize]);
+        assert_eq!(log.unsynced(), (3, 3 * record));
+        // A sync outside the lock: the handle covers what was appended when it was taken.
+        let (file, _, through) = log.sync_handle().unwrap();
+        append(&mut log, 4, b"abc");
+        append(&mut log, 5, b"abc");
+        file.sync_data().unwrap();
+        log.mark_durable(through);
+        assert_eq!(through, 3);
+        assert_eq!(log.unsynced(), (2, 2 * record));
+        assert_eq!(log.oldest_unsynced_timestamp(), Some(1));
+        log.sync().unwrap();
+        assert_eq!(log.unsynced(), (0, 0));
+        assert_eq!(log.oldest_unsynced_timestamp(), None);
+    }
+
+    #[test]
+    fn append_needs_io_only_to_start_or_seal_a_segment() {
+        let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+        let record = HEADER_LEN as u64 + record::payload_len([1000usize]);
+        let mut log =
+            TopicLog::open(fs, Path::new("/t"), Fault::default(), 4 * record + 10, 1).unwrap();
+        for id in 1..=4 {
+            assert!(!log.append_needs_io(record), "record {id} fits");
+            append(&mut log, id, &[7u8; 1000]);
+        }
+        assert!(log.append_needs_io(record), "the fifth seals the segment");
+        assert!(!log.append_needs_io(0));
     }
 }

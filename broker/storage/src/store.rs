@@ -353,6 +353,13 @@ impl Store {
         Ok((u64::from(self.opts.node_id) << 48) | first)
     }
 
+    /// Whether [`Store::allocate_ids`] can hand out `n` ids from the block already reserved,
+    /// without writing (and fsyncing) the broker metadata.
+    pub fn ids_reserved(&self, n: u64) -> bool {
+        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.next + n <= ids.reserved_until
+    }
+
     /// Durably bumps the registry revision and returns it.
     pub fn bump_revision(&self) -> Result<u64, StorageError> {
         let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());

@@ -41,7 +41,7 @@ impl TopicLog {
 
     /// Publish time (ns) of the oldest appended-but-unsynced message.
     pub fn oldest_unsynced_timestamp(&self) -> Option<i64> {
-        if self.unsynced_messages == 0 {
+        if self.unsynced().0 == 0 {
             return None;
         }
         self.entry(self.durable_position + 1)
