@@ -22,9 +22,25 @@ pub(crate) struct Channel {
     pub name: String,
     pub ephemeral: bool,
     pub st: Mutex<ChanState>,
+    /// State changes every consumer must look at (RDY, REQ, pause, delete, shutdown...).
     pub notify: Notify,
+    /// New messages: only consumers that could take one wait here, and each arrival wakes
+    /// one of them (see [`Channel::announce`]), not every consumer of the channel.
+    pub arrivals: Notify,
     pub wal_tx: Option<mpsc::UnboundedSender<WalReq>>,
     pub deleted: AtomicBool,
+}
+
+impl Channel {
+    /// `n` more messages became visible: wakes up to `n` consumers waiting for one. A
+    /// consumer that takes a message while more remain wakes the next (see
+    /// `Consumer::next`), so a burst spreads without waking every idle consumer per publish.
+    pub fn announce(&self, n: u64) {
+        let consumers = crate::topic::lock(&self.st).consumers.len();
+        for _ in 0..n.min(consumers.max(1) as u64) {
+            self.arrivals.notify_one();
+        }
+    }
 }
 
 struct InFlight {
@@ -361,6 +377,12 @@ impl ChanState {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Whether messages may be waiting for a consumer (requeued ones, or visible positions
+    /// not yet scanned).
+    pub fn may_have_more(&self, visible: u64) -> bool {
+        !self.ready.is_empty() || self.cursor <= visible
     }
 
     /// Lowest position still in flight (retention must keep it).

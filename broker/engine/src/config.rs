@@ -78,12 +78,10 @@ pub struct EngineConfig {
     pub protective_eviction_enabled: bool,
     /// Continuous pressure before protective eviction starts.
     pub disk_pressure_grace: Duration,
-    /// Publish group commit: most requests per group.
+    /// Publish pipeline: most requests appended in one hold of the log lock.
     pub group_max_requests: usize,
-    /// Publish group commit: most encoded bytes per group.
+    /// Publish pipeline: most encoded bytes appended in one hold of the log lock.
     pub group_max_bytes: u64,
-    /// Longest a group waits for more requests once several are arriving.
-    pub group_window: Duration,
 }
 
 impl Default for EngineConfig {
@@ -119,7 +117,6 @@ impl Default for EngineConfig {
             disk_pressure_grace: Duration::from_secs(60),
             group_max_requests: 64,
             group_max_bytes: 8 << 20,
-            group_window: Duration::from_millis(1),
         }
     }
 }

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustqueue_storage::log::read_body_from;
 use rustqueue_storage::{Entry, FsFile};
-use tokio::sync::watch;
 
 use crate::channel::{Channel, ConsumerState, Take, TakeRules};
 use crate::commit::{persist_later, persist_send, persist_wait};
@@ -23,7 +22,6 @@ pub struct Consumer {
     topic: Arc<Topic>,
     channel: Arc<Channel>,
     id: u64,
-    visible: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -80,13 +78,11 @@ impl Consumer {
             msg_timeout: opts.msg_timeout.unwrap_or(inner.cfg.message_timeout),
         };
         lock(&channel.st).consumers.insert(id, state);
-        let visible = topic.visible.subscribe();
         Consumer {
             inner,
             topic,
             channel,
             id,
-            visible,
         }
     }
 
@@ -135,20 +131,23 @@ impl Consumer {
             if self.closed() {
                 return None;
             }
+            // Registered before looking, so nothing that happens after the look is missed.
             let notified = self.channel.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            self.visible.borrow_and_update();
+            let mut arrival = Box::pin(self.channel.arrivals.notified());
+            arrival.as_mut().enable();
             let now = Instant::now();
             let now_ms = now_ms();
             let mut persist = Vec::new();
-            let (take, wake) = {
+            let (take, wake, eligible, more) = {
                 let mut st = lock(&self.channel.st);
                 let ready = st.consumers.get(&self.id).map_or(0, |c| c.ready);
                 let paused = st.durable.paused
                     || self.topic.paused.load(Ordering::SeqCst)
                     || self.inner.frozen.load(Ordering::SeqCst);
-                let take = if !paused && st.consumer_in_flight(self.id) < ready {
+                let eligible = !paused && st.consumer_in_flight(self.id) < ready;
+                let take = if eligible {
                     let m = &self.inner.metrics;
                     m.add(Counter::FetchRequests, 1);
                     let waited = Instant::now();
@@ -179,9 +178,16 @@ impl Consumer {
                     persist.extend(st.expire(now));
                     None
                 };
-                (take, st.next_wake(now, now_ms))
+                let more = take.is_some() && st.may_have_more(self.topic.visible_through());
+                (take, st.next_wake(now, now_ms), eligible, more)
             };
             persist_later(&self.channel, persist);
+            // Only a consumer that could take a message waits for arrivals; one that cannot
+            // drops its registration, which passes any wake-up it got to another consumer.
+            let mut arrival = eligible.then_some(arrival);
+            if more {
+                self.channel.arrivals.notify_one();
+            }
             match take {
                 Some((Take::Deliver { entry, attempts }, source)) => {
                     match self.budgeted_read(source, entry).await {
@@ -226,7 +232,7 @@ impl Consumer {
                 .min(now + Duration::from_secs(1));
             tokio::select! {
                 _ = &mut notified => {}
-                _ = self.visible.changed() => {}
+                _ = async { arrival.as_mut().expect("enabled only when some").await }, if arrival.is_some() => {}
                 _ = tokio::time::sleep_until(sleep_until.into()) => {}
             }
         }
@@ -267,8 +273,9 @@ impl Consumer {
     /// so a FIN does not stall delivery for an fsync: NSQ sends no reply to FIN.
     pub fn finish_pipelined(&self, id: MessageId) -> Result<Durable, DeliveryError> {
         let raw = id.to_u64().ok_or(DeliveryError::NotInFlight)?;
+        // No wake-up: a FIN frees a slot of this consumer only, and its own caller asks for
+        // the next message after it.
         let cmd = lock(&self.channel.st).finish(self.id, raw)?;
-        self.channel.notify.notify_waiters();
         self.inner.metrics.add(Counter::Finished, 1);
         Ok(durable(
             persist_send(&self.channel, vec![cmd]),

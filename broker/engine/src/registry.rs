@@ -29,7 +29,6 @@ impl Inner {
         GroupSettings {
             max_requests: c.group_max_requests,
             max_bytes: c.group_max_bytes,
-            window: c.group_window,
             ack_mode: c.ack_mode,
             sync_messages: c.relaxed_sync_messages,
             sync_bytes: c.relaxed_sync_bytes,
@@ -84,6 +83,7 @@ impl Inner {
             ephemeral: is_ephemeral(name),
             st: Mutex::new(ChanState::new(state)),
             notify: Notify::new(),
+            arrivals: Notify::new(),
             wal_tx: tx,
             deleted: AtomicBool::new(false),
         });

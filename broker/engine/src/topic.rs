@@ -1,10 +1,9 @@
 //! A topic: its log, its channels and its publish group-commit worker.
 //!
-//! The worker takes the first queued request and, only if more are already waiting, keeps
-//! collecting for up to `group_window` (1 ms) or 64 requests / 8 MiB; a lone publish on an idle
-//! topic is committed at once. A group is appended under the log lock, then fdatasynced
-//! *outside* it (readers keep going), then every request in it is answered. In the relaxed
-//! modes the worker replies after the append and syncs in the background.
+//! The worker is a two-stage pipeline (see [`publish_worker`]): appends under the log lock
+//! never wait for an fsync, and one fdatasync outside the lock answers every durable request
+//! appended before it began. In the relaxed modes requests are answered after the append and
+//! the sync stage syncs by the relaxed thresholds.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
@@ -92,7 +91,9 @@ impl Topic {
         } else {
             durable
         };
-        let moved = self.visible.send_if_modified(|cur| {
+        let mut moved_by = 0;
+        self.visible.send_if_modified(|cur| {
+            moved_by = v.saturating_sub(*cur);
             if v > *cur {
                 *cur = v;
                 true
@@ -100,9 +101,9 @@ impl Topic {
                 false
             }
         });
-        if moved {
+        if moved_by > 0 {
             for c in self.channel_list() {
-                c.notify.notify_waiters();
+                c.announce(moved_by);
             }
         }
     }
@@ -113,14 +114,30 @@ impl Topic {
 pub(crate) struct GroupSettings {
     pub max_requests: usize,
     pub max_bytes: u64,
-    pub window: Duration,
     pub ack_mode: AckMode,
     pub sync_messages: u64,
     pub sync_bytes: u64,
     pub sync_interval: Duration,
 }
 
-/// The per-topic group-commit loop; ends when the topic is dropped.
+type Reply = oneshot::Sender<Result<(), PublishError>>;
+
+/// What the append stage hands the sync stage.
+enum Appended {
+    /// Appended requests answered only once an fsync that started after their append is done.
+    AwaitSync(Vec<Reply>),
+    /// A relaxed append already answered: sync when a relaxed threshold is reached.
+    Relaxed,
+}
+
+/// The per-topic commit pipeline; ends when the topic is dropped.
+///
+/// Two stages run side by side in this task. The append stage takes every request already
+/// queued (up to 64 requests / 8 MiB, never waiting for more) and appends them in one lock
+/// hold. The sync stage fdatasyncs the active segment and answers every durable request
+/// appended before that fsync began. Appends go on while an fsync runs, so everything that
+/// arrives during one fsync shares the next: a group is as large as the load makes it, and an
+/// idle topic pays one fsync, with no batching delay.
 pub(crate) async fn publish_worker(
     topic: Weak<Topic>,
     store: Arc<Store>,
@@ -131,59 +148,35 @@ pub(crate) async fn publish_worker(
         return;
     };
     metrics.add(Counter::PublishWorkers, 1);
-    group_commit_loop(topic, store, set, rx).await;
+    let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+    tokio::join!(
+        append_stage(topic.clone(), store.clone(), set, rx, sync_tx),
+        sync_stage(topic, store, set, sync_rx),
+    );
     metrics.sub(Counter::PublishWorkers, 1);
     metrics.add(Counter::PublishWorkersRetired, 1);
 }
 
-async fn group_commit_loop(
+async fn append_stage(
     topic: Weak<Topic>,
     store: Arc<Store>,
     set: GroupSettings,
     mut rx: mpsc::Receiver<PubReq>,
+    sync_tx: mpsc::UnboundedSender<Appended>,
 ) {
     let mut carry: Option<PubReq> = None;
-    let mut unsynced_since: Option<Instant> = None;
     loop {
         let first = match carry.take() {
             Some(r) => r,
-            None => match unsynced_since {
-                Some(t) => {
-                    match tokio::time::timeout_at((t + set.sync_interval).into(), rx.recv()).await {
-                        Ok(Some(r)) => r,
-                        Ok(None) => break,
-                        Err(_) => {
-                            let Some(t) = topic.upgrade() else { break };
-                            background_sync(&t).await;
-                            unsynced_since = None;
-                            continue;
-                        }
-                    }
-                }
-                None => match rx.recv().await {
-                    Some(r) => r,
-                    None => break,
-                },
+            None => match rx.recv().await {
+                Some(r) => r,
+                None => break,
             },
         };
-        let started = Instant::now();
         let mut bytes = first.bytes();
         let mut group = vec![first];
-        let mut arriving = false;
         while group.len() < set.max_requests {
-            let next = match rx.try_recv() {
-                Ok(r) => {
-                    arriving = true;
-                    r
-                }
-                Err(_) if arriving => {
-                    match tokio::time::timeout_at((started + set.window).into(), rx.recv()).await {
-                        Ok(Some(r)) => r,
-                        _ => break,
-                    }
-                }
-                Err(_) => break,
-            };
+            let Ok(next) = rx.try_recv() else { break };
             if bytes + next.bytes() > set.max_bytes {
                 carry = Some(next);
                 break;
@@ -205,50 +198,142 @@ async fn group_commit_loop(
                 commit_start.saturating_duration_since(r.queued),
             );
         }
-        m.add(Counter::GroupCommits, 1);
-        m.add(Counter::GroupRequests, group.len() as u64);
-        m.raise(Counter::GroupMaxRequests, group.len() as u64);
         let relaxed = set.ack_mode != AckMode::Durable && !t.ephemeral;
-        let force = group.iter().any(|r| r.force_sync);
-        let sync_now = !t.ephemeral && (!relaxed || force);
-        let (replies, reqs): (Vec<_>, Vec<_>) = group
-            .into_iter()
-            .map(|r| (r.reply, (r.bodies, r.available_at_ms)))
-            .unzip();
-        let t2 = t.clone();
-        let store2 = store.clone();
-        let results = tokio::task::spawn_blocking(move || commit(&t2, &store2, &reqs, sync_now))
-            .await
-            .unwrap_or_else(|e| {
-                vec![
-                    Err(PublishError::StorageFault(format!(
+        let mut answer_now = Vec::new();
+        let mut await_sync = Vec::new();
+        let mut reqs = Vec::with_capacity(group.len());
+        for r in group {
+            let wait = !t.ephemeral && (!relaxed || r.force_sync);
+            reqs.push((r.bodies, r.available_at_ms));
+            if wait {
+                await_sync.push((answer_now.len() + await_sync.len(), r.reply));
+            } else {
+                answer_now.push((answer_now.len() + await_sync.len(), r.reply));
+            }
+        }
+        // A plain append is a write to the page cache: done here, it saves a thread handoff per
+        // group. One that seals a segment or reserves more ids fsyncs: that goes to the
+        // blocking pool.
+        let ids: u64 = reqs.iter().map(|(b, _)| b.len() as u64).sum();
+        let needs_io = lock(&t.log).append_needs_io(bytes) || !store.ids_reserved(ids);
+        let results = if needs_io {
+            let t2 = t.clone();
+            let store2 = store.clone();
+            tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
+                .await
+                .unwrap_or_else(|e| {
+                    vec![Err(PublishError::StorageFault(format!(
                         "commit task failed: {e}"
-                    )));
-                    1
-                ]
-            });
-        t.publish_visibility();
-        let n_ok = results.iter().filter(|r| r.is_ok()).count() as u64;
-        for (i, reply) in replies.into_iter().enumerate() {
-            let r = results.get(i).cloned().unwrap_or_else(|| {
+                    )))]
+                })
+        } else {
+            append(&t, &store, &reqs)
+        };
+        let result_of = |i: usize| {
+            results.get(i).cloned().unwrap_or_else(|| {
                 results
                     .first()
                     .cloned()
                     .unwrap_or(Err(PublishError::ShuttingDown))
-            });
-            let _ = reply.send(r);
+            })
+        };
+        t.publish_visibility();
+        let any_relaxed_ok = answer_now.iter().any(|(i, _)| result_of(*i).is_ok());
+        if !answer_now.is_empty() {
+            m.add(Counter::GroupCommits, 1);
+            m.add(Counter::GroupRequests, answer_now.len() as u64);
+            m.raise(Counter::GroupMaxRequests, answer_now.len() as u64);
         }
-        if relaxed && !sync_now && n_ok > 0 {
+        for (i, reply) in answer_now {
+            let _ = reply.send(result_of(i));
+        }
+        let mut appended = Vec::new();
+        for (i, reply) in await_sync {
+            match result_of(i) {
+                Ok(()) => appended.push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            }
+        }
+        if !appended.is_empty() {
+            let _ = sync_tx.send(Appended::AwaitSync(appended));
+        }
+        if any_relaxed_ok && !t.ephemeral {
+            let _ = sync_tx.send(Appended::Relaxed);
+        }
+    }
+}
+
+async fn sync_stage(
+    topic: Weak<Topic>,
+    store: Arc<Store>,
+    set: GroupSettings,
+    mut rx: mpsc::UnboundedReceiver<Appended>,
+) {
+    let mut unsynced_since: Option<Instant> = None;
+    let mut open = true;
+    while open {
+        let first = match unsynced_since {
+            Some(at) => tokio::time::timeout_at((at + set.sync_interval).into(), rx.recv())
+                .await
+                .unwrap_or(Some(Appended::Relaxed)),
+            None => rx.recv().await,
+        };
+        let Some(first) = first else { break };
+        let mut waiting: Vec<Reply> = Vec::new();
+        let mut relaxed = false;
+        let mut absorb = |a: Appended| match a {
+            Appended::AwaitSync(r) => waiting.extend(r),
+            Appended::Relaxed => relaxed = true,
+        };
+        absorb(first);
+        loop {
+            match rx.try_recv() {
+                Ok(a) => absorb(a),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let Some(t) = topic.upgrade() else {
+            for r in waiting {
+                let _ = r.send(Err(PublishError::ShuttingDown));
+            }
+            break;
+        };
+        let relaxed_due = relaxed && {
             let (msgs, bytes) = lock(&t.log).unsynced();
-            if msgs >= set.sync_messages || bytes >= set.sync_bytes {
-                background_sync(&t).await;
-                unsynced_since = None;
-            } else if unsynced_since.is_none() {
+            msgs >= set.sync_messages
+                || bytes >= set.sync_bytes
+                || unsynced_since.is_some_and(|at| at.elapsed() >= set.sync_interval)
+        };
+        if waiting.is_empty() && !relaxed_due {
+            if relaxed && unsynced_since.is_none() {
                 unsynced_since = Some(Instant::now());
             }
-        } else if sync_now {
-            unsynced_since = None;
+            continue;
         }
+        let m = &t.metrics;
+        if !waiting.is_empty() {
+            m.add(Counter::GroupCommits, 1);
+            m.add(Counter::GroupRequests, waiting.len() as u64);
+            m.raise(Counter::GroupMaxRequests, waiting.len() as u64);
+        }
+        let t2 = t.clone();
+        let store2 = store.clone();
+        let sync_began = Instant::now();
+        let result = tokio::task::spawn_blocking(move || sync(&t2, &store2))
+            .await
+            .unwrap_or_else(|e| Err(PublishError::StorageFault(format!("sync task failed: {e}"))));
+        t.publish_visibility();
+        for r in waiting {
+            let _ = r.send(result.clone());
+        }
+        // What is still unsynced was appended after the fsync began.
+        unsynced_since = (lock(&t.log).unsynced().0 > 0).then_some(sync_began);
     }
     if unsynced_since.is_some()
         && let Some(t) = topic.upgrade()
@@ -257,22 +342,17 @@ async fn group_commit_loop(
     }
 }
 
-/// Appends every request (ids reserved first), then fdatasyncs outside the log lock.
-fn commit(
-    t: &Topic,
-    store: &Store,
-    reqs: &[(Vec<Bytes>, i64)],
-    sync: bool,
-) -> Vec<Result<(), PublishError>> {
-    let mut results = Vec::with_capacity(reqs.len());
+/// Appends every request (ids reserved first) in one hold of the log lock; no fsync.
+fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<(), PublishError>> {
     let m = &t.metrics;
-    let handle = {
-        let waited = Instant::now();
-        let mut log = lock(&t.log);
-        let held = Instant::now();
-        m.observe(Timer::PublishLockWait, held - waited);
-        for (bodies, avail) in reqs {
-            let r = store
+    let waited = Instant::now();
+    let mut log = lock(&t.log);
+    let held = Instant::now();
+    m.observe(Timer::PublishLockWait, held - waited);
+    let results = reqs
+        .iter()
+        .map(|(bodies, avail)| {
+            store
                 .allocate_ids(bodies.len() as u64)
                 .and_then(|first_id| {
                     log.append(&AppendBatch {
@@ -281,39 +361,42 @@ fn commit(
                         timestamp_ns: now_ns(),
                         available_at_ms: *avail,
                     })
-                });
-            results.push(r.map(|_| ()).map_err(PublishError::from));
-        }
-        let handle = if sync { log.sync_handle() } else { None };
-        drop(log);
-        m.since(Timer::PublishLockHold, held);
-        handle
-    };
-    if let Some((file, path, through)) = handle {
-        if let Err(e) = store.fault().check() {
-            return results
-                .into_iter()
-                .map(|_| Err(PublishError::StorageFault(e.to_string())))
-                .collect();
-        }
-        let fsync = Instant::now();
-        let synced = file.sync_data();
-        m.since(Timer::PublishFsync, fsync);
-        if let Err(e) = synced {
-            let msg = format!("fdatasync {}: {e}", path.display());
-            store.fault().trip(msg.clone());
-            return results
-                .into_iter()
-                .map(|_| Err(PublishError::StorageFault(msg.clone())))
-                .collect();
-        }
-        crash_failpoint("publish_after_fsync_before_reply");
-        lock(&t.log).mark_durable(through);
-    }
+                })
+                .map(|_| ())
+                .map_err(PublishError::from)
+        })
+        .collect();
+    drop(log);
+    m.since(Timer::PublishLockHold, held);
     results
 }
 
-/// Relaxed-mode background fdatasync; a failure isolates storage.
+/// fdatasyncs the active segment *outside* the log lock (appends and deliveries go on) and
+/// marks durable everything appended before it began. Earlier segments were synced when they
+/// rotated. A failure isolates storage.
+fn sync(t: &Topic, store: &Store) -> Result<(), PublishError> {
+    let Some((file, path, through)) = lock(&t.log).sync_handle() else {
+        return Ok(());
+    };
+    store
+        .fault()
+        .check()
+        .map_err(|e| PublishError::StorageFault(e.to_string()))?;
+    let fsync = Instant::now();
+    let synced = file.sync_data();
+    t.metrics.since(Timer::PublishFsync, fsync);
+    if let Err(e) = synced {
+        let msg = format!("fdatasync {}: {e}", path.display());
+        store.fault().trip(msg.clone());
+        return Err(PublishError::StorageFault(msg));
+    }
+    crash_failpoint("publish_after_fsync_before_reply");
+    lock(&t.log).mark_durable(through);
+    Ok(())
+}
+
+/// A sync outside the commit pipeline (shutdown, the pipeline's last act); a failure isolates
+/// storage.
 pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
     let _ = tokio::task::spawn_blocking(move || {

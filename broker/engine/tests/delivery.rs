@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use rustqueue_engine::{
-    AckMode, Bytes, ConsumerOptions, DeliveryError, Engine, EngineConfig, OpenError,
+    AckMode, Bytes, ConsumerOptions, DeliveryError, Engine, EngineConfig, OpenError, Timer,
 };
 
 fn cfg(dir: &std::path::Path) -> EngineConfig {
@@ -387,5 +387,92 @@ async fn relaxed_modes_ack_before_sync_and_sync_in_the_background() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(e.stats(None, None).topics[0].last_durable_position, 1);
+    }
+}
+
+#[tokio::test]
+async fn relaxed_modes_sync_on_their_interval_not_after_every_append() {
+    // Regression: the age of the unsynced tail was never reset while appends went on during a
+    // sync, so once one interval had passed every append fsynced.
+    let interval = Duration::from_millis(40);
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        ack_mode: AckMode::NsqRelaxed,
+        relaxed_sync_interval: interval,
+        relaxed_sync_messages: u64::MAX,
+        relaxed_sync_bytes: u64::MAX,
+        ..cfg(dir.path())
+    })
+    .await
+    .unwrap();
+    let fsyncs = || e.metrics().histogram(Timer::PublishFsync).count;
+    let started = Instant::now();
+    let mut published = 0u64;
+    while started.elapsed() < Duration::from_millis(400) {
+        e.publish("t", vec![b("m")], None).await.unwrap();
+        published += 1;
+    }
+    let synced = fsyncs();
+    let allowed = (started.elapsed().as_millis() / interval.as_millis()) as u64 + 2;
+    assert!(published > 100, "only {published} publishes");
+    assert!(
+        synced >= 2,
+        "the tail is synced on the interval ({synced} fsyncs)"
+    );
+    assert!(
+        synced <= allowed,
+        "{synced} fsyncs for {published} publishes; at most {allowed} expected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_messages_reach_the_consumer_with_room_while_full_ones_wait() {
+    // Only consumers that could take a message wait for arrivals; a full one must not absorb
+    // the wake-up meant for another (the message would then wait for the 1 s fallback tick).
+    let dir = tempfile::tempdir().unwrap();
+    let e = std::sync::Arc::new(Engine::open(cfg(dir.path())).await.unwrap());
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", (0..4).map(|i| b(&format!("held {i}"))).collect(), None)
+        .await
+        .unwrap();
+    let mut full = Vec::new();
+    for _ in 0..4 {
+        let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+        c.set_ready(1);
+        let held = next(&mut c).await;
+        full.push(tokio::spawn(async move {
+            let more = c.next().await;
+            (held, more)
+        }));
+    }
+    let mut free = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    free.set_ready(100);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let receiver = tokio::spawn(async move {
+        while let Some(d) = free.next().await {
+            if tx.send(d.body).is_err() {
+                break;
+            }
+        }
+    });
+    for i in 0..10 {
+        // Every consumer is waiting again before each publish.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let body = b(&format!("new {i}"));
+        e.publish("t", vec![body.clone()], None).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_millis(500), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("message {i} not delivered within 500 ms"));
+        assert_eq!(got, Some(body));
+    }
+    for f in &full {
+        assert!(
+            !f.is_finished(),
+            "a full consumer got a message beyond its RDY"
+        );
+    }
+    receiver.abort();
+    for f in full {
+        f.abort();
     }
 }
