@@ -140,6 +140,10 @@ impl Session {
             // FIN/REQ/TOUCH run concurrently so their channel-WAL fsyncs share group commits.
             let mut carry = None;
             loop {
+                if carry.is_none() && self.acks_full() {
+                    // Leave further commands buffered until a FIN/REQ group commit settles.
+                    break;
+                }
                 let cmd = match carry.take() {
                     Some(cmd) => cmd,
                     None => match self.decode_next() {
@@ -155,7 +159,8 @@ impl Session {
                 let next = if acks::is_ack(&cmd) {
                     let mut batch = vec![cmd];
                     let mut decode_error = None;
-                    while batch.len() < acks::MAX_BATCH {
+                    let room = acks::MAX_PENDING - self.pending_acks.len();
+                    while batch.len() < room {
                         match self.decode_next() {
                             Ok(Some(c)) if acks::is_ack(&c) => batch.push(c),
                             Ok(Some(c)) => {
@@ -201,7 +206,12 @@ impl Session {
             } else {
                 command_timeout
             };
-            let command_deadline = self.command_started.map_or_else(far_future, |t| t + limit);
+            // While acks are full the buffered commands wait on us, not on the client.
+            let blocked = self.acks_full();
+            let command_deadline = match self.command_started {
+                Some(t) if !blocked => t + limit,
+                _ => far_future(),
+            };
             let flush_at = self.flush_at.unwrap_or_else(far_future);
             let reserve = self
                 .decoder
@@ -215,7 +225,7 @@ impl Session {
                     self.conn.flush().await?;
                     return Ok(());
                 }
-                n = self.conn.read_more(reserve) => {
+                n = self.conn.read_more(reserve), if !blocked => {
                     if n? == 0 {
                         return Ok(());
                     }
@@ -258,6 +268,11 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Whether the session holds as many unsettled FIN/REQ as it may.
+    fn acks_full(&self) -> bool {
+        self.pending_acks.len() >= acks::MAX_PENDING
     }
 
     /// Takes the next complete command, updating the liveness bookkeeping.

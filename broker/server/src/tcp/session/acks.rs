@@ -1,5 +1,6 @@
 //! FIN/REQ/TOUCH. A run of pipelined acks is applied in order; their channel-WAL fsyncs run
-//! in the background and share group commits, so delivery never stalls on the disk.
+//! in the background and share group commits, so delivery never stalls on the disk. At most
+//! [`MAX_PENDING`] of them wait for their fsync at once.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,8 +14,11 @@ use rustqueue_protocol::{Command, MessageId as ProtoId, ProtocolError};
 use crate::tcp::errors;
 use crate::tcp::session::{Next, Session, State};
 
-/// Most acks run together (spec: 256 active channel operations per session).
-pub(super) const MAX_BATCH: usize = 256;
+/// Most FIN/REQ a session keeps applied but not yet durable (spec: 256 active channel
+/// operations per session). Further acks wait, unread, in the session's input: this bounds
+/// the memory a fast consumer can pin while its channel WAL catches up, and makes the session
+/// yield to the WAL worker.
+pub(super) const MAX_PENDING: usize = 256;
 
 /// Whether `cmd` is FIN, REQ or TOUCH.
 pub(super) fn is_ack(cmd: &Command) -> bool {
