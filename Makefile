@@ -69,7 +69,7 @@ deps-nsqd:
 unit: deps-nsqd
 
 .PHONY: bench
-bench: deps-nsqd ## RustQueue vs nsqd side by side (~12 min); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES
+bench: deps-nsqd ## RustQueue vs nsqd side by side (~4 min a round, 12 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES
 	$(CARGO) build --release -p rustqueue-server -p rustqueue-bench
 	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
 	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
