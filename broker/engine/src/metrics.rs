@@ -55,7 +55,7 @@ counters! {
     StorageErrors => "rustqueue_storage_errors_total", Counter, "Storage write, fsync, read or scrub failures";
     Evictions => "rustqueue_protective_evictions_total", Counter, "Segments deleted by protective eviction";
     EvictedMessages => "rustqueue_protective_evicted_messages_total", Counter, "Messages deleted by protective eviction";
-    GroupCommits => "rustqueue_publish_group_commits_total", Counter, "Publish group commits";
+    GroupCommits => "rustqueue_publish_group_commits_total", Counter, "Publish groups answered together (one fdatasync in durable mode, one append otherwise)";
     GroupRequests => "rustqueue_publish_group_requests_total", Counter, "Publish requests committed in groups";
     GroupMaxRequests => "rustqueue_publish_group_max_requests", Gauge, "Largest publish group so far";
     PublishWorkers => "rustqueue_publish_workers", Gauge, "Running publish group-commit workers (one per topic)";
@@ -87,7 +87,7 @@ macro_rules! timers {
 
 timers! {
     PublishFsync => "rustqueue_storage_fsync_duration_seconds", "Publish group fdatasync";
-    GroupCommitWait => "rustqueue_group_commit_wait_duration_seconds", "Publish queued until its group commit starts";
+    GroupCommitWait => "rustqueue_group_commit_wait_duration_seconds", "Publish queued until its append starts";
     PublishLockWait => "rustqueue_publish_topic_lock_wait_duration_seconds", "Publish waiting for the topic log lock";
     PublishLockHold => "rustqueue_publish_topic_lock_hold_duration_seconds", "Publish group holding the topic log lock";
     PublishAck => "rustqueue_publish_ack_duration_seconds", "Publish accepted until acknowledged";
