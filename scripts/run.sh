@@ -30,7 +30,8 @@ nsq.Reader(message_handler=handler, nsqd_tcp_addresses=['127.0.0.1:4150'],
 nsq.run()
 PY
 
-Or with nsq_tail (${NSQ_TAIL}; 'scripts/deps.sh nsqd' installs it):
+Or with nsq_tail, which reads from an ephemeral channel and so sees only what is published
+after it starts (${NSQ_TAIL}; 'scripts/deps.sh nsqd' installs it):
   $NSQ_TAIL --nsqd-tcp-address=127.0.0.1:4150 --topic=test
 
 Stats: curl 'http://127.0.0.1:4151/stats'      Stop: Ctrl-C
