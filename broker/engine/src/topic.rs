@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustqueue_storage::log::AppendBatch;
 use rustqueue_storage::meta::Manifest;
-use rustqueue_storage::{Store, TopicLog, crash_failpoint};
+use rustqueue_storage::{Store, TopicLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::Channel;
@@ -150,8 +150,8 @@ pub(crate) async fn publish_worker(
     metrics.add(Counter::PublishWorkers, 1);
     let (sync_tx, sync_rx) = mpsc::unbounded_channel();
     tokio::join!(
-        append_stage(topic.clone(), store.clone(), set, rx, sync_tx),
-        sync_stage(topic, store, set, sync_rx),
+        append_stage(topic.clone(), store, set, rx, sync_tx),
+        sync_stage(topic, set, sync_rx),
     );
     metrics.sub(Counter::PublishWorkers, 1);
     metrics.add(Counter::PublishWorkersRetired, 1);
@@ -267,7 +267,6 @@ async fn append_stage(
 
 async fn sync_stage(
     topic: Weak<Topic>,
-    store: Arc<Store>,
     set: GroupSettings,
     mut rx: mpsc::UnboundedReceiver<Appended>,
 ) {
@@ -323,9 +322,8 @@ async fn sync_stage(
             m.raise(Counter::GroupMaxRequests, waiting.len() as u64);
         }
         let t2 = t.clone();
-        let store2 = store.clone();
         let sync_began = Instant::now();
-        let result = tokio::task::spawn_blocking(move || sync(&t2, &store2))
+        let result = tokio::task::spawn_blocking(move || sync(&t2))
             .await
             .unwrap_or_else(|e| Err(PublishError::StorageFault(format!("sync task failed: {e}"))));
         t.publish_visibility();
@@ -372,26 +370,15 @@ fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<()
 }
 
 /// fdatasyncs the active segment *outside* the log lock (appends and deliveries go on) and
-/// marks durable everything appended before it began. Earlier segments were synced when they
-/// rotated. A failure isolates storage.
-fn sync(t: &Topic, store: &Store) -> Result<(), PublishError> {
-    let Some((file, path, through)) = lock(&t.log).sync_handle() else {
+/// marks durable everything appended before it began. A failure isolates storage.
+fn sync(t: &Topic) -> Result<(), PublishError> {
+    let Some(handle) = lock(&t.log).sync_handle() else {
         return Ok(());
     };
-    store
-        .fault()
-        .check()
-        .map_err(|e| PublishError::StorageFault(e.to_string()))?;
     let fsync = Instant::now();
-    let synced = file.sync_data();
+    let synced = handle.sync();
     t.metrics.since(Timer::PublishFsync, fsync);
-    if let Err(e) = synced {
-        let msg = format!("fdatasync {}: {e}", path.display());
-        store.fault().trip(msg.clone());
-        return Err(PublishError::StorageFault(msg));
-    }
-    crash_failpoint("publish_after_fsync_before_reply");
-    lock(&t.log).mark_durable(through);
+    lock(&t.log).mark_synced(synced?);
     Ok(())
 }
 
@@ -399,12 +386,6 @@ fn sync(t: &Topic, store: &Store) -> Result<(), PublishError> {
 /// storage.
 pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        let mut log = lock(&t2.log);
-        let fsync = Instant::now();
-        let _ = log.sync();
-        t2.metrics.since(Timer::PublishFsync, fsync);
-    })
-    .await;
+    let _ = tokio::task::spawn_blocking(move || sync(&t2)).await;
     t.publish_visibility();
 }

@@ -3,8 +3,9 @@
 //!
 //! Positions are per topic, 1-based and never reused; every message keeps its metadata in an
 //! in-memory [`Entry`] so readers fetch a body with one positional read. Appends become durable
-//! only after [`TopicLog::sync`] (or after the out-of-lock [`TopicLog::sync_handle`] +
-//! [`TopicLog::mark_durable`] pair the engine uses so readers are not blocked by fsync).
+//! only after [`TopicLog::sync`] (or after a [`SyncHandle`] synced outside the log lock and
+//! handed back to [`TopicLog::mark_synced`], as the engine does so appends and readers are not
+//! blocked by the fsync).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -71,11 +72,9 @@ pub struct TopicLog {
     next_position: u64,
     last_ts: i64,
     durable_position: u64,
-    /// Record bytes appended since open, and after each append that running total with the
-    /// record's last position, until a sync covers it: unsynced bytes are exact even when
-    /// appends go on while an fsync runs.
+    /// Record bytes appended since open, and how many of them are durable: unsynced bytes are
+    /// exact even when appends go on while an fsync runs.
     appended_bytes: u64,
-    unsynced_records: VecDeque<(u64, u64)>,
     durable_bytes: u64,
 }
 
@@ -142,7 +141,6 @@ impl TopicLog {
             last_ts: 0,
             durable_position: 0,
             appended_bytes: 0,
-            unsynced_records: VecDeque::new(),
             durable_bytes: 0,
         };
         let count = bases.len();
@@ -312,7 +310,7 @@ impl TopicLog {
             &segment_path(&self.dir, active.base, "rqidx"),
             &bytes,
         )?;
-        self.mark_durable(self.next_position - 1);
+        self.mark_durable(self.next_position - 1, self.appended_bytes);
         self.create_segment()
     }
 
@@ -419,43 +417,42 @@ impl TopicLog {
         self.next_index += 1;
         self.next_position += batch.bodies.len() as u64;
         self.appended_bytes += rec_len;
-        self.unsynced_records
-            .push_back((self.next_position - 1, self.appended_bytes));
         crash_failpoint("publish_after_append_before_fsync");
         Ok(first_pos)
     }
 
-    /// The active file and the last appended position, for an fdatasync outside the lock.
-    pub fn sync_handle(&self) -> Option<(Arc<dyn FsFile>, PathBuf, u64)> {
-        self.segments
-            .last()
-            .map(|s| (s.file.clone(), s.path.clone(), self.next_position - 1))
+    /// The active segment and how far the log reaches now, to fdatasync outside the lock.
+    pub fn sync_handle(&self) -> Option<SyncHandle> {
+        self.segments.last().map(|s| SyncHandle {
+            file: s.file.clone(),
+            path: s.path.clone(),
+            fault: self.fault.clone(),
+            covers: Synced {
+                through: self.next_position - 1,
+                appended_bytes: self.appended_bytes,
+            },
+        })
     }
 
-    /// Records that everything through `position` is on stable storage.
-    pub fn mark_durable(&mut self, position: u64) {
-        if position > self.durable_position {
-            self.durable_position = position;
-        }
-        while let Some(&(last, total)) = self.unsynced_records.front() {
-            if last > self.durable_position {
-                break;
-            }
-            self.durable_bytes = total;
-            self.unsynced_records.pop_front();
-        }
+    /// Records what a completed [`SyncHandle::sync`] made durable.
+    pub fn mark_synced(&mut self, synced: Synced) {
+        self.mark_durable(synced.through, synced.appended_bytes);
+    }
+
+    /// Everything through `position` (`appended_bytes` of records) is on stable storage.
+    fn mark_durable(&mut self, position: u64, appended_bytes: u64) {
+        self.durable_position = self.durable_position.max(position);
+        self.durable_bytes = self.durable_bytes.max(appended_bytes);
     }
 
     /// fdatasync of the active segment; everything appended so far becomes durable.
     pub fn sync(&mut self) -> Result<(), StorageError> {
         self.fault.check()?;
-        let Some((file, path, through)) = self.sync_handle() else {
+        let Some(handle) = self.sync_handle() else {
             return Ok(());
         };
-        let r = file.sync_data().map_err(io_err("fdatasync", &path));
-        self.fault.guard(r)?;
-        crash_failpoint("publish_after_fsync_before_reply");
-        self.mark_durable(through);
+        let synced = handle.sync()?;
+        self.mark_synced(synced);
         Ok(())
     }
 
@@ -605,6 +602,38 @@ pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> 
     Ok(buf)
 }
 
+/// The active segment of a log as it stood when taken, to fdatasync without holding the log:
+/// earlier segments were synced when sealed, so syncing it makes the whole log durable up to
+/// that point.
+pub struct SyncHandle {
+    file: Arc<dyn FsFile>,
+    path: PathBuf,
+    fault: Fault,
+    covers: Synced,
+}
+
+/// What a completed fdatasync covered; give it back to [`TopicLog::mark_synced`].
+#[derive(Debug, Clone, Copy)]
+pub struct Synced {
+    /// Last position appended when the handle was taken.
+    pub through: u64,
+    appended_bytes: u64,
+}
+
+impl SyncHandle {
+    /// fdatasync of the segment; a failure isolates storage.
+    pub fn sync(self) -> Result<Synced, StorageError> {
+        self.fault.check()?;
+        let r = self
+            .file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.path));
+        self.fault.guard(r)?;
+        crash_failpoint("publish_after_fsync_before_reply");
+        Ok(self.covers)
+    }
+}
+
 fn corrupt(path: &Path, offset: u64, e: DecodeError) -> StorageError {
     let detail = match e {
         DecodeError::Short => "record shorter than its header".to_string(),
@@ -642,12 +671,12 @@ mod tests {
         let record = HEADER_LEN as u64 + record::payload_len([3usize]);
         assert_eq!(log.unsynced(), (3, 3 * record));
         // A sync outside the lock: the handle covers what was appended when it was taken.
-        let (file, _, through) = log.sync_handle().unwrap();
+        let handle = log.sync_handle().unwrap();
         append(&mut log, 4, b"abc");
         append(&mut log, 5, b"abc");
-        file.sync_data().unwrap();
-        log.mark_durable(through);
-        assert_eq!(through, 3);
+        let synced = handle.sync().unwrap();
+        log.mark_synced(synced);
+        assert_eq!(synced.through, 3);
         assert_eq!(log.unsynced(), (2, 2 * record));
         assert_eq!(log.oldest_unsynced_timestamp(), Some(1));
         log.sync().unwrap();
