@@ -199,17 +199,13 @@ async fn append_stage(
             );
         }
         let relaxed = set.ack_mode != AckMode::Durable && !t.ephemeral;
-        let mut answer_now = Vec::new();
-        let mut await_sync = Vec::new();
-        let mut reqs = Vec::with_capacity(group.len());
+        let n = group.len();
+        let mut reqs = Vec::with_capacity(n);
+        // Each reply, and whether it waits for an fsync (durable mode, or forced: dead letters).
+        let mut replies = Vec::with_capacity(n);
         for r in group {
-            let wait = !t.ephemeral && (!relaxed || r.force_sync);
+            replies.push((r.reply, !t.ephemeral && (!relaxed || r.force_sync)));
             reqs.push((r.bodies, r.available_at_ms));
-            if wait {
-                await_sync.push((answer_now.len() + await_sync.len(), r.reply));
-            } else {
-                answer_now.push((answer_now.len() + await_sync.len(), r.reply));
-            }
         }
         // A plain append is a write to the page cache: done here, it saves a thread handoff per
         // group. One that seals a segment or reserves more ids fsyncs: that goes to the
@@ -222,44 +218,34 @@ async fn append_stage(
             tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
                 .await
                 .unwrap_or_else(|e| {
-                    vec![Err(PublishError::StorageFault(format!(
-                        "commit task failed: {e}"
-                    )))]
+                    let e = PublishError::StorageFault(format!("commit task failed: {e}"));
+                    vec![Err(e); n]
                 })
         } else {
             append(&t, &store, &reqs)
         };
-        let result_of = |i: usize| {
-            results.get(i).cloned().unwrap_or_else(|| {
-                results
-                    .first()
-                    .cloned()
-                    .unwrap_or(Err(PublishError::ShuttingDown))
-            })
-        };
         t.publish_visibility();
-        let any_relaxed_ok = answer_now.iter().any(|(i, _)| result_of(*i).is_ok());
-        if !answer_now.is_empty() {
+        let answered = replies.iter().filter(|(_, after_sync)| !after_sync).count() as u64;
+        if answered > 0 {
             m.add(Counter::GroupCommits, 1);
-            m.add(Counter::GroupRequests, answer_now.len() as u64);
-            m.raise(Counter::GroupMaxRequests, answer_now.len() as u64);
-        }
-        for (i, reply) in answer_now {
-            let _ = reply.send(result_of(i));
+            m.add(Counter::GroupRequests, answered);
+            m.raise(Counter::GroupMaxRequests, answered);
         }
         let mut appended = Vec::new();
-        for (i, reply) in await_sync {
-            match result_of(i) {
-                Ok(()) => appended.push(reply),
-                Err(e) => {
-                    let _ = reply.send(Err(e));
+        let mut relaxed_ok = false;
+        for ((reply, after_sync), result) in replies.into_iter().zip(results) {
+            match result {
+                Ok(()) if after_sync => appended.push(reply),
+                r => {
+                    relaxed_ok |= !after_sync && r.is_ok();
+                    let _ = reply.send(r);
                 }
             }
         }
         if !appended.is_empty() {
             let _ = sync_tx.send(Appended::AwaitSync(appended));
         }
-        if any_relaxed_ok && !t.ephemeral {
+        if relaxed && relaxed_ok {
             let _ = sync_tx.send(Appended::Relaxed);
         }
     }
