@@ -135,8 +135,10 @@ impl Consumer {
             let notified = self.channel.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let mut arrival = Box::pin(self.channel.arrivals.notified());
-            arrival.as_mut().enable();
+            let mut arrival = std::pin::pin!(Some(self.channel.arrivals.notified()));
+            if let Some(a) = arrival.as_mut().as_pin_mut() {
+                a.enable();
+            }
             let now = Instant::now();
             let now_ms = now_ms();
             let mut persist = Vec::new();
@@ -184,7 +186,9 @@ impl Consumer {
             persist_later(&self.channel, persist);
             // Only a consumer that could take a message waits for arrivals; one that cannot
             // drops its registration, which passes any wake-up it got to another consumer.
-            let mut arrival = eligible.then_some(arrival);
+            if !eligible {
+                arrival.set(None);
+            }
             if more {
                 self.channel.arrivals.notify_one();
             }
@@ -232,7 +236,11 @@ impl Consumer {
                 .min(now + Duration::from_secs(1));
             tokio::select! {
                 _ = &mut notified => {}
-                _ = async { arrival.as_mut().expect("enabled only when some").await }, if arrival.is_some() => {}
+                _ = async {
+                    if let Some(a) = arrival.as_mut().as_pin_mut() {
+                        a.await;
+                    }
+                }, if eligible => {}
                 _ = tokio::time::sleep_until(sleep_until.into()) => {}
             }
         }
