@@ -231,3 +231,40 @@ async fn a_thousand_fins_in_one_write_all_take_effect_and_the_session_goes_on() 
     assert!(quiet.is_err(), "nothing is redelivered: {quiet:?}");
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_consumer_at_its_rdy_limit_gets_its_message_without_waiting_for_the_buffer_timeout() {
+    let b = Broker::start().await;
+    let mut p = b.client().await;
+    // RDY 1: the one message fills the consumer, so it is flushed at once (nsqd does the same).
+    let mut one = b.client().await;
+    one.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    one.expect_ok().await;
+    one.subscribe("buffered", "one", 1).await;
+    one.cmd("NOP").await;
+    let t0 = Instant::now();
+    p.publish("buffered", b"now").await;
+    let (_, _, body) = one.expect_message().await;
+    assert_eq!(body, b"now");
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "RDY 1 consumer waited {:?} for a message it could not add to",
+        t0.elapsed()
+    );
+    // RDY 10 with room left: the buffer holds the message until the 1 s timeout.
+    let mut many = b.client().await;
+    many.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    many.expect_ok().await;
+    many.subscribe("held", "many", 10).await;
+    many.cmd("NOP").await;
+    let t0 = Instant::now();
+    p.publish("held", b"later").await;
+    let (_, _, body) = many.expect_message().await;
+    assert_eq!(body, b"later");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(700),
+        "output buffer timeout 1 s not honoured: delivered after {:?}",
+        t0.elapsed()
+    );
+    b.stop().await;
+}

@@ -301,9 +301,13 @@ impl Session {
         );
         self.conn.buffered_messages += 1;
         self.stats.message_count.fetch_add(1, Ordering::Relaxed);
-        self.update_in_flight();
+        let in_flight = self.update_in_flight();
+        // Like nsqd's messagePump: once the consumer may not take another message (in flight
+        // reached RDY) nothing more can join the buffer, so holding it for the output buffer
+        // timeout would only delay what the client is waiting for.
+        let full = in_flight as u64 >= self.stats.ready_count.load(Ordering::Relaxed);
         let size = self.params.output_buffer_size as usize;
-        if self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
+        if full || self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
             return self.flush_now().await;
         }
         if self.flush_at.is_none() {
@@ -313,12 +317,12 @@ impl Session {
         Ok(())
     }
 
-    fn update_in_flight(&self) {
-        if let Some(c) = &self.consumer {
-            self.stats
-                .in_flight_count
-                .store(c.in_flight() as u64, Ordering::Relaxed);
-        }
+    /// Publishes the consumer's in-flight count to `/stats` and returns it (0 when none).
+    fn update_in_flight(&self) -> usize {
+        let Some(c) = &self.consumer else { return 0 };
+        let n = c.in_flight();
+        self.stats.in_flight_count.store(n as u64, Ordering::Relaxed);
+        n
     }
 
     /// Queues a fatal error; the session closes next and lingers so the client can read it.
@@ -582,6 +586,10 @@ impl Session {
             c.set_ready(n as u32);
         }
         self.stats.ready_count.store(n as u64, Ordering::Relaxed);
+        // A lowered RDY can leave the buffered messages as all the client gets for now.
+        if self.conn.buffered_messages > 0 && self.update_in_flight() as u64 >= n as u64 {
+            self.flush_now().await?;
+        }
         Ok(Next::Continue)
     }
 
