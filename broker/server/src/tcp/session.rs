@@ -321,7 +321,9 @@ impl Session {
     fn update_in_flight(&self) -> usize {
         let Some(c) = &self.consumer else { return 0 };
         let n = c.in_flight();
-        self.stats.in_flight_count.store(n as u64, Ordering::Relaxed);
+        self.stats
+            .in_flight_count
+            .store(n as u64, Ordering::Relaxed);
         n
     }
 
