@@ -114,7 +114,18 @@ impl ClientRegistry {
             connect_ts,
             ..ClientStats::default()
         });
-        c.update(|f| f.state = 1);
+        // Like nsqd, a client is known by its remote host until IDENTIFY names it.
+        let host = c
+            .remote_address
+            .rsplit_once(':')
+            .map_or(c.remote_address.as_str(), |(h, _)| h)
+            .trim_matches(['[', ']'])
+            .to_owned();
+        c.update(|f| {
+            f.state = 1;
+            f.client_id = host.clone();
+            f.hostname = host;
+        });
         if let Ok(mut map) = self.clients.lock() {
             map.insert(id, c.clone());
         }

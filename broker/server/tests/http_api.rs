@@ -206,6 +206,47 @@ async fn stats_text_and_json_list_topics_and_channels() {
         .unwrap();
     assert!(text.contains("[t"), "{text}");
     assert!(text.contains("[ch"), "{text}");
+    assert!(text.contains("\nProducers: None\n"), "{text}");
+    // A named TCP producer and an anonymous consumer show up like nsqd prints them.
+    let mut p = b.client().await;
+    p.identify(r#"{"hostname":"pub-host","user_agent":"agent/1.0"}"#)
+        .await;
+    p.expect_ok().await;
+    p.publish("t", b"y").await;
+    let mut c = b.client().await;
+    c.subscribe("t", "ch", 1).await;
+    c.expect_message().await;
+    let text = reqwest::get(b.url("/stats"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "\nuptime ",
+        "\nMemory:\n   heap_objects ",
+        "\nTopics:\n   [t              ] depth: ",
+        "\n      [ch                       ] depth: ",
+        "\n        [V2 127.0.0.1:",
+        "] state: 3 inflt: 1    rdy: 1    fin: 0 ",
+        "\nProducers:\n   [V2 pub-host:",
+        " agent/1.0",
+        "] msgs: 1        topics: t=1 connected: ",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    let v: Value = reqwest::get(b.url("/stats?format=json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let producer = &v["producers"][0];
+    assert_eq!(producer["hostname"], "pub-host", "{v}");
+    assert_eq!(producer["user_agent"], "agent/1.0", "{v}");
+    let consumer = &v["topics"][0]["channels"][0]["clients"][0];
+    assert_eq!(consumer["hostname"], "127.0.0.1", "{v}");
+    assert_eq!(consumer["client_id"], "127.0.0.1", "{v}");
     let v: Value = reqwest::get(b.url("/stats?format=json"))
         .await
         .unwrap()
@@ -214,7 +255,9 @@ async fn stats_text_and_json_list_topics_and_channels() {
         .unwrap();
     assert_eq!(v["health"], "OK");
     assert_eq!(v["topics"][0]["topic_name"], "t");
-    assert_eq!(v["topics"][0]["message_count"], 1);
-    assert!(v["producers"].is_array());
+    assert_eq!(
+        v["topics"][0]["message_count"], 2,
+        "one HTTP and one TCP publish"
+    );
     b.stop().await;
 }

@@ -2,7 +2,6 @@
 //! `/channels`, `/nodes`) that lets lookupd-only clients discover this broker directly.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -157,53 +156,6 @@ fn memory_json() -> Value {
     })
 }
 
-fn stats_text(doc: &Value) -> String {
-    let mut s = format!(
-        "rustqueued v{VERSION}\nhealth: {}\n",
-        doc["health"].as_str().unwrap_or("OK")
-    );
-    let empty = Vec::new();
-    for t in doc["topics"].as_array().unwrap_or(&empty) {
-        let _ = writeln!(
-            s,
-            "\n[{:<15}] depth: {:<5} be-depth: {:<5} msgs: {:<8} e2e%: ",
-            t["topic_name"].as_str().unwrap_or(""),
-            t["depth"],
-            t["backend_depth"],
-            t["message_count"]
-        );
-        for c in t["channels"].as_array().unwrap_or(&empty) {
-            let _ = writeln!(
-                s,
-                "    [{:<25}] depth: {:<5} be-depth: {:<5} inflt: {:<4} def: {:<4} re-q: {:<5} timeout: {:<5} msgs: {:<8} e2e%: ",
-                c["channel_name"].as_str().unwrap_or(""),
-                c["depth"],
-                c["backend_depth"],
-                c["in_flight_count"],
-                c["deferred_count"],
-                c["requeue_count"],
-                c["timeout_count"],
-                c["message_count"]
-            );
-            for cl in c["clients"].as_array().unwrap_or(&empty) {
-                let _ = writeln!(
-                    s,
-                    "        [V2 {:<21}] state: {} inflt: {:<4} rdy: {:<4} fin: {:<8} re-q: {:<8} msgs: {:<8} connected: {}s",
-                    cl["client_id"].as_str().unwrap_or(""),
-                    cl["state"],
-                    cl["in_flight_count"],
-                    cl["ready_count"],
-                    cl["finish_count"],
-                    cl["requeue_count"],
-                    cl["message_count"],
-                    cl["connect_ts"]
-                );
-            }
-        }
-    }
-    s
-}
-
 async fn stats(State(shared): State<Arc<Shared>>, Query(q): Params) -> Response {
     let doc = stats_json(&shared, &q);
     if q.get("format").is_some_and(|f| f == "json") {
@@ -211,7 +163,7 @@ async fn stats(State(shared): State<Arc<Shared>>, Query(q): Params) -> Response 
     } else {
         (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            stats_text(&doc),
+            super::stats_text::render(&doc, std::time::SystemTime::now()),
         )
             .into_response()
     }

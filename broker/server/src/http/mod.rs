@@ -10,6 +10,7 @@
 
 mod info;
 mod nsq;
+mod stats_text;
 
 use std::sync::Arc;
 
