@@ -45,15 +45,21 @@ async fn pub_and_mpub_deliver_over_tcp() {
     assert_eq!(post(b.url("/mpub?topic=t"), "two\n\nthree\n").await.1, "OK");
     let bin = encode_mpub_body(&[b"four", b"five\nwith newline"]);
     assert_eq!(post(b.url("/mpub?topic=t&binary=true"), bin).await.1, "OK");
+    // nsqd reads any value but "false"/"0" as binary, an empty one included.
+    let bin = encode_mpub_body(&[b"six"]);
+    assert_eq!(post(b.url("/mpub?topic=t&binary="), bin).await.1, "OK");
     let mut c = b.client().await;
     c.subscribe("t", "ch", 10).await;
     let mut got = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..6 {
         let (id, _, body) = c.expect_message().await;
         got.push(String::from_utf8(body).unwrap());
         c.fin(&id).await;
     }
-    assert_eq!(got, ["one", "two", "three", "four", "five\nwith newline"]);
+    assert_eq!(
+        got,
+        ["one", "two", "three", "four", "five\nwith newline", "six"]
+    );
     b.stop().await;
 }
 
@@ -259,5 +265,75 @@ async fn stats_text_and_json_list_topics_and_channels() {
         v["topics"][0]["message_count"], 2,
         "one HTTP and one TCP publish"
     );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn http_pub_with_defer_arrives_after_the_delay() {
+    let b = Broker::start().await;
+    let mut c = b.client().await;
+    c.subscribe("deferred", "ch", 2).await;
+    c.cmd("NOP").await;
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        post(b.url("/pub?topic=deferred&defer=300"), "later")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(post(b.url("/pub?topic=deferred"), "now").await.0, 200);
+    let (id, _, body) = c.expect_message().await;
+    assert_eq!(body, b"now");
+    c.fin(&id).await;
+    let (_, _, body) = c.expect_message().await;
+    assert_eq!(body, b"later");
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_millis(280),
+        "defer=300 delivered after {:?}",
+        t0.elapsed()
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn channel_empty_drops_the_backlog_and_topic_pause_holds_delivery() {
+    let b = Broker::start().await;
+    let depth = async |b: &Broker| -> u64 {
+        let v: Value = reqwest::get(b.url("/stats?format=json&topic=e"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["topics"][0]["channels"][0]["depth"].as_u64().unwrap()
+    };
+    post(b.url("/channel/create?topic=e&channel=c"), "").await;
+    post(b.url("/mpub?topic=e"), "1\n2\n3").await;
+    assert_eq!(depth(&b).await, 3);
+    assert_eq!(
+        post(b.url("/channel/empty?topic=e&channel=c"), "").await.0,
+        200
+    );
+    assert_eq!(depth(&b).await, 0);
+    let mut c = b.client().await;
+    c.subscribe("e", "c", 10).await;
+    post(b.url("/pub?topic=e"), "fresh").await;
+    assert_eq!(
+        c.expect_message().await.2,
+        b"fresh",
+        "an emptied message came back"
+    );
+
+    let mut p = b.client().await;
+    p.subscribe("p", "c", 1).await;
+    assert_eq!(post(b.url("/topic/pause?topic=p"), "").await.0, 200);
+    post(b.url("/pub?topic=p"), "held").await;
+    let early = tokio::time::timeout(std::time::Duration::from_millis(400), p.next()).await;
+    assert!(
+        early.is_err(),
+        "delivered while the topic was paused: {early:?}"
+    );
+    assert_eq!(post(b.url("/topic/unpause?topic=p"), "").await.0, 200);
+    assert_eq!(p.expect_message().await.2, b"held");
     b.stop().await;
 }

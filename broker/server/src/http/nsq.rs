@@ -132,10 +132,10 @@ async fn mpublish(
         return Err(too_big("BODY_TOO_BIG"));
     }
     let max = shared.cfg.queue.max_message_bytes;
-    // nsqd: any value of `binary` but "false"/"0"... counts as true (deprecated forms).
+    // nsqd: any value of `binary` but "false"/"0", even an empty one, counts as true.
     let binary = q
         .get("binary")
-        .is_some_and(|v| !matches!(v.as_str(), "false" | "0" | ""));
+        .is_some_and(|v| !matches!(v.as_str(), "false" | "0"));
     let bodies = if binary {
         decode_mpub_body(body, max).map_err(|e| {
             too_big(if e.code == rustqueue_protocol::ErrorCode::BadMessage {
