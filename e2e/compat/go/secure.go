@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math/rand"
 	"strings"
 	"time"
+
+	"github.com/nsqio/go-nsq"
 )
 
 // secureScenarios run against the broker with TLS required, client certificates verified
@@ -18,6 +21,7 @@ func secureScenarios() []scenario {
 		{"auth_ttl_refresh", authTTLRefresh},
 		{"auth_denied", authDenied},
 		{"auth_topic_not_granted", authTopicNotGranted},
+		{"auth_sub_not_granted", authSubNotGranted},
 		{"snappy", compressed("snappy")},
 		{"mpub", mpub},
 		{"dpub", dpub},
@@ -125,6 +129,42 @@ func authDenied(e *env) error {
 func authTopicNotGranted(e *env) error {
 	err := e.publishOne(e.config(), "forbidden-topic", []byte("not granted"))
 	return expectRefused(err, "topic outside the grant", "E_UNAUTHORIZED")
+}
+
+// authSubNotGranted: SUB on a topic outside the grant is refused with E_UNAUTHORIZED, a fatal
+// error (nsqd closes the connection, so go-nsq schedules a reconnect); nothing is delivered
+// and the refused SUB must not have created the topic. go-nsq's ConnectToNSQD does not wait
+// for the SUB answer, so the refusal shows up in the consumer's protocol log.
+func authSubNotGranted(e *env) error {
+	topic := fmt.Sprintf("forbidden-sub-%s-%06d", e.mode, rand.Intn(1000000))
+	cons, err := nsq.NewConsumer(topic, "c", e.config())
+	if err != nil {
+		return err
+	}
+	cons.SetLogger(e.logger("consumer"), nsq.LogLevelDebug)
+	box := newInbox()
+	cons.AddHandler(nsq.HandlerFunc(func(m *nsq.Message) error { box.add(m); return nil }))
+	connectErr := cons.ConnectToNSQD(e.tcp)
+	defer stop(cons)
+	if connectErr != nil && !strings.Contains(connectErr.Error(), "E_UNAUTHORIZED") {
+		return fmt.Errorf("SUB outside the grant: connect failed with %v, want E_UNAUTHORIZED", connectErr)
+	}
+	logged := func(s string) bool { return strings.Contains(string(e.log.Bytes()), s) }
+	if err := waitFor(5*time.Second, func() bool { return logged("protocol error - E_UNAUTHORIZED") },
+		func() string { return "go-nsq never reported E_UNAUTHORIZED for the SUB" }); err != nil {
+		return err
+	}
+	if err := waitFor(5*time.Second, func() bool { return logged("re-connecting") },
+		func() string { return "the broker kept the connection open after the fatal E_UNAUTHORIZED" }); err != nil {
+		return err
+	}
+	if n := len(box.snapshot()); n != 0 {
+		return fmt.Errorf("refused subscriber got %s", box.describe())
+	}
+	if _, ok, err := e.topicStats(topic); err != nil || ok {
+		return fmt.Errorf("the refused SUB created topic %s (listed=%v, err %v)", topic, ok, err)
+	}
+	return nil
 }
 
 // authRequests asks the test auth server how many /auth requests it has answered.
