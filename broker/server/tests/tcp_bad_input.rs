@@ -8,8 +8,14 @@ use common::{Broker, Client};
 use rustqueue_protocol::command::encode_mpub_body;
 use tokio::io::AsyncWriteExt;
 
-/// A healthy publisher/consumer pair that must keep working while others misbehave.
+/// A healthy publisher/consumer pair that must keep working while others misbehave, and no
+/// panic anywhere in the broker.
 async fn assert_others_unaffected(b: &Broker, n: u32) {
+    assert_eq!(
+        common::panics(),
+        0,
+        "something panicked (see the output above)"
+    );
     let mut p = b.client().await;
     p.publish("healthy", format!("ok-{n}").as_bytes()).await;
     let mut c = b.client().await;
@@ -31,6 +37,15 @@ async fn wrong_magic_gets_bad_protocol_then_close() {
 #[tokio::test]
 async fn every_malformed_command_gets_its_error_code_and_closes() {
     let b = Broker::start().await;
+    // Acknowledged before the barrage; every one must still be there after it.
+    let mut keep = b.client().await;
+    keep.cmd("SUB backlog keep").await;
+    keep.expect_ok().await;
+    keep.cmd("CLS").await;
+    let mut p = b.client().await;
+    for i in 0..20 {
+        p.publish("backlog", format!("kept-{i}").as_bytes()).await;
+    }
     let long = format!("PUB {}\n", "x".repeat(2000));
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"BOGUS\n".to_vec(), "E_INVALID invalid command BOGUS"),
@@ -91,6 +106,17 @@ async fn every_malformed_command_gets_its_error_code_and_closes() {
         c.expect_closed().await;
     }
     assert_others_unaffected(&b, 0).await;
+    let mut c = b.client().await;
+    c.subscribe("backlog", "keep", 100).await;
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        let (id, _, body) = c.expect_message().await;
+        got.push(String::from_utf8(body).unwrap());
+        c.fin(&id).await;
+    }
+    got.sort_by_key(|s| s[5..].parse::<u32>().unwrap());
+    let want: Vec<String> = (0..20).map(|i| format!("kept-{i}")).collect();
+    assert_eq!(got, want, "acknowledged messages lost to bad input");
     b.stop().await;
 }
 

@@ -59,6 +59,7 @@ impl Broker {
 
     /// Starts on an existing data directory (a restart).
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> Broker {
+        count_panics();
         let mut cfg = test_config(dir.path());
         tweak(&mut cfg);
         cfg.validate().unwrap();
@@ -107,6 +108,26 @@ impl Broker {
 }
 
 pub const T: Duration = Duration::from_secs(10);
+
+static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts every panic in this test process, including ones inside the broker's own tasks
+/// (tokio catches those, so without the hook a session that panicked would only look closed).
+fn count_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
+
+/// Panics seen so far in this process (test assertions that failed count too).
+pub fn panics() -> usize {
+    PANICS.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 /// A minimal V2 client.
 pub struct Client<S> {
