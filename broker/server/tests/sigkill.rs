@@ -1,4 +1,4 @@
-//! SIGKILL under a mixed load, then restart: every publish that got `OK` is delivered again.
+//! SIGKILL under a mixed load (PUB, MPUB, DPUB; FIN, REQ, TOUCH), then restart: every publish that got `OK` is delivered again.
 //! Runs the real `rustqueued` binary.
 
 mod common;
@@ -76,16 +76,18 @@ async fn every_acknowledged_publish_survives_sigkill() {
             let mut c = Client::connect(addr).await;
             for i in 0.. {
                 let single = format!("p{p}-m{i}");
-                let (cmd, body, msgs) = if i % 3 == 0 {
-                    let a = format!("{single}-a");
-                    let b = format!("{single}-b");
-                    (
-                        "MPUB ledger",
-                        encode_mpub_body(&[a.as_bytes(), b.as_bytes()]),
-                        vec![a, b],
-                    )
-                } else {
-                    ("PUB ledger", single.clone().into_bytes(), vec![single])
+                let (cmd, body, msgs) = match i % 4 {
+                    0 => {
+                        let a = format!("{single}-a");
+                        let b = format!("{single}-b");
+                        (
+                            "MPUB ledger",
+                            encode_mpub_body(&[a.as_bytes(), b.as_bytes()]),
+                            vec![a, b],
+                        )
+                    }
+                    1 => ("DPUB ledger 100", single.clone().into_bytes(), vec![single]),
+                    _ => ("PUB ledger", single.clone().into_bytes(), vec![single]),
                 };
                 c.cmd_body(cmd, &body).await;
                 match c.frame().await {
@@ -97,13 +99,20 @@ async fn every_acknowledged_publish_survives_sigkill() {
             }
         }));
     }
-    // A consumer FINing on another channel makes the load mixed.
+    // A consumer on another channel that FINs, REQs and TOUCHes makes the load mixed.
     let addr = proc.tcp;
     let consumer = tokio::spawn(async move {
         let mut c = Client::connect(addr).await;
         c.subscribe("ledger", "work", 50).await;
-        while let Some(Frame::Message { id, .. }) = c.frame().await {
-            c.fin(&id).await;
+        let mut n = 0u64;
+        while let Some(Frame::Message { id, attempts, .. }) = c.frame().await {
+            let id = std::str::from_utf8(&id).unwrap().to_owned();
+            n += 1;
+            match n % 4 {
+                0 if attempts == 1 => c.cmd(&format!("REQ {id} 0")).await,
+                1 => c.cmd(&format!("TOUCH {id}\nFIN {id}")).await,
+                _ => c.cmd(&format!("FIN {id}")).await,
+            }
         }
     });
     common::eventually(async || ledger.lock().unwrap().len() >= 300).await;
