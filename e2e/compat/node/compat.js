@@ -12,7 +12,7 @@ const H = require('./harness')
 const secure = require('./secure')
 
 const { A, TLS, Failure, sleep, until, topic, post, getJSON, Inbox, reader, writer, send } = H
-const { roundTrip, clientHas } = H
+const { roundTrip, clientHas, channelStats } = H
 
 const SCENARIO_TIMEOUT_MS = 45000
 
