@@ -173,17 +173,14 @@ async fn append_stage(
                 None => break,
             },
         };
-        let mut bytes = first.bytes();
-        let mut group = vec![first];
-        while group.len() < set.max_requests {
-            let Ok(next) = rx.try_recv() else { break };
-            if bytes + next.bytes() > set.max_bytes {
-                carry = Some(next);
-                break;
-            }
-            bytes += next.bytes();
-            group.push(next);
-        }
+        let (group, bytes, rest) = collect_group(
+            first,
+            PubReq::bytes,
+            || rx.try_recv().ok(),
+            set.max_requests,
+            set.max_bytes,
+        );
+        carry = rest;
         let Some(t) = topic.upgrade() else {
             for r in group {
                 let _ = r.reply.send(Err(PublishError::ShuttingDown));
@@ -249,6 +246,30 @@ async fn append_stage(
             let _ = sync_tx.send(Appended::Relaxed);
         }
     }
+}
+
+/// One append group: `first` plus whatever `next` yields without waiting, up to
+/// `max_requests` requests and `max_bytes`. A request that would push the group past
+/// `max_bytes` is returned to start the next group, so a request larger than the limit forms a
+/// group of its own. Returns the group, its bytes and that carried request.
+fn collect_group<T>(
+    first: T,
+    size: impl Fn(&T) -> u64,
+    mut next: impl FnMut() -> Option<T>,
+    max_requests: usize,
+    max_bytes: u64,
+) -> (Vec<T>, u64, Option<T>) {
+    let mut bytes = size(&first);
+    let mut group = vec![first];
+    while group.len() < max_requests {
+        let Some(r) = next() else { break };
+        if bytes + size(&r) > max_bytes {
+            return (group, bytes, Some(r));
+        }
+        bytes += size(&r);
+        group.push(r);
+    }
+    (group, bytes, None)
 }
 
 async fn sync_stage(
@@ -374,4 +395,74 @@ pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
     let _ = tokio::task::spawn_blocking(move || sync(&t2)).await;
     t.publish_visibility();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collect_group;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Groups a queue of request sizes the way the append stage does, until it is drained.
+    fn groups(sizes: &[u64], max_requests: usize, max_bytes: u64) -> Vec<Vec<u64>> {
+        let mut queue = sizes.iter().copied();
+        let mut carry = None;
+        let mut out = Vec::new();
+        while let Some(first) = carry.take().or_else(|| queue.next()) {
+            let (g, bytes, rest) =
+                collect_group(first, |s| *s, || queue.next(), max_requests, max_bytes);
+            assert_eq!(
+                bytes,
+                g.iter().sum::<u64>(),
+                "reported bytes are the group's"
+            );
+            out.push(g);
+            carry = rest;
+        }
+        out
+    }
+
+    #[test]
+    fn a_group_takes_at_most_64_requests_and_keeps_their_order() {
+        let sizes: Vec<u64> = (1..=150).collect();
+        let g = groups(&sizes, 64, 8 * MIB);
+        assert_eq!(g.iter().map(Vec::len).collect::<Vec<_>>(), vec![64, 64, 22]);
+        assert_eq!(g.concat(), sizes, "nothing lost, reordered or duplicated");
+    }
+
+    #[test]
+    fn a_group_stops_before_8_mib_and_the_next_request_starts_the_next_group() {
+        let g = groups(&[3 * MIB, 3 * MIB, 3 * MIB, MIB], 64, 8 * MIB);
+        assert_eq!(g, vec![vec![3 * MIB, 3 * MIB], vec![3 * MIB, MIB]]);
+        let exact = groups(&[4 * MIB, 4 * MIB, 1], 64, 8 * MIB);
+        assert_eq!(
+            exact,
+            vec![vec![4 * MIB, 4 * MIB], vec![1]],
+            "8 MiB exactly fits"
+        );
+    }
+
+    #[test]
+    fn an_oversized_request_forms_its_own_group() {
+        let g = groups(&[100, 20 * MIB, 100, 100], 64, 8 * MIB);
+        assert_eq!(g, vec![vec![100], vec![20 * MIB], vec![100, 100]]);
+        let first = groups(&[20 * MIB, 1], 64, 8 * MIB);
+        assert_eq!(first, vec![vec![20 * MIB], vec![1]]);
+    }
+
+    #[test]
+    fn a_lone_request_is_a_group_at_once_without_waiting_for_more() {
+        let mut polled = 0;
+        let (g, _, rest) = collect_group(
+            7u64,
+            |s| *s,
+            || {
+                polled += 1;
+                None
+            },
+            64,
+            8 * MIB,
+        );
+        assert_eq!((g, rest, polled), (vec![7], None, 1));
+    }
 }
