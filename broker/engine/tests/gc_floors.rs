@@ -1,0 +1,192 @@
+//! Retention floors (spec/broker.md §5.1): GC never deletes a segment still inside the bootstrap
+//! window or holding an in-flight or deferred message, and collects it once that is finished.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::wait_for;
+use rustqueue_engine::{Bytes, Consumer, ConsumerOptions, Delivery, Engine, EngineConfig, Timer};
+
+/// Segment files of topic `t`, sorted (their names carry the first position).
+fn segments(dir: &Path) -> Vec<String> {
+    let seg = dir
+        .join("topics")
+        .join(rustqueue_storage::meta::hex("t"))
+        .join("segments");
+    let mut v: Vec<String> = std::fs::read_dir(seg)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".rqlog"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn cfg(dir: &Path, bootstrap: Duration) -> EngineConfig {
+    EngineConfig {
+        max_segment_bytes: 4_096,
+        bootstrap_retention: bootstrap,
+        gc_interval: Duration::from_millis(20),
+        ..common::cfg(dir)
+    }
+}
+
+fn kib(tag: &str) -> Bytes {
+    let mut b = tag.as_bytes().to_vec();
+    b.resize(1_024, b'.');
+    Bytes::from(b)
+}
+
+async fn next(c: &mut Consumer) -> Delivery {
+    tokio::time::timeout(Duration::from_secs(5), c.next())
+        .await
+        .expect("a delivery within 5 s")
+        .expect("not closed")
+}
+
+/// Waits until `n` more GC passes have completed.
+async fn gc_passes(e: &Engine, n: u64) {
+    let start = e.metrics().histogram(Timer::Gc).count;
+    wait_for(5, "GC passes", || {
+        e.metrics().histogram(Timer::Gc).count >= start + n
+    })
+    .await;
+}
+
+/// Publishes 30 filler messages and finishes them on `c` (and any earlier pending ones except
+/// those whose body starts with `keep`).
+async fn fill_and_finish(e: &Engine, c: &mut Consumer, n: usize, keep: &str) {
+    for i in 0..n {
+        e.publish("t", vec![kib(&format!("fill{i}"))], None)
+            .await
+            .unwrap();
+    }
+    let mut done = 0;
+    while done < n {
+        let d = next(c).await;
+        assert!(
+            !d.body.starts_with(keep.as_bytes()),
+            "held message redelivered"
+        );
+        c.finish(d.id).await.unwrap();
+        done += 1;
+    }
+}
+
+#[tokio::test]
+async fn the_default_bootstrap_window_keeps_fully_finished_sealed_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::from_secs(90)))
+        .await
+        .unwrap();
+    e.create_channel("t", "c").unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(100);
+    fill_and_finish(&e, &mut c, 40, "none").await;
+    let before = segments(dir.path());
+    assert!(before.len() >= 8, "{before:?}");
+    assert_eq!(e.stats(Some("t"), Some("c")).topics[0].channels[0].depth, 0);
+    gc_passes(&e, 5).await;
+    assert_eq!(
+        segments(dir.path()),
+        before,
+        "messages younger than 90 s stay for later channels"
+    );
+}
+
+#[tokio::test]
+async fn an_in_flight_message_pins_its_segment_until_it_is_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    // An ephemeral channel's in-flight message pins too, though its channel has no floor.
+    let mut eph = e
+        .subscribe("t", "x#ephemeral", ConsumerOptions::default())
+        .unwrap();
+    eph.set_ready(1);
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    e.publish("t", vec![kib("held")], None).await.unwrap();
+    let held = next(&mut c).await;
+    let eph_held = next(&mut eph).await;
+    assert_eq!(held.id, eph_held.id);
+    c.set_ready(2);
+    fill_and_finish(&e, &mut c, 30, "held").await;
+    let first = segments(dir.path())[0].clone();
+    gc_passes(&e, 3).await;
+    let now = segments(dir.path());
+    assert_eq!(now[0], first, "the in-flight message's segment is kept");
+    // Finish on the durable channel: the ephemeral in-flight delivery still pins it.
+    c.finish(held.id).await.unwrap();
+    gc_passes(&e, 3).await;
+    assert_eq!(
+        segments(dir.path())[0],
+        first,
+        "an ephemeral channel's in-flight message is kept"
+    );
+    eph.finish(eph_held.id).await.unwrap();
+    wait_for(5, "segment collected after FIN", || {
+        segments(dir.path())[0] != first
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_requeued_with_delay_message_pins_its_segment_until_it_is_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    e.publish("t", vec![kib("held")], None).await.unwrap();
+    let held = next(&mut c).await;
+    c.requeue(held.id, Duration::from_millis(1_500))
+        .await
+        .unwrap();
+    fill_and_finish(&e, &mut c, 30, "held").await;
+    let first = segments(dir.path())[0].clone();
+    gc_passes(&e, 3).await;
+    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
+    assert_eq!(
+        segments(dir.path())[0],
+        first,
+        "the deferred message's segment is kept"
+    );
+    let again = next(&mut c).await;
+    assert_eq!((again.id, again.attempts), (held.id, 2));
+    c.finish(again.id).await.unwrap();
+    wait_for(5, "segment collected after FIN", || {
+        segments(dir.path())[0] != first
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_deferred_publish_pins_its_segment_until_it_is_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    e.publish("t", vec![kib("held")], Some(Duration::from_millis(1_500)))
+        .await
+        .unwrap();
+    fill_and_finish(&e, &mut c, 30, "held").await;
+    let first = segments(dir.path())[0].clone();
+    gc_passes(&e, 3).await;
+    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
+    assert_eq!(
+        segments(dir.path())[0],
+        first,
+        "the deferred message's segment is kept"
+    );
+    let d = next(&mut c).await;
+    assert!(d.body.starts_with(b"held"));
+    c.finish(d.id).await.unwrap();
+    wait_for(5, "segment collected after FIN", || {
+        segments(dir.path())[0] != first
+    })
+    .await;
+}
