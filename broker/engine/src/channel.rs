@@ -429,3 +429,6 @@ impl ChanState {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
