@@ -248,6 +248,7 @@ impl ChannelWal {
             &encode_checkpoint(state),
             "checkpoint_after_file_fsync_before_rename",
         )?;
+        crash_failpoint("checkpoint_after_rename_before_wal_truncate");
         self.file
             .truncate(0)
             .map_err(io_err("truncate", &self.wal_path))?;

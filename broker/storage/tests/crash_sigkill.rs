@@ -203,3 +203,157 @@ fn gc_killed_around_segment_delete_keeps_survivors_and_never_reuses_ids_or_posit
         assert_eq!(p, 5, "{fp}: next position");
     }
 }
+
+#[test]
+fn checkpoint_killed_after_rename_before_wal_truncate_replays_the_old_wal_harmlessly() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path(), 4, &[1, 2]);
+    {
+        // More history in the WAL: a REQ then FIN of 3, a REQ of 4 and a timeout, so the
+        // replay over the new checkpoint must not count anything twice.
+        let (_, mut t) = reopen(dir.path());
+        let mut c = t.channels.pop().unwrap();
+        let (id3, id4) = (t.log.entry(3).unwrap().id, t.log.entry(4).unwrap().id);
+        c.wal
+            .append(&[
+                ChannelCommand::Requeue {
+                    position: 3,
+                    id: id3,
+                    available_at_ms: 0,
+                    attempts: 1,
+                    requeue_count: 1,
+                },
+                ChannelCommand::Finish {
+                    position: 3,
+                    id: id3,
+                },
+                ChannelCommand::Requeue {
+                    position: 4,
+                    id: id4,
+                    available_at_ms: 5,
+                    attempts: 2,
+                    requeue_count: 2,
+                },
+                ChannelCommand::Timeout { timeout_count: 1 },
+            ])
+            .unwrap();
+        c.wal.sync().unwrap();
+    }
+    let (wal, ckpt) = rustqueue_storage::wal::paths(
+        &dir.path()
+            .join("topics")
+            .join(rustqueue_storage::meta::hex("t"))
+            .join("channels"),
+        "c",
+    );
+    let wal_before = std::fs::read(&wal).unwrap();
+    let ckpt_before = std::fs::read(&ckpt).unwrap();
+    crash_at(
+        dir.path(),
+        "checkpoint",
+        "checkpoint_after_rename_before_wal_truncate",
+    );
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        wal_before,
+        "killed before the WAL truncate"
+    );
+    assert_ne!(
+        std::fs::read(&ckpt).unwrap(),
+        ckpt_before,
+        "the new checkpoint was renamed into place"
+    );
+    let (_, mut t) = reopen(dir.path());
+    let mut c = t.channels.pop().unwrap();
+    let st = &c.state;
+    assert_eq!(st.ack_floor, 3, "checkpoint plus replayed FINs");
+    assert!(st.acked.is_empty());
+    assert_eq!(st.requeued.get(&4), Some(&(5, 2)), "the REQ of 4 stays");
+    assert_eq!(st.requeued.len(), 1, "the finished 3 is not requeued again");
+    assert_eq!(
+        (st.requeue_count, st.timeout_count),
+        (2, 1),
+        "counters are not counted twice"
+    );
+    // The channel keeps working: a new FIN and checkpoint, then a clean reopen.
+    let id = t.log.entry(4).unwrap().id;
+    c.wal
+        .append(&[ChannelCommand::Finish { position: 4, id }])
+        .unwrap();
+    c.wal.sync().unwrap();
+    let mut st = c.state.clone();
+    st.apply(&ChannelCommand::Finish { position: 4, id });
+    c.wal.checkpoint(&st).unwrap();
+    drop((c, t));
+    let (_, mut t) = reopen(dir.path());
+    let c = t.channels.pop().unwrap();
+    assert_eq!((c.state.ack_floor, c.state.requeue_count), (4, 2));
+}
+
+#[test]
+fn metadata_killed_before_rename_keeps_the_old_file_and_never_reuses_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path(), 2, &[1]);
+    let before = {
+        let (s, t) = reopen(dir.path());
+        (s.revision(), t.log.entry(2).unwrap().id)
+    };
+    let meta = dir.path().join("broker.meta");
+    let meta_before = std::fs::read(&meta).unwrap();
+    // The worker's first atomic metadata write: its broker.meta update at open.
+    crash_at(dir.path(), "publish", "meta_after_file_fsync_before_rename");
+    assert_eq!(
+        std::fs::read(&meta).unwrap(),
+        meta_before,
+        "the old metadata stays in place"
+    );
+    assert!(
+        dir.path().join("broker.meta.tmp").exists(),
+        "killed with the fsynced temp file not yet renamed"
+    );
+    let (store, mut t) = reopen(dir.path());
+    assert!(
+        store.revision() > before.0,
+        "the revision still moves forward"
+    );
+    assert_eq!(bodies(&t), vec!["m0".to_string(), "m1".to_string()]);
+    let c = t.channels.pop().unwrap();
+    assert!(c.state.is_done(1) && !c.state.is_done(2));
+    let id = store.allocate_ids(1).unwrap();
+    assert!(id > before.1, "fresh id after the crash");
+}
+
+#[test]
+fn channel_creation_killed_before_its_checkpoint_rename_leaves_no_half_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path(), 2, &[1]);
+    crash_at(dir.path(), "create_channel", "channel_create_before_rename");
+    let cdir = dir
+        .path()
+        .join("topics")
+        .join(rustqueue_storage::meta::hex("t"))
+        .join("channels");
+    let (dwal, dckpt) = rustqueue_storage::wal::paths(&cdir, "d");
+    assert!(
+        dwal.exists() && !dckpt.exists(),
+        "killed with the WAL created and the checkpoint not yet renamed"
+    );
+    let (store, t) = reopen(dir.path());
+    let names: Vec<&str> = t.channels.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, vec!["c"], "the half-created channel is dropped");
+    assert!(t.channels[0].state.is_done(1) && !t.channels[0].state.is_done(2));
+    assert!(!dwal.exists() && !dckpt.exists(), "its files are removed");
+    let leftovers: Vec<_> = std::fs::read_dir(&cdir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    drop(t);
+    store
+        .create_channel("t", &ChannelState::new("d", 1))
+        .expect("the channel can be created again");
+    drop(store);
+    let (_, t) = reopen(dir.path());
+    assert_eq!(t.channels.len(), 2);
+}

@@ -3,18 +3,21 @@
 //! `RUSTQUEUE_CRASH_FAILPOINT` fires; the test then SIGKILLs it. Scenarios: `publish`
 //! (append + fdatasync of "ambiguous"), `finish` (FIN of position 1 to the channel WAL),
 //! `checkpoint` (checkpoint of channel `c`), `gc` (manifest write + segment GC below the
-//! channel floor). Exits 3 if the failpoint never fired.
+//! channel floor), `create_channel` (creation of channel `d`). Exits 3 if the failpoint never
+//! fired.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use rustqueue_storage::{AppendBatch, ChannelCommand, RealFs, Store, StoreOptions};
+use rustqueue_storage::{AppendBatch, ChannelCommand, ChannelState, RealFs, Store, StoreOptions};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(scenario), Some(dir)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: rustqueue-crash-worker <publish|finish|checkpoint|gc> <dir>");
+        eprintln!(
+            "usage: rustqueue-crash-worker <publish|finish|checkpoint|gc|create_channel> <dir>"
+        );
         return ExitCode::from(2);
     };
     match run(scenario, Path::new(dir)) {
@@ -64,6 +67,9 @@ fn run(scenario: &str, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 store.write_manifest(&m)?;
                 topic.log.gc(ch.state.ack_floor + 1)?;
             }
+        }
+        "create_channel" => {
+            store.create_channel("t", &ChannelState::new("d", 1))?;
         }
         other => return Err(format!("unknown scenario {other}").into()),
     }
