@@ -66,6 +66,7 @@ async fn two_hundred_concurrent_fins_share_a_few_wal_fsyncs() {
         consumers.push(t.await.unwrap());
     }
     let fsyncs = syncs.wal() - before;
+    println!("200 concurrent FINs: {fsyncs} WAL fsyncs");
     assert!(fsyncs >= 1, "FINs reach the WAL fsync");
     assert!(fsyncs <= 20, "{fsyncs} WAL fsyncs for 200 concurrent FINs");
     assert_eq!(e.stats(Some("t"), Some("c")).topics[0].channels[0].depth, 0);

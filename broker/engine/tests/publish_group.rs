@@ -34,6 +34,7 @@ async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() 
     }
     let published = publishers * each;
     let fsyncs = syncs.segment() - before;
+    println!("{published} concurrent durable publishes: {fsyncs} segment fsyncs");
     assert!(fsyncs >= 1, "durable publishes were fsynced");
     assert!(
         fsyncs * 4 <= published,
