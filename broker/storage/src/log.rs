@@ -1,8 +1,11 @@
 //! One topic's append-only log: a directory of segments `segment-<20-digit base index>.rqlog`
 //! plus `.rqidx` indexes for sealed ones.
 //!
-//! Positions are per topic, 1-based and never reused; every message keeps its metadata in an
-//! in-memory [`Entry`] so readers fetch a body with one positional read. Appends become durable
+//! Positions are per topic, 1-based and never reused; every message has an [`Entry`] of
+//! metadata so readers fetch a body with one positional read. The active segment's entries
+//! stay in memory; a sealed segment keeps only a small [`index::Summary`] and its entries are
+//! paged in from its index on demand through a bounded, shared [`PageCache`] (`sealed.rs`), so
+//! opening a log reads a header per sealed segment, not an entry per message. Appends become durable
 //! only after [`TopicLog::sync`] (or after a [`SyncHandle`] synced outside the log lock and
 //! handed back to [`TopicLog::mark_synced`], as the engine does so appends and readers are not
 //! blocked by the fsync).
@@ -14,11 +17,17 @@ use std::sync::Arc;
 
 use crate::failpoint::crash_failpoint;
 use crate::fs::{Fs, FsFile};
-use crate::record::{self, DecodeError, HEADER_LEN, RecordHeader};
+use crate::record::{self, HEADER_LEN, RecordHeader};
 use crate::{Fault, StorageError, index, io_err, meta};
 
 mod oldest;
+mod pages;
+mod scan;
+mod sealed;
+#[cfg(test)]
+mod tests;
 pub use oldest::OldestSegment;
+pub use pages::{DEFAULT_CACHE_BYTES, PageCache};
 
 /// Metadata of one stored message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +67,8 @@ struct Segment {
     len: u64,
     last_log_index: Option<u64>,
     last_position: Option<u64>,
+    /// Set once the segment is sealed (every segment but the last).
+    summary: Option<index::Summary>,
 }
 
 /// The log of one topic.
@@ -67,7 +78,10 @@ pub struct TopicLog {
     fault: Fault,
     max_segment_bytes: u64,
     segments: Vec<Segment>,
-    entries: VecDeque<Entry>,
+    /// Entries of the active (last) segment only.
+    active: VecDeque<Entry>,
+    cache: Arc<PageCache>,
+    log_id: u64,
     next_index: u64,
     next_position: u64,
     last_ts: i64,
@@ -92,13 +106,27 @@ fn parse_name(name: &str) -> Option<(u64, &str)> {
 }
 
 impl TopicLog {
-    /// Opens (recovering) or creates the log in `dir`; `min_next_position` comes from the manifest.
+    /// Opens (recovering) or creates the log in `dir`; `min_next_position` comes from the
+    /// manifest. Sealed metadata pages go to the process-wide [`PageCache::shared`].
     pub fn open(
         fs: Arc<dyn Fs>,
         dir: &Path,
         fault: Fault,
         max_segment_bytes: u64,
         min_next_position: u64,
+    ) -> Result<TopicLog, StorageError> {
+        let cache = PageCache::shared();
+        Self::open_with_cache(fs, dir, fault, max_segment_bytes, min_next_position, cache)
+    }
+
+    /// [`TopicLog::open`] with a chosen page cache.
+    pub fn open_with_cache(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        fault: Fault,
+        max_segment_bytes: u64,
+        min_next_position: u64,
+        cache: Arc<PageCache>,
     ) -> Result<TopicLog, StorageError> {
         fs.create_dir_all(dir)
             .map_err(io_err("create directory", dir))?;
@@ -135,7 +163,9 @@ impl TopicLog {
             fault,
             max_segment_bytes,
             segments: Vec::new(),
-            entries: VecDeque::new(),
+            active: VecDeque::new(),
+            cache,
+            log_id: pages::next_log_id(),
             next_index: bases.first().copied().unwrap_or(1),
             next_position: min_next_position.max(1),
             last_ts: 0,
@@ -150,8 +180,8 @@ impl TopicLog {
         if log.segments.is_empty() {
             log.create_segment()?;
         }
-        if let Some(last) = log.entries.back() {
-            log.next_position = log.next_position.max(last.position + 1);
+        if let Some(last) = log.segments.iter().rev().find_map(|s| s.last_position) {
+            log.next_position = log.next_position.max(last + 1);
         }
         log.durable_position = log.next_position - 1;
         Ok(log)
@@ -178,94 +208,39 @@ impl TopicLog {
             len,
             last_log_index: None,
             last_position: None,
+            summary: None,
         };
         if !last {
-            let idx_path = segment_path(&self.dir, base, "rqidx");
-            if let Ok(bytes) = self.fs.read(&idx_path)
-                && let Some(d) = index::decode(&bytes, base, len)
-            {
-                seg.last_log_index = Some(d.last_log_index);
-                seg.last_position = d.entries.last().map(|e| e.position);
-                self.next_index = d.last_log_index + 1;
-                self.entries.extend(d.entries);
-                self.segments.push(seg);
-                return Ok(());
-            }
-        }
-        let mut offset = 0u64;
-        let mut hbuf = [0u8; HEADER_LEN];
-        while offset < len {
-            let torn = |detail: &str| -> Result<(), StorageError> {
-                if last {
-                    Ok(())
-                } else {
-                    Err(StorageError::Corrupt {
-                        file: path.clone(),
-                        offset,
-                        detail: format!("{detail} in a sealed segment"),
-                    })
-                }
+            let summary = match self.read_summary(&seg) {
+                Some(s) => s,
+                None => self.reindex(&seg)?,
             };
-            if len - offset < HEADER_LEN as u64 {
-                torn("partial record header")?;
-                break;
-            }
-            seg.file
-                .read_exact_at(&mut hbuf, offset)
-                .map_err(io_err("read", &path))?;
-            let h = record::decode_header(&hbuf).map_err(|e| corrupt(&path, offset, e))?;
-            if h.log_index != self.next_index {
-                return Err(StorageError::Corrupt {
-                    file: path,
-                    offset,
-                    detail: format!(
-                        "log index {} where {} was expected",
-                        h.log_index, self.next_index
-                    ),
-                });
-            }
-            let end = offset + HEADER_LEN as u64 + u64::from(h.payload_len);
-            if end > len {
-                torn("partial record payload")?;
-                break;
-            }
-            let mut payload = vec![0u8; h.payload_len as usize];
-            seg.file
-                .read_exact_at(&mut payload, offset + HEADER_LEN as u64)
-                .map_err(io_err("read", &path))?;
-            let items = record::decode_payload(&hbuf, &h, &payload)
-                .map_err(|e| corrupt(&path, offset, e))?;
-            self.push_items(&h, &items, offset, base);
-            seg.last_log_index = Some(h.log_index);
-            seg.last_position = items.last().map(|i| i.position);
-            self.next_index += 1;
-            offset = end;
+            seg.last_log_index = Some(summary.last_log_index);
+            seg.last_position = (summary.count > 0).then_some(summary.last_position);
+            self.last_ts = self.last_ts.max(summary.last_timestamp_ns);
+            self.next_index = summary.last_log_index + 1;
+            seg.summary = Some(summary);
+            self.segments.push(seg);
+            return Ok(());
         }
-        if offset < len {
+        let scan = self.scan(&seg, true)?;
+        if scan.end < len {
             // Torn tail of the last segment: cut it off durably.
             seg.file
-                .truncate(offset)
+                .truncate(scan.end)
                 .map_err(io_err("truncate torn tail", &path))?;
             seg.file.sync_all().map_err(io_err("fsync", &path))?;
-            seg.len = offset;
+            seg.len = scan.end;
         }
+        seg.last_log_index = scan.last_log_index;
+        seg.last_position = scan.entries.last().map(|e| e.position);
+        if let Some(i) = scan.last_log_index {
+            self.next_index = i + 1;
+        }
+        self.last_ts = self.last_ts.max(scan.last_ts);
+        self.active = scan.entries.into();
         self.segments.push(seg);
         Ok(())
-    }
-
-    fn push_items(&mut self, h: &RecordHeader, items: &[record::Item], offset: u64, segment: u64) {
-        self.last_ts = self.last_ts.max(h.timestamp_ns);
-        for it in items {
-            self.entries.push_back(Entry {
-                position: it.position,
-                id: it.id,
-                timestamp_ns: h.timestamp_ns,
-                available_at_ms: h.available_at_ms,
-                body_offset: offset + HEADER_LEN as u64 + u64::from(it.body_offset),
-                body_len: it.body_len,
-                segment,
-            });
-        }
     }
 
     fn create_segment(&mut self) -> Result<(), StorageError> {
@@ -284,11 +259,13 @@ impl TopicLog {
             len: 0,
             last_log_index: None,
             last_position: None,
+            summary: None,
         });
         Ok(())
     }
 
-    /// Seals the active segment (full fsync + index) and starts a new one.
+    /// Seals the active segment (full fsync + index) and starts a new one; the sealed
+    /// segment's entries leave memory (its summary stays, pages come back on demand).
     fn rotate(&mut self) -> Result<(), StorageError> {
         let Some(active) = self.segments.last() else {
             return self.create_segment();
@@ -297,21 +274,25 @@ impl TopicLog {
             .file
             .sync_all()
             .map_err(io_err("fsync", &active.path))?;
-        let first = self.entries.partition_point(|e| e.segment < active.base);
-        let seg_entries: Vec<Entry> = self.entries.range(first..).copied().collect();
-        let bytes = index::encode(
-            active.base,
-            active.len,
-            active.last_log_index.unwrap_or(0),
-            &seg_entries,
+        let (base, len, last_log_index) = (active.base, active.len, active.last_log_index);
+        let (bytes, summary) = index::encode(
+            base,
+            len,
+            last_log_index.unwrap_or(0),
+            self.active.make_contiguous(),
         );
         meta::atomic_write(
             self.fs.as_ref(),
-            &segment_path(&self.dir, active.base, "rqidx"),
+            &segment_path(&self.dir, base, "rqidx"),
             &bytes,
         )?;
         self.mark_durable(self.next_position - 1, self.appended_bytes);
-        self.create_segment()
+        self.create_segment()?;
+        // Only now is it sealed: until the new segment exists it stays the active one.
+        let n = self.segments.len();
+        self.segments[n - 2].summary = Some(summary);
+        self.active.clear();
+        Ok(())
     }
 
     /// Whether appending records totalling `bytes` would seal the active segment (an fsync
@@ -402,7 +383,7 @@ impl TopicLog {
         for (i, b) in batch.bodies.iter().enumerate() {
             at += record::ITEM_LEN as u64;
             let len = b.as_ref().len() as u32;
-            self.entries.push_back(Entry {
+            self.active.push_back(Entry {
                 position: first_pos + i as u64,
                 id: batch.first_id + i as u64,
                 timestamp_ns: ts,
@@ -456,20 +437,16 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Metadata of the message at `position`, if stored.
+    /// Metadata of the message at `position`, if stored. A sealed segment's entry may need a
+    /// page read from its index; if that read fails storage is isolated (the fault trips) and
+    /// the answer is `None`.
     pub fn entry(&self, position: u64) -> Option<Entry> {
-        let first = self.entries.front()?.position;
-        let guess = position.checked_sub(first)? as usize;
-        if let Some(e) = self.entries.get(guess)
-            && e.position == position
-        {
-            return Some(*e);
+        match self.active.front() {
+            Some(front) if position >= front.position => {
+                find(self.active.len(), |i| self.active[i], position)
+            }
+            _ => self.sealed_entry(position),
         }
-        let i = self
-            .entries
-            .binary_search_by_key(&position, |e| e.position)
-            .ok()?;
-        self.entries.get(i).copied()
     }
 
     /// The file and offset to read a body from without holding the log lock.
@@ -496,9 +473,10 @@ impl TopicLog {
 
     /// First stored position (or the next position when empty).
     pub fn first_position(&self) -> u64 {
-        self.entries
-            .front()
-            .map_or(self.next_position, |e| e.position)
+        self.first_sealed()
+            .map(|s| s.first_position)
+            .or_else(|| self.active.front().map(|e| e.position))
+            .unwrap_or(self.next_position)
     }
 
     /// Next position to be assigned.
@@ -532,14 +510,6 @@ impl TopicLog {
         self.segments.len()
     }
 
-    /// First position whose timestamp is at or after `ts_ns` (or the next position).
-    pub fn first_position_since(&self, ts_ns: i64) -> u64 {
-        let i = self.entries.partition_point(|e| e.timestamp_ns < ts_ns);
-        self.entries
-            .get(i)
-            .map_or(self.next_position, |e| e.position)
-    }
-
     /// Deletes whole sealed segments whose every position is below `floor` (a prefix only;
     /// the active segment is never deleted). The caller persists the manifest first.
     pub fn gc(&mut self, floor: u64) -> Result<usize, StorageError> {
@@ -547,10 +517,9 @@ impl TopicLog {
         let mut removed = 0;
         while self.segments.len() > 1 && self.segments[0].last_position.is_none_or(|p| p < floor) {
             let seg = self.segments.remove(0);
+            self.cache.forget(self.log_id, seg.base, seg.base);
             let r = self.delete_segment(&seg);
             self.fault.guard(r)?;
-            let keep_from = self.entries.partition_point(|e| e.segment <= seg.base);
-            self.entries.drain(..keep_from);
             removed += 1;
         }
         Ok(removed)
@@ -595,6 +564,33 @@ impl TopicLog {
     }
 }
 
+impl Drop for TopicLog {
+    fn drop(&mut self) {
+        self.cache.forget(self.log_id, 0, u64::MAX);
+    }
+}
+
+/// The entry at `position` among `len` entries in position order, `get(i)` being the i-th:
+/// usually at `position - first` (unless positions were skipped), else a binary search.
+fn find(len: usize, get: impl Fn(usize) -> Entry, position: u64) -> Option<Entry> {
+    let first = (len > 0).then(|| get(0).position)?;
+    let guess = usize::try_from(position.checked_sub(first)?).ok()?;
+    if guess < len && get(guess).position == position {
+        return Some(get(guess));
+    }
+    let (mut lo, mut hi) = (0, len.min(guess.saturating_add(1)));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let e = get(mid);
+        match e.position.cmp(&position) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(e),
+        }
+    }
+    None
+}
+
 /// Reads one body given its source file.
 pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; e.body_len as usize];
@@ -631,70 +627,5 @@ impl SyncHandle {
         self.fault.guard(r)?;
         crash_failpoint("publish_after_fsync_before_reply");
         Ok(self.covers)
-    }
-}
-
-fn corrupt(path: &Path, offset: u64, e: DecodeError) -> StorageError {
-    let detail = match e {
-        DecodeError::Short => "record shorter than its header".to_string(),
-        DecodeError::Corrupt(d) => d.to_string(),
-    };
-    StorageError::Corrupt {
-        file: path.to_path_buf(),
-        offset,
-        detail,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::simfs::SimFs;
-
-    fn append(log: &mut TopicLog, id: u64, body: &[u8]) -> u64 {
-        log.append(&AppendBatch {
-            first_id: id,
-            bodies: &[body],
-            timestamp_ns: 1,
-            available_at_ms: 0,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn appends_made_while_a_sync_runs_stay_counted_as_unsynced() {
-        let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
-        let mut log = TopicLog::open(fs, Path::new("/t"), Fault::default(), 1 << 20, 1).unwrap();
-        for id in 1..=3 {
-            append(&mut log, id, b"abc");
-        }
-        let record = HEADER_LEN as u64 + record::payload_len([3usize]);
-        assert_eq!(log.unsynced(), (3, 3 * record));
-        // A sync outside the lock: the handle covers what was appended when it was taken.
-        let handle = log.sync_handle().unwrap();
-        append(&mut log, 4, b"abc");
-        append(&mut log, 5, b"abc");
-        let synced = handle.sync().unwrap();
-        log.mark_synced(synced);
-        assert_eq!(synced.through, 3);
-        assert_eq!(log.unsynced(), (2, 2 * record));
-        assert_eq!(log.oldest_unsynced_timestamp(), Some(1));
-        log.sync().unwrap();
-        assert_eq!(log.unsynced(), (0, 0));
-        assert_eq!(log.oldest_unsynced_timestamp(), None);
-    }
-
-    #[test]
-    fn append_needs_io_only_to_start_or_seal_a_segment() {
-        let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
-        let record = HEADER_LEN as u64 + record::payload_len([1000usize]);
-        let mut log =
-            TopicLog::open(fs, Path::new("/t"), Fault::default(), 4 * record + 10, 1).unwrap();
-        for id in 1..=4 {
-            assert!(!log.append_needs_io(record), "record {id} fits");
-            append(&mut log, id, &[7u8; 1000]);
-        }
-        assert!(log.append_needs_io(record), "the fifth seals the segment");
-        assert!(!log.append_needs_io(0));
     }
 }

@@ -36,7 +36,9 @@ impl OldestSegment {
 impl TopicLog {
     /// Publish time (ns) of the oldest stored message.
     pub fn oldest_timestamp(&self) -> Option<i64> {
-        self.entries.front().map(|e| e.timestamp_ns)
+        self.first_sealed()
+            .map(|s| s.first_timestamp_ns)
+            .or_else(|| self.active.front().map(|e| e.timestamp_ns))
     }
 
     /// Publish time (ns) of the oldest appended-but-unsynced message.
@@ -54,14 +56,14 @@ impl TopicLog {
             return None;
         }
         let seg = self.segments.first()?;
-        let end = self.entries.partition_point(|e| e.segment <= seg.base);
-        let first = self.entries.front().filter(|e| e.segment == seg.base);
+        let summary = seg.summary.as_ref()?;
+        let held = summary.count > 0;
         Some(OldestSegment {
             base: seg.base,
             path: seg.path.clone(),
-            first_position: first.map_or(0, |e| e.position),
+            first_position: if held { summary.first_position } else { 0 },
             through_position: seg.last_position.unwrap_or(0),
-            messages: end as u64,
+            messages: u64::from(summary.count),
         })
     }
 
@@ -73,10 +75,9 @@ impl TopicLog {
             return Ok(0);
         }
         let seg = self.segments.remove(0);
+        self.cache.forget(self.log_id, seg.base, seg.base);
         let r = self.delete_segment(&seg);
         self.fault.guard(r)?;
-        let end = self.entries.partition_point(|e| e.segment <= seg.base);
-        self.entries.drain(..end);
-        Ok(end as u64)
+        Ok(seg.summary.map_or(0, |s| u64::from(s.count)))
     }
 }

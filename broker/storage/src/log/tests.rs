@@ -1,0 +1,397 @@
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Mutex;
+
+use super::*;
+use crate::index::PAGE_ENTRIES;
+use crate::simfs::SimFs;
+
+fn append(log: &mut TopicLog, id: u64, body: &[u8]) -> u64 {
+    log.append(&AppendBatch {
+        first_id: id,
+        bodies: &[body],
+        timestamp_ns: 1,
+        available_at_ms: 0,
+    })
+    .unwrap()
+}
+
+#[test]
+fn appends_made_while_a_sync_runs_stay_counted_as_unsynced() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let mut log = TopicLog::open(fs, Path::new("/t"), Fault::default(), 1 << 20, 1).unwrap();
+    for id in 1..=3 {
+        append(&mut log, id, b"abc");
+    }
+    let record = HEADER_LEN as u64 + record::payload_len([3usize]);
+    assert_eq!(log.unsynced(), (3, 3 * record));
+    // A sync outside the lock: the handle covers what was appended when it was taken.
+    let handle = log.sync_handle().unwrap();
+    append(&mut log, 4, b"abc");
+    append(&mut log, 5, b"abc");
+    let synced = handle.sync().unwrap();
+    log.mark_synced(synced);
+    assert_eq!(synced.through, 3);
+    assert_eq!(log.unsynced(), (2, 2 * record));
+    assert_eq!(log.oldest_unsynced_timestamp(), Some(1));
+    log.sync().unwrap();
+    assert_eq!(log.unsynced(), (0, 0));
+    assert_eq!(log.oldest_unsynced_timestamp(), None);
+}
+
+#[test]
+fn append_needs_io_only_to_start_or_seal_a_segment() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let record = HEADER_LEN as u64 + record::payload_len([1000usize]);
+    let mut log =
+        TopicLog::open(fs, Path::new("/t"), Fault::default(), 4 * record + 10, 1).unwrap();
+    for id in 1..=4 {
+        assert!(!log.append_needs_io(record), "record {id} fits");
+        append(&mut log, id, &[7u8; 1000]);
+    }
+    assert!(log.append_needs_io(record), "the fifth seals the segment");
+    assert!(!log.append_needs_io(0));
+}
+
+/// Bytes read per file extension, through a wrapper around the simulated file system.
+#[derive(Clone)]
+struct Counting {
+    inner: SimFs,
+    read: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+struct CountingFile {
+    inner: Arc<dyn FsFile>,
+    ext: String,
+    read: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+fn ext(path: &Path) -> String {
+    path.extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+impl Counting {
+    fn new(inner: SimFs) -> Counting {
+        Counting {
+            inner,
+            read: Arc::default(),
+        }
+    }
+    fn take(&self, ext: &str) -> u64 {
+        self.read.lock().unwrap().remove(ext).unwrap_or(0)
+    }
+    fn count(&self, ext: String, n: usize) {
+        *self.read.lock().unwrap().entry(ext).or_default() += n as u64;
+    }
+}
+
+impl FsFile for CountingFile {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        *self
+            .read
+            .lock()
+            .unwrap()
+            .entry(self.ext.clone())
+            .or_default() += buf.len() as u64;
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        self.inner.append(bufs)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.inner.truncate(len)
+    }
+}
+
+impl Fs for Counting {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
+        Ok(Arc::new(CountingFile {
+            inner: self.inner.open(path, create)?,
+            ext: ext(path),
+            read: self.read.clone(),
+        }))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let bytes = self.inner.read(path)?;
+        self.count(ext(path), bytes.len());
+        Ok(bytes)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_dir_all(path)
+    }
+    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        self.inner.lock(path)
+    }
+}
+
+const DIR: &str = "/t";
+
+fn record_len(batch: usize, body: usize) -> u64 {
+    HEADER_LEN as u64 + record::payload_len(std::iter::repeat_n(body, batch))
+}
+
+/// Appends `segments × per_segment` batches of `batch` one-byte messages, timestamps rising
+/// by 10 per batch, skipping 3 positions every 7th batch (gaps inside segments), and leaves
+/// one more batch in the active segment. The oracle is every entry as read while resident
+/// (in the active segment) right after its append.
+fn build(
+    log: &mut TopicLog,
+    segments: usize,
+    per_segment: usize,
+    batch: usize,
+) -> BTreeMap<u64, Entry> {
+    let bodies: Vec<Vec<u8>> = (0..batch).map(|i| vec![i as u8]).collect();
+    let mut oracle = BTreeMap::new();
+    let mut id = 1;
+    for b in 0..segments * per_segment + 1 {
+        if b % 7 == 6 {
+            log.ensure_next_position(log.next_position() + 3);
+        }
+        let first = log
+            .append(&AppendBatch {
+                first_id: id,
+                bodies: &bodies,
+                timestamp_ns: 1_000 + 10 * b as i64,
+                available_at_ms: b as i64,
+            })
+            .unwrap();
+        id += batch as u64;
+        for p in first..first + batch as u64 {
+            oracle.insert(p, log.entry(p).unwrap());
+        }
+    }
+    log.sync().unwrap();
+    assert_eq!(log.segment_count(), segments + 1);
+    oracle
+}
+
+fn open(fs: Arc<dyn Fs>, per_segment: usize, batch: usize, cache: &Arc<PageCache>) -> TopicLog {
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    TopicLog::open_with_cache(fs, Path::new(DIR), Fault::default(), max, 1, cache.clone()).unwrap()
+}
+
+/// A small deterministic generator (xorshift).
+fn next_rand(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+fn check_random_lookups(log: &TopicLog, oracle: &BTreeMap<u64, Entry>, rounds: usize) {
+    let mut seed = 0x9e37_79b9_7f4a_7c15;
+    let top = log.next_position() + 2;
+    for _ in 0..rounds {
+        let p = next_rand(&mut seed) % top;
+        assert_eq!(log.entry(p), oracle.get(&p).copied(), "position {p}");
+    }
+    for (&p, e) in oracle.iter().step_by(997) {
+        assert_eq!(
+            log.read_body(e).unwrap(),
+            log.read_body(&log.entry(p).unwrap()).unwrap()
+        );
+    }
+}
+
+#[test]
+fn entries_of_many_sealed_segments_page_in_and_out_under_a_tiny_bound_and_match_an_oracle() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    // Two pages' worth of cache; each segment holds 3 pages (2 full, one partial).
+    let page_cost = PAGE_ENTRIES * std::mem::size_of::<Entry>() + 128;
+    let cache = Arc::new(PageCache::new(2 * page_cost));
+    let (per_segment, batch) = (5, 2_000);
+    let mut log = open(fs.clone(), per_segment, batch, &cache);
+    let oracle = build(&mut log, 12, per_segment, batch);
+    assert_eq!(cache.resident_pages(), 0, "sealing keeps no page resident");
+    assert_eq!(
+        log.active.len(),
+        batch,
+        "only the active segment's entries are resident"
+    );
+    check_random_lookups(&log, &oracle, 3_000);
+    assert!(cache.resident_bytes() <= cache.capacity());
+    assert!(cache.loads() > 12 * 3, "pages were evicted and read again");
+    assert_eq!(log.first_position(), 1);
+    assert_eq!(log.oldest_timestamp(), Some(1_000));
+    drop(log);
+    assert_eq!(
+        cache.resident_pages(),
+        0,
+        "a closed log leaves no page behind"
+    );
+    let log = open(fs, per_segment, batch, &cache);
+    check_random_lookups(&log, &oracle, 1_000);
+    assert_eq!(log.next_position(), oracle.keys().last().unwrap() + 1);
+}
+
+#[test]
+fn first_position_since_finds_the_first_message_at_or_after_a_time_across_segments() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let cache = Arc::new(PageCache::new(1));
+    let (per_segment, batch) = (4, 1_500);
+    let mut log = open(fs.clone(), per_segment, batch, &cache);
+    let oracle = build(&mut log, 6, per_segment, batch);
+    let log = open(fs, per_segment, batch, &cache);
+    let last_ts = oracle.values().last().unwrap().timestamp_ns;
+    for ts in (0..=last_ts + 20).step_by(5) {
+        let want = oracle
+            .values()
+            .find(|e| e.timestamp_ns >= ts)
+            .map_or(log.next_position(), |e| e.position);
+        assert_eq!(log.first_position_since(ts), want, "since {ts}");
+    }
+}
+
+#[test]
+fn reopening_reads_only_index_summaries_not_entries_or_sealed_records() {
+    let fs = Counting::new(SimFs::new());
+    let dynfs: Arc<dyn Fs> = Arc::new(fs.clone());
+    let cache = Arc::new(PageCache::new(DEFAULT_CACHE_BYTES));
+    let (per_segment, batch) = (1, 1_000);
+    let mut log = open(dynfs.clone(), per_segment, batch, &cache);
+    let oracle = build(&mut log, 100, per_segment, batch);
+    drop(log);
+    let index_bytes: u64 = fs
+        .inner
+        .paths()
+        .iter()
+        .filter(|p| ext(p) == "rqidx")
+        .map(|p| fs.inner.read(p).unwrap().len() as u64)
+        .sum();
+    fs.take("rqidx");
+    fs.take("rqlog");
+    let log = open(dynfs, per_segment, batch, &cache);
+    let (idx, seg) = (fs.take("rqidx"), fs.take("rqlog"));
+    assert_eq!((log.active.len(), cache.resident_pages()), (batch, 0));
+    assert!(
+        idx * 20 < index_bytes,
+        "open read {idx} of {index_bytes} index bytes"
+    );
+    assert!(
+        seg <= record_len(batch, 1),
+        "only the active segment is scanned: {seg}"
+    );
+    assert_eq!(log.entry(1), oracle.get(&1).copied());
+    assert!(
+        fs.take("rqidx") > 0,
+        "the entry was paged in from the index"
+    );
+}
+
+fn idx_path(base: u64) -> PathBuf {
+    segment_path(Path::new(DIR), base, "rqidx")
+}
+
+#[test]
+fn a_missing_or_corrupt_index_is_rebuilt_by_a_scan_and_rewritten() {
+    let sim = SimFs::new();
+    let fs = Counting::new(sim.clone());
+    let dynfs: Arc<dyn Fs> = Arc::new(fs.clone());
+    let cache = Arc::new(PageCache::new(DEFAULT_CACHE_BYTES));
+    let (per_segment, batch) = (2, 3_000);
+    let mut log = open(dynfs.clone(), per_segment, batch, &cache);
+    let oracle = build(&mut log, 5, per_segment, batch);
+    let bases: Vec<u64> = log.segments.iter().map(|s| s.base).collect();
+    drop(log);
+    // Missing index of the second segment, a flipped header byte in the third's.
+    sim.remove_file(&idx_path(bases[1])).unwrap();
+    sim.corrupt(&idx_path(bases[2]), 20, 0x77);
+    let log = open(dynfs.clone(), per_segment, batch, &cache);
+    assert!(fs.take("rqlog") >= 2 * per_segment as u64 * record_len(batch, 1));
+    check_random_lookups(&log, &oracle, 3_000);
+    drop(log);
+    for &b in &bases[1..3] {
+        let f = sim.open(&idx_path(b), false).expect("index rewritten");
+        let s = index::read_summary(
+            f.as_ref(),
+            b,
+            sim.read(&segment_path(Path::new(DIR), b, "rqlog"))
+                .unwrap()
+                .len() as u64,
+        );
+        assert!(s.unwrap().is_some(), "segment {b} has a valid index again");
+    }
+    fs.take("rqlog");
+    let log = open(dynfs.clone(), per_segment, batch, &cache);
+    assert!(
+        fs.take("rqlog") <= record_len(batch, 1),
+        "the rewritten indexes make the next open fast"
+    );
+    // A bad page behind a valid header: isolation, and the index is removed so the restart
+    // the isolation asks for rebuilds it.
+    let bad = idx_path(bases[3]);
+    let len = sim.read(&bad).unwrap().len();
+    sim.corrupt(&bad, len - 1, 0x42);
+    let p = oracle
+        .values()
+        .rfind(|e| e.segment == bases[3])
+        .unwrap()
+        .position;
+    assert_eq!(log.entry(p), None);
+    assert!(log.fault.reason().unwrap().contains("CRC"));
+    assert!(!sim.exists(&bad));
+    drop(log);
+    let log = open(dynfs, per_segment, batch, &cache);
+    assert_eq!(log.entry(p), oracle.get(&p).copied());
+    assert!(sim.exists(&bad));
+}
+
+#[test]
+fn gc_and_eviction_drop_the_pages_of_deleted_segments() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let cache = Arc::new(PageCache::new(DEFAULT_CACHE_BYTES));
+    let (per_segment, batch) = (1, 5_000);
+    let mut log = open(fs, per_segment, batch, &cache);
+    let oracle = build(&mut log, 4, per_segment, batch);
+    for &p in oracle.keys() {
+        log.entry(p).unwrap();
+    }
+    // 4 sealed segments × 2 pages each.
+    assert_eq!(cache.resident_pages(), 8);
+    let second = log.segments[1].base;
+    let floor = oracle
+        .values()
+        .find(|e| e.segment == second)
+        .unwrap()
+        .position;
+    assert_eq!(log.gc(floor).unwrap(), 1);
+    assert_eq!(cache.resident_pages(), 6);
+    assert_eq!(log.entry(1), None);
+    assert_eq!(log.first_position(), floor);
+    let oldest = log.oldest_sealed().unwrap();
+    assert_eq!((oldest.first_position, oldest.messages), (floor, 5_000));
+    assert_eq!(log.evict_oldest(oldest.base).unwrap(), 5_000);
+    assert_eq!(cache.resident_pages(), 4);
+    assert_eq!(log.entry(floor), None);
+    assert_eq!(log.first_position(), floor + 5_000);
+}
