@@ -219,3 +219,28 @@ async fn a_crash_anywhere_in_a_dead_letter_move_keeps_the_message_in_the_dlq_or_
         "no crash landed between the DLQ append and the source FIN"
     );
 }
+
+#[tokio::test]
+async fn a_dead_letter_topic_is_never_dead_lettered_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        max_delivery_attempts: 2,
+        ..cfg(dir.path())
+    })
+    .await
+    .unwrap();
+    e.publish("t.c.DLQ", vec![Bytes::from_static(b"poison")], None)
+        .await
+        .unwrap();
+    let mut c = e
+        .subscribe("t.c.DLQ", "inspect", ConsumerOptions::default())
+        .unwrap();
+    c.set_ready(1);
+    for attempt in 1..=4 {
+        let d = next(&mut c).await;
+        assert_eq!(d.attempts, attempt, "delivered past max_delivery_attempts");
+        c.requeue(d.id, Duration::ZERO).await.unwrap();
+    }
+    assert_eq!(e.topics(), vec!["t.c.DLQ".to_string()], "no DLQ of a DLQ");
+    assert_eq!(e.metrics().get(Counter::DeadLetters), 0);
+}

@@ -88,3 +88,46 @@ async fn a_lone_publish_on_an_idle_topic_waits_for_no_timer() {
     );
     e.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_over_the_group_byte_limit_commits_alone_among_small_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, _) = CountingFs::new(Duration::from_millis(2));
+    let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let big = Bytes::from(vec![b'x'; 10 << 20]);
+    let mut tasks = Vec::new();
+    for p in 0..4 {
+        let e = e.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                e.publish("t", vec![Bytes::from(format!("{p}-{i}"))], None)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    e.publish("t", vec![big.clone()], None)
+        .await
+        .expect("a 10 MiB publish over the 8 MiB group limit is acknowledged");
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(100);
+    let mut small = BTreeSet::new();
+    let mut bigs = 0;
+    for _ in 0..81 {
+        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+            .await
+            .expect("every acknowledged publish is delivered")
+            .unwrap();
+        if d.body.len() == big.len() {
+            assert_eq!(d.body, big);
+            bigs += 1;
+        } else {
+            assert!(small.insert(d.body), "delivered twice");
+        }
+    }
+    assert_eq!((bigs, small.len()), (1, 80));
+}
