@@ -14,7 +14,7 @@ use crate::engine::{Inner, PERMIT_BYTES};
 use crate::error::DeliveryError;
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::{Topic, lock};
-use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms, valid_name};
+use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms};
 
 /// A consumer registered with one channel.
 pub struct Consumer {
@@ -101,25 +101,11 @@ impl Consumer {
     }
 
     fn dead_letter_target(&self) -> String {
-        let suffix = &self.inner.cfg.dead_letter_suffix;
-        let chan = self.channel.name.replace('#', "_");
-        let name = format!("{}.{}{}", self.topic.name, chan, suffix);
-        if valid_name(&name) {
-            return name;
-        }
-        let mut h = crc32fast::Hasher::new();
-        h.update(self.topic.name.as_bytes());
-        h.update(&[0]);
-        h.update(self.channel.name.as_bytes());
-        let tail = format!(".{:08x}{}", h.finalize(), suffix);
-        let prefix: String = self
-            .topic
-            .name
-            .replace('#', "_")
-            .chars()
-            .take(64usize.saturating_sub(tail.len()))
-            .collect();
-        format!("{prefix}{tail}")
+        crate::dlq::dead_letter_topic(
+            &self.topic.name,
+            &self.channel.name,
+            &self.inner.cfg.dead_letter_suffix,
+        )
     }
 
     /// The next message for this consumer, respecting RDY, in-flight count, pauses, deferral

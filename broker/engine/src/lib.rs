@@ -17,6 +17,7 @@ mod commit;
 mod config;
 mod consumer;
 mod disk;
+mod dlq;
 mod engine;
 mod error;
 mod evict;
