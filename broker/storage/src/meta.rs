@@ -120,12 +120,22 @@ pub fn atomic_write_at(
 
 /// Serializes `value` as JSON and writes it atomically.
 pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<(), StorageError> {
+    write_json_at(fs, path, value, "meta_after_file_fsync_before_rename")
+}
+
+/// [`write_json`] with a named failpoint between the temp fsync and the rename.
+pub fn write_json_at<T: Serialize>(
+    fs: &dyn Fs,
+    path: &Path,
+    value: &T,
+    failpoint: &str,
+) -> Result<(), StorageError> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| StorageError::Corrupt {
         file: path.to_path_buf(),
         offset: 0,
         detail: format!("cannot encode: {e}"),
     })?;
-    atomic_write(fs, path, &bytes)
+    atomic_write_at(fs, path, &bytes, failpoint)
 }
 
 /// Reads and parses a JSON metadata file.

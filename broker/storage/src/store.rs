@@ -343,7 +343,12 @@ impl Store {
             self.fault.check()?;
             let mut m = ids.meta.clone();
             m.next_sequence = ids.next + n.max(ID_BLOCK);
-            let r = meta::write_json(self.fs.as_ref(), &self.root.join("broker.meta"), &m);
+            let r = meta::write_json_at(
+                self.fs.as_ref(),
+                &self.root.join("broker.meta"),
+                &m,
+                "ids_after_file_fsync_before_rename",
+            );
             self.fault.guard(r)?;
             ids.reserved_until = m.next_sequence;
             ids.meta = m;

@@ -357,3 +357,26 @@ fn channel_creation_killed_before_its_checkpoint_rename_leaves_no_half_channel()
     let (_, t) = reopen(dir.path());
     assert_eq!(t.channels.len(), 2);
 }
+
+#[test]
+fn id_reservation_killed_before_rename_has_handed_out_no_id_of_the_new_block() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path(), 2, &[]);
+    let max_id = reopen(dir.path()).1.log.entry(2).unwrap().id;
+    // The worker's first publish must reserve a new id block before it may use any id of it.
+    crash_at(dir.path(), "publish", "ids_after_file_fsync_before_rename");
+    let (store, t) = reopen(dir.path());
+    assert_eq!(
+        bodies(&t),
+        vec!["m0".to_string(), "m1".to_string()],
+        "nothing was appended with an id from an unreserved block"
+    );
+    let id = store.allocate_ids(1).unwrap();
+    let in_log: Vec<u64> = (t.log.first_position()..t.log.next_position())
+        .filter_map(|p| t.log.entry(p).map(|e| e.id))
+        .collect();
+    assert!(
+        id > max_id && in_log.iter().all(|&i| i < id),
+        "fresh id {id} after the crash; ids in the log {in_log:?}"
+    );
+}
