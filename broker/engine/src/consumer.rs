@@ -128,6 +128,7 @@ impl Consumer {
             let now = Instant::now();
             let now_ms = now_ms();
             let mut persist = Vec::new();
+            let mut expired = false;
             let (take, wake, eligible, more) = {
                 let mut st = lock(&self.channel.st);
                 let ready = st.consumers.get(&self.id).map_or(0, |c| c.ready);
@@ -163,7 +164,11 @@ impl Consumer {
                     m.since(Timer::DeliveryLockHold, held);
                     take
                 } else {
-                    persist.extend(st.expire(now));
+                    // A consumer whose RDY is full may hold the deliveries that expire: it
+                    // looks again at once instead of sleeping with a slot free.
+                    let cmd = st.expire(now);
+                    expired = cmd.is_some();
+                    persist.extend(cmd);
                     None
                 };
                 let more = take.is_some() && st.may_have_more(self.topic.visible_through());
@@ -175,8 +180,11 @@ impl Consumer {
             if !eligible {
                 arrival.set(None);
             }
-            if more {
+            if more || expired {
                 self.channel.arrivals.notify_one();
+            }
+            if expired {
+                continue;
             }
             match take {
                 Some((Take::Deliver { entry, attempts }, source)) => {

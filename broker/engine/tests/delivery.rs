@@ -476,3 +476,31 @@ async fn new_messages_reach_the_consumer_with_room_while_full_ones_wait() {
         f.abort();
     }
 }
+
+#[tokio::test]
+async fn a_timed_out_delivery_returns_to_its_full_consumer_promptly_not_at_the_fallback_tick() {
+    // The consumer's only RDY slot is held by the message that times out: it must take it
+    // again once the deadline passes, not after the 1 s idle tick.
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    e.publish("t", vec![b("x")], None).await.unwrap();
+    let timeout = Duration::from_millis(50);
+    let opts = ConsumerOptions {
+        msg_timeout: Some(timeout),
+        ..Default::default()
+    };
+    let mut c = e.subscribe("t", "c", opts).unwrap();
+    c.set_ready(1);
+    let first = next(&mut c).await;
+    for attempt in 2..=4 {
+        let t0 = Instant::now();
+        let again = next(&mut c).await;
+        let waited = t0.elapsed();
+        assert_eq!((again.id, again.attempts), (first.id, attempt));
+        assert!(
+            waited < timeout + Duration::from_millis(400),
+            "redelivered {waited:?} after a {timeout:?} timeout"
+        );
+    }
+}
