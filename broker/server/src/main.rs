@@ -1,10 +1,16 @@
-//! `rustqueued` entry point: flags, config, logging, signals.
+//! `rustqueued` entry point: flags, config, logging, signals, and the storage-fault exit.
+//!
+//! Exit status: 0 after a signal-driven graceful shutdown (or `--check-config` /
+//! `--capabilities-output`); 1 when the configuration or startup is refused (including
+//! corrupt data found by recovery); 2 for bad command-line flags; 3 when storage became
+//! isolated at runtime ([`rustqueue_server::isolation`]).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
 use rustqueue_server::config::{Config, LogFormat};
+use rustqueue_server::isolation;
 
 /// RustQueue broker: NSQ V2 TCP + nsqd-compatible HTTP on durable local storage.
 #[derive(Parser, Debug)]
@@ -68,7 +74,19 @@ async fn main() -> anyhow::Result<()> {
     let running = rustqueue_server::start(cfg)
         .await
         .context("rustqueued failed to start")?;
-    wait_for_signal().await;
+    let fault = tokio::select! {
+        () = wait_for_signal() => None,
+        fault = isolation::storage_fault(&running.shared.engine, isolation::MONITOR_INTERVAL) => {
+            Some(fault)
+        }
+    };
+    if let Some(fault) = fault {
+        tracing::error!("{}", isolation::exit_message(&fault));
+        running.stop_isolated(isolation::ISOLATED_STOP_BOUND).await;
+        // `exit` rather than returning: dropping the runtime would wait for blocking tasks,
+        // and one may be stuck in an fsync on the failed device.
+        std::process::exit(isolation::EXIT_STORAGE_ISOLATED);
+    }
     tracing::info!("shutting down: finishing sessions and flushing storage");
     running.shutdown().await;
     tracing::info!("shutdown complete");

@@ -185,4 +185,23 @@ impl Running {
         while self.tasks.join_next().await.is_some() {}
         self.shared.engine.shutdown().await;
     }
+
+    /// Stop after storage isolation: stops accepting and closes sessions like [`Self::shutdown`],
+    /// but waits at most `bound` for them and never calls the engine's shutdown, whose sync,
+    /// checkpoint and manifest writes would only be refused by (or hang on) the faulted
+    /// storage. The directory lock goes with the process.
+    pub async fn stop_isolated(mut self, bound: Duration) {
+        let _ = self.shutdown.send(true);
+        let drained = tokio::time::timeout(bound, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "listeners and sessions still busy {bound:?} after storage isolation; abandoning them"
+            );
+            // Aborting the TCP task drops its session set, which aborts every session.
+            self.tasks.abort_all();
+        }
+    }
 }
