@@ -102,11 +102,15 @@ impl PageCache {
     /// The cached page, marked most recently used.
     pub(super) fn get(&self, key: Key) -> Option<Arc<[Entry]>> {
         let mut lru = self.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
+        let tick = lru.tick + 1;
         let (page, used) = lru.pages.get_mut(&key)?;
         let page = page.clone();
+        if *used + 1 == tick {
+            // Already the most recently used (a reader walking one page): nothing to reorder.
+            return Some(page);
+        }
         let old = std::mem::replace(used, tick);
+        lru.tick = tick;
         lru.by_use.remove(&old);
         lru.by_use.insert(tick, key);
         Some(page)
