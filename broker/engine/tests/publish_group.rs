@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{CountingFs, cfg, wait_for};
-use rustqueue_engine::{Bytes, ConsumerOptions, Engine};
+use rustqueue_engine::{AckMode, Bytes, ConsumerOptions, Engine, EngineConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() {
@@ -130,4 +130,45 @@ async fn a_publish_over_the_group_byte_limit_commits_alone_among_small_ones() {
         }
     }
     assert_eq!((bigs, small.len()), (1, 80));
+}
+
+#[tokio::test]
+async fn relaxed_modes_sync_at_2500_unsynced_messages_or_8_mib_without_waiting_for_the_interval() {
+    for (mode, bodies, size) in [
+        (AckMode::NsqRelaxed, 2_600usize, 16usize),
+        (AckMode::WriteAck, 2_600, 16),
+        (AckMode::NsqRelaxed, 10, 1 << 20),
+        (AckMode::WriteAck, 10, 1 << 20),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (fs, syncs) = CountingFs::new(Duration::ZERO);
+        let defaults = EngineConfig::default();
+        assert_eq!(
+            (defaults.relaxed_sync_messages, defaults.relaxed_sync_bytes),
+            (2_500, 8 << 20)
+        );
+        let e = Engine::open_with_fs(
+            EngineConfig {
+                ack_mode: mode,
+                // Only the count and byte thresholds can trigger a sync in this test.
+                relaxed_sync_interval: Duration::from_secs(3_600),
+                ..cfg(dir.path())
+            },
+            fs,
+        )
+        .await
+        .unwrap();
+        for i in 0..bodies {
+            let mut body = format!("m{i}").into_bytes();
+            body.resize(size, b'.');
+            e.publish("t", vec![Bytes::from(body)], None).await.unwrap();
+        }
+        let what = format!("{mode:?}, {bodies} x {size} B");
+        wait_for(5, &what, || syncs.segment() >= 1).await;
+        wait_for(5, &what, || {
+            let t = &e.stats(Some("t"), None).topics[0];
+            t.unsynced_messages < 2_500 && t.unsynced_bytes < 8 << 20
+        })
+        .await;
+    }
 }
