@@ -96,7 +96,7 @@ fn main() {
         .next()
         .map(|n| n.replace('_', "").parse().expect("message count"))
         .unwrap_or(1_000_000);
-    assert!(messages >= BATCH as u64 && messages % BATCH as u64 == 0);
+    assert!(messages >= BATCH as u64 && messages.is_multiple_of(BATCH as u64));
     if args.next().as_deref() == Some("reopen") {
         reopen(&dir, messages);
         return;
