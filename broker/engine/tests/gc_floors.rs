@@ -190,3 +190,74 @@ async fn a_deferred_publish_pins_its_segment_until_it_is_finished() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_ephemeral_channel_neither_satisfies_nor_clears_the_unrouted_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    let mut eph = e
+        .subscribe("t", "x#ephemeral", ConsumerOptions::default())
+        .unwrap();
+    eph.set_ready(100);
+    for i in 0..20 {
+        e.publish("t", vec![kib(&format!("m{i}"))], None)
+            .await
+            .unwrap();
+    }
+    for _ in 0..20 {
+        let d = next(&mut eph).await;
+        eph.finish(d.id).await.unwrap();
+    }
+    let before = segments(dir.path());
+    gc_passes(&e, 3).await;
+    assert_eq!(
+        segments(dir.path()),
+        before,
+        "finished on an ephemeral channel only: still unrouted"
+    );
+    drop(eph);
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(100);
+    for i in 0..20 {
+        let d = next(&mut c).await;
+        assert!(
+            d.body.starts_with(format!("m{i}.").as_bytes()),
+            "the first durable channel starts at the boundary"
+        );
+    }
+}
+
+#[tokio::test]
+async fn deleting_the_last_durable_channel_moves_the_boundary_to_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    for i in 0..20 {
+        e.publish("t", vec![kib(&format!("old{i}"))], None)
+            .await
+            .unwrap();
+    }
+    e.delete_channel("t", "c").await.unwrap();
+    e.publish("t", vec![kib("new")], None).await.unwrap();
+    let first = segments(dir.path())[0].clone();
+    wait_for(5, "segments before the boundary are collected", || {
+        segments(dir.path())[0] != first
+    })
+    .await;
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+    let mut d = e.subscribe("t", "d", ConsumerOptions::default()).unwrap();
+    d.set_ready(100);
+    let got = next(&mut d).await;
+    assert!(
+        got.body.starts_with(b"new"),
+        "the next durable channel starts at the boundary, after the deleted channel's backlog"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), d.next())
+            .await
+            .is_err()
+    );
+}
