@@ -395,3 +395,48 @@ fn gc_and_eviction_drop_the_pages_of_deleted_segments() {
     assert_eq!(log.entry(floor), None);
     assert_eq!(log.first_position(), floor + 5_000);
 }
+
+#[test]
+fn two_logs_sharing_one_tiny_cache_from_two_threads_each_see_only_their_own_entries() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let page_cost = PAGE_ENTRIES * std::mem::size_of::<Entry>() + 128;
+    let cache = Arc::new(PageCache::new(3 * page_cost));
+    let (per_segment, batch) = (2, 2_500);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut logs = Vec::new();
+    for (dir, id_base) in [("/a", 0u64), ("/b", 1 << 40)] {
+        let mut log = TopicLog::open_with_cache(
+            fs.clone(),
+            Path::new(dir),
+            Fault::default(),
+            max,
+            1,
+            cache.clone(),
+        )
+        .unwrap();
+        let bodies = vec![vec![1u8]; batch];
+        for b in 0..4 * per_segment + 1 {
+            log.append(&AppendBatch {
+                first_id: id_base + 1 + (b * batch) as u64,
+                bodies: &bodies,
+                timestamp_ns: 1,
+                available_at_ms: 0,
+            })
+            .unwrap();
+        }
+        logs.push((log, id_base));
+    }
+    // Same segment bases and positions in both logs: only the log id tells their pages apart.
+    std::thread::scope(|s| {
+        for (log, id_base) in &logs {
+            s.spawn(move || {
+                let mut seed = 0x2545_f491_4f6c_dd1d ^ id_base;
+                for _ in 0..2_000 {
+                    let p = 1 + next_rand(&mut seed) % (log.next_position() - 1);
+                    assert_eq!(log.entry(p).unwrap().id, id_base + p, "position {p}");
+                }
+            });
+        }
+    });
+    assert!(cache.resident_bytes() <= cache.capacity());
+}
