@@ -291,7 +291,8 @@ impl TopicLog {
         // Only now is it sealed: until the new segment exists it stays the active one.
         let n = self.segments.len();
         self.segments[n - 2].summary = Some(summary);
-        self.active.clear();
+        // Free the buffer too: an idle topic must not keep its last full segment's capacity.
+        self.active = VecDeque::new();
         Ok(())
     }
 
