@@ -59,6 +59,9 @@ pub struct EngineConfig {
     pub node_publish_inflight_bytes: u64,
     /// Node-wide delivery working set (bodies being read for delivery).
     pub node_delivery_inflight_bytes: u64,
+    /// Bound of the process-wide cache of sealed segments' index pages (message metadata
+    /// read back on demand; the active segments' metadata is not counted).
+    pub message_index_cache_bytes: u64,
     /// How often retention GC runs.
     pub gc_interval: Duration,
     /// How often sealed segments are scrubbed (CRC-verified); the first run is one interval
@@ -106,6 +109,7 @@ impl Default for EngineConfig {
             max_channels_per_topic: 1_024,
             node_publish_inflight_bytes: 512 << 20,
             node_delivery_inflight_bytes: 512 << 20,
+            message_index_cache_bytes: 64 << 20,
             gc_interval: Duration::from_secs(5),
             scrub_interval: Duration::from_secs(3_600),
             scrub_bytes_per_second: 64 << 20,

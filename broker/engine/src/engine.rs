@@ -90,6 +90,9 @@ impl Engine {
         if cfg.max_segment_bytes < 4_096 && cfg.max_segment_bytes < cfg.max_message_bytes {
             return Err(OpenError::Config("max_segment_bytes is too small".into()));
         }
+        // One bound for the whole process: every topic log pages through the shared cache.
+        rustqueue_storage::log::PageCache::shared()
+            .set_capacity(usize::try_from(cfg.message_index_cache_bytes).unwrap_or(usize::MAX));
         let opts = StoreOptions {
             node_id: cfg.node_id,
             feature_level: cfg.feature_level,

@@ -65,6 +65,7 @@ fn engine_config(cfg: &Config) -> EngineConfig {
         max_topics: q.max_topics,
         node_publish_inflight_bytes: cfg.limits.node_publish_inflight_bytes,
         node_delivery_inflight_bytes: cfg.limits.node_delivery_inflight_bytes,
+        message_index_cache_bytes: cfg.storage.message_index_cache_bytes,
         disk_high_watermark_percent: cfg.storage.disk_high_watermark_percent,
         disk_low_watermark_percent: cfg.storage.disk_low_watermark_percent,
         min_free_bytes: cfg.storage.min_free_bytes,
