@@ -550,6 +550,12 @@ impl TopicLog {
                 path: s.path.clone(),
                 file: s.file.clone(),
                 len: s.len,
+                index: s.summary.clone().map(|summary| crate::scrub::SealedIndex {
+                    fs: self.fs.clone(),
+                    path: segment_path(&self.dir, s.base, "rqidx"),
+                    segment_base: s.base,
+                    summary,
+                }),
             })
             .collect()
     }

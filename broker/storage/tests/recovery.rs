@@ -286,4 +286,51 @@ fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
     fs.corrupt(&sealed[1].path, 100, 0xAB);
     let err = rustqueue_storage::scrub::verify_segment(&sealed[1], &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("offset 0"), "{err}");
+
+    // The index is scrubbed too: a flipped byte in a page is named with its file and offset,
+    // and the index is removed so the next open rebuilds it from the (intact) segment.
+    let idx = sealed[0]
+        .index
+        .as_ref()
+        .expect("a sealed segment has its index");
+    let page = idx.summary.page_offset(0);
+    fs.corrupt(&idx.path, page as usize + 3, 0x5A);
+    let err = rustqueue_storage::scrub::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(".rqidx") && msg.contains(&format!("offset {page}")),
+        "{msg}"
+    );
+    assert!(
+        !fs.exists(&idx.path),
+        "the bad index was left for the restart to trust"
+    );
+}
+
+#[test]
+fn scrub_catches_a_rewritten_index_header_and_a_reopen_rebuilds_the_index() {
+    let fs = SimFs::new();
+    let (store, _) = open(&fs, 200).unwrap();
+    let mut log = store.create_topic(&manifest()).unwrap();
+    for i in 0..6u8 {
+        publish(&store, &mut log, &[&[i; 60]]);
+    }
+    let sealed = log.sealed_segments();
+    let idx = sealed[0].index.as_ref().unwrap();
+    fs.corrupt(&idx.path, 10, 0x01);
+    let err = rustqueue_storage::scrub::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("index header"), "{err}");
+    drop((store, log, sealed));
+    let (_store, log) = open(&fs, 200).unwrap();
+    let log = log.unwrap();
+    let first = log
+        .entry(1)
+        .expect("entries of the segment whose index was removed");
+    assert_eq!(log.read_body(&first).unwrap(), vec![0u8; 60]);
+    let again = log.sealed_segments();
+    assert!(
+        fs.exists(&again[0].index.as_ref().unwrap().path),
+        "index rewritten"
+    );
+    rustqueue_storage::scrub::verify_segment(&again[0], &mut |_| {}).unwrap();
 }
