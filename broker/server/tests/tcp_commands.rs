@@ -233,7 +233,8 @@ async fn a_thousand_fins_in_one_write_all_take_effect_and_the_session_goes_on() 
 }
 
 #[tokio::test]
-async fn a_consumer_at_its_rdy_limit_gets_its_message_without_waiting_for_the_buffer_timeout() {
+async fn a_consumer_with_nothing_left_to_work_on_gets_buffered_messages_without_the_buffer_timeout()
+{
     let b = Broker::start().await;
     let mut p = b.client().await;
     // RDY 1: the one message fills the consumer, so it is flushed at once (nsqd does the same).
@@ -251,19 +252,49 @@ async fn a_consumer_at_its_rdy_limit_gets_its_message_without_waiting_for_the_bu
         "RDY 1 consumer waited {:?} for a message it could not add to",
         t0.elapsed()
     );
-    // RDY 10 with room left: the buffer holds the message until the 1 s timeout.
+    // RDY 2, both slots used: a message that arrives while the client still works on one is
+    // batched, but once the client has finished everything it was sent it gets it at once.
+    let mut two = b.client().await;
+    two.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    two.expect_ok().await;
+    two.subscribe("pair", "two", 2).await;
+    two.cmd("NOP").await;
+    p.publish("pair", b"m1").await;
+    p.publish("pair", b"m2").await;
+    let (id1, _, _) = two.expect_message().await;
+    let (id2, _, _) = two.expect_message().await;
+    p.publish("pair", b"m3").await;
+    two.fin(&id1).await;
+    two.fin(&id2).await;
+    let t0 = Instant::now();
+    let (_, _, body) = two.expect_message().await;
+    assert_eq!(body, b"m3");
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "an idle RDY 2 consumer waited {:?} for the buffered message",
+        t0.elapsed()
+    );
+    // RDY 10: an idle client gets a message at once; while it still holds one, the next is
+    // batched until the 1 s output buffer timeout.
     let mut many = b.client().await;
     many.identify(r#"{"output_buffer_timeout":1000}"#).await;
     many.expect_ok().await;
     many.subscribe("held", "many", 10).await;
     many.cmd("NOP").await;
     let t0 = Instant::now();
+    p.publish("held", b"first").await;
+    assert_eq!(many.expect_message().await.2, b"first");
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "an idle consumer waited {:?}",
+        t0.elapsed()
+    );
+    let t0 = Instant::now();
     p.publish("held", b"later").await;
-    let (_, _, body) = many.expect_message().await;
-    assert_eq!(body, b"later");
+    assert_eq!(many.expect_message().await.2, b"later");
     assert!(
         t0.elapsed() >= Duration::from_millis(700),
-        "output buffer timeout 1 s not honoured: delivered after {:?}",
+        "output buffer timeout 1 s not honoured for a busy consumer: delivered after {:?}",
         t0.elapsed()
     );
     b.stop().await;

@@ -192,6 +192,9 @@ impl Session {
                         .map_or_else(far_future, |h| Instant::now() + h);
                 }
             }
+            if self.client_waits_on_buffer() {
+                self.flush_now().await?;
+            }
             if self.state == State::Closing
                 && self.consumer.as_ref().is_none_or(|c| c.in_flight() == 0)
             {
@@ -270,6 +273,16 @@ impl Session {
         }
     }
 
+    /// Whether the consumer has finished everything it was sent while messages wait in the
+    /// output buffer (every message in flight is still buffered). Holding them for the output
+    /// buffer timeout would only leave the client idle (a RDY 1 consumer would get one message
+    /// per timeout), so they go now; while the client still works on messages it has, the
+    /// buffer keeps batching writes up to its size or timeout.
+    fn client_waits_on_buffer(&self) -> bool {
+        let buffered = self.conn.buffered_messages as u64;
+        buffered > 0 && self.stats.in_flight_count.load(Ordering::Relaxed) <= buffered
+    }
+
     /// Whether the session holds as many unsettled FIN/REQ as it may.
     fn acks_full(&self) -> bool {
         self.pending_acks.len() >= acks::MAX_PENDING
@@ -301,13 +314,9 @@ impl Session {
         );
         self.conn.buffered_messages += 1;
         self.stats.message_count.fetch_add(1, Ordering::Relaxed);
-        let in_flight = self.update_in_flight();
-        // Like nsqd's messagePump: once the consumer may not take another message (in flight
-        // reached RDY) nothing more can join the buffer, so holding it for the output buffer
-        // timeout would only delay what the client is waiting for.
-        let full = in_flight as u64 >= self.stats.ready_count.load(Ordering::Relaxed);
+        self.update_in_flight();
         let size = self.params.output_buffer_size as usize;
-        if full || self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
+        if self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
             return self.flush_now().await;
         }
         if self.flush_at.is_none() {
@@ -317,14 +326,13 @@ impl Session {
         Ok(())
     }
 
-    /// Publishes the consumer's in-flight count to `/stats` and returns it (0 when none).
-    fn update_in_flight(&self) -> usize {
-        let Some(c) = &self.consumer else { return 0 };
-        let n = c.in_flight();
-        self.stats
-            .in_flight_count
-            .store(n as u64, Ordering::Relaxed);
-        n
+    /// Publishes the consumer's in-flight count (to `/stats` and the flush rule).
+    fn update_in_flight(&self) {
+        if let Some(c) = &self.consumer {
+            self.stats
+                .in_flight_count
+                .store(c.in_flight() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Queues a fatal error; the session closes next and lingers so the client can read it.
@@ -588,10 +596,6 @@ impl Session {
             c.set_ready(n as u32);
         }
         self.stats.ready_count.store(n as u64, Ordering::Relaxed);
-        // A lowered RDY can leave the buffered messages as all the client gets for now.
-        if self.conn.buffered_messages > 0 && self.update_in_flight() as u64 >= n as u64 {
-            self.flush_now().await?;
-        }
         Ok(Next::Continue)
     }
 
