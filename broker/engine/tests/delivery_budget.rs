@@ -1,14 +1,14 @@
 //! The node delivery budget (spec §6): each body read for delivery holds 2 × its size, one
 //! read at most half the budget, and a read that does not fit waits instead of allocating.
 
-use std::any::Any;
-use std::io::{self, IoSlice};
+mod common;
+
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use common::{HookFs, Hooks};
 use rustqueue_engine::{Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
-use rustqueue_storage::{Fs, FsFile, RealFs};
 
 /// Segment reads block while the gate is closed, so reads in progress can be held open.
 #[derive(Clone, Default)]
@@ -48,67 +48,14 @@ impl Drop for OpenOnDrop {
     }
 }
 
-struct GatedFs(RealFs, Gate);
-struct GatedFile(Arc<dyn FsFile>, Option<Gate>);
+/// Reads of segment files wait at the gate.
+struct SegmentReads(Gate);
 
-impl FsFile for GatedFile {
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if let Some(g) = &self.1 {
-            g.pass();
+impl Hooks for SegmentReads {
+    fn read(&self, path: &Path) {
+        if path.extension().is_some_and(|e| e == "rqlog") {
+            self.0.pass();
         }
-        self.0.read_exact_at(buf, offset)
-    }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.0.append(bufs)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.0.sync_all()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.0.truncate(len)
-    }
-}
-
-impl Fs for GatedFs {
-    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
-        let gate = path
-            .extension()
-            .is_some_and(|e| e == "rqlog")
-            .then(|| self.1.clone());
-        Ok(Arc::new(GatedFile(self.0.open(path, create)?, gate)))
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.0.read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.0.remove_file(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.0.create_dir_all(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.0.remove_dir_all(path)
-    }
-    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.0.list(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.0.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.0.exists(path)
-    }
-    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
-        self.0.lock(path)
     }
 }
 
@@ -135,7 +82,7 @@ async fn a_body_read_that_does_not_fit_the_delivery_budget_waits_for_one_to_fini
         min_free_bytes: 0,
         ..EngineConfig::default()
     };
-    let e = Engine::open_with_fs(cfg, Arc::new(GatedFs(RealFs, gate.clone())))
+    let e = Engine::open_with_fs(cfg, Arc::new(HookFs(Arc::new(SegmentReads(gate.clone())))))
         .await
         .unwrap();
     let channels = ["c1", "c2", "c3"];

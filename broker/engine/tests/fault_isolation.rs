@@ -5,15 +5,17 @@
 //! The faults come from [`FaultFs`], a pass-through to the real file system that fails
 //! `fdatasync`/`fsync` of files with a given suffix while armed.
 
-use std::io::{self, IoSlice};
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::io;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{HookFs, Hooks};
 use rustqueue_engine::{
     AckMode, Bytes, Consumer, ConsumerOptions, DeliveryError, Engine, EngineConfig, PublishError,
 };
-use rustqueue_storage::{Fs, FsFile, RealFs};
 
 /// Which files fail to sync, and how often a sync was refused.
 #[derive(Default)]
@@ -28,6 +30,19 @@ struct FaultFs {
     rules: Arc<Mutex<Rules>>,
 }
 
+impl Hooks for Mutex<Rules> {
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        let mut r = self.lock().unwrap();
+        match r.fail_sync_of {
+            Some(s) if path.to_string_lossy().ends_with(s) => {
+                r.refused += 1;
+                Err(io::Error::other("injected sync failure"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl FaultFs {
     /// Every later `sync_data`/`sync_all` of a file whose name ends with `suffix` fails.
     fn fail_syncs_of(&self, suffix: &'static str) {
@@ -40,84 +55,8 @@ impl FaultFs {
     fn refused(&self) -> u64 {
         self.rules.lock().unwrap().refused
     }
-}
-
-struct FaultFile {
-    inner: Arc<dyn FsFile>,
-    path: PathBuf,
-    rules: Arc<Mutex<Rules>>,
-}
-
-impl FaultFile {
-    fn check_sync(&self) -> io::Result<()> {
-        let mut r = self.rules.lock().unwrap();
-        match r.fail_sync_of {
-            Some(s) if self.path.to_string_lossy().ends_with(s) => {
-                r.refused += 1;
-                Err(io::Error::other("injected sync failure"))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-impl FsFile for FaultFile {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.inner.append(bufs)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.check_sync()?;
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.check_sync()?;
-        self.inner.sync_all()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.inner.truncate(len)
-    }
-}
-
-impl Fs for FaultFs {
-    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
-        Ok(Arc::new(FaultFile {
-            inner: RealFs.open(path, create)?,
-            path: path.to_path_buf(),
-            rules: self.rules.clone(),
-        }))
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        RealFs.read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealFs.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealFs.remove_file(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealFs.create_dir_all(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealFs.remove_dir_all(path)
-    }
-    fn list(&self, path: &Path) -> io::Result<Vec<String>> {
-        RealFs.list(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealFs.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        RealFs.exists(path)
-    }
-    fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>> {
-        RealFs.lock(path)
+    fn fs(&self) -> Arc<HookFs<Mutex<Rules>>> {
+        Arc::new(HookFs(self.rules.clone()))
     }
 }
 
@@ -134,7 +73,7 @@ fn cfg(dir: &Path, ack_mode: AckMode) -> EngineConfig {
 }
 
 async fn open(dir: &Path, fs: &FaultFs, ack_mode: AckMode) -> Engine {
-    Engine::open_with_fs(cfg(dir, ack_mode), Arc::new(fs.clone()))
+    Engine::open_with_fs(cfg(dir, ack_mode), fs.fs())
         .await
         .unwrap()
 }

@@ -1,11 +1,11 @@
 //! Shared helpers for the engine integration tests: a configuration with the disk guard off
-//! and a file system wrapper that counts (and can slow down) fsyncs by file kind.
+//! and [`HookFs`], the real file system with hooks that count, slow, fail or hold calls.
 
 #![allow(dead_code)]
 
 use std::any::Any;
 use std::io::{self, IoSlice};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -47,59 +47,44 @@ impl Syncs {
     }
 }
 
-/// The real file system, counting fsyncs; a segment fsync takes at least `segment_delay`
-/// (a disk slower than tmpfs, so concurrent publishers really overlap one).
-pub struct CountingFs {
-    pub syncs: Arc<Syncs>,
-    pub segment_delay: Duration,
-}
-
-impl CountingFs {
-    pub fn new(segment_delay: Duration) -> (Arc<CountingFs>, Arc<Syncs>) {
-        let syncs = Arc::new(Syncs::default());
-        let fs = CountingFs {
-            syncs: syncs.clone(),
-            segment_delay,
-        };
-        (Arc::new(fs), syncs)
+/// What a [`HookFs`] does before the real file system's calls; every hook defaults to nothing.
+pub trait Hooks: Send + Sync + 'static {
+    /// Before a positional read of the file at `path`.
+    fn read(&self, _path: &Path) {}
+    /// Before an fsync/fdatasync of the file at `path`; an error fails the sync.
+    fn sync(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
     }
+    /// Before a rename onto `to`.
+    fn rename(&self, _to: &Path) {}
 }
 
-struct CountingFile {
+/// The real file system with test hooks (counting, slowing, failing or holding calls).
+pub struct HookFs<H>(pub Arc<H>);
+
+struct HookFile<H> {
     file: Arc<dyn FsFile>,
-    counter: Option<(Arc<Syncs>, bool)>,
-    delay: Duration,
+    path: PathBuf,
+    hooks: Arc<H>,
 }
 
-impl CountingFile {
-    fn count(&self) {
-        if let Some((s, segment)) = &self.counter {
-            if *segment {
-                s.segment.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(self.delay);
-            } else {
-                s.wal.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    }
-}
-
-impl FsFile for CountingFile {
+impl<H: Hooks> FsFile for HookFile<H> {
     fn len(&self) -> io::Result<u64> {
         self.file.len()
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.hooks.read(&self.path);
         self.file.read_exact_at(buf, offset)
     }
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         self.file.append(bufs)
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.count();
+        self.hooks.sync(&self.path)?;
         self.file.sync_data()
     }
     fn sync_all(&self) -> io::Result<()> {
-        self.count();
+        self.hooks.sync(&self.path)?;
         self.file.sync_all()
     }
     fn truncate(&self, len: u64) -> io::Result<()> {
@@ -107,27 +92,19 @@ impl FsFile for CountingFile {
     }
 }
 
-impl Fs for CountingFs {
+impl<H: Hooks> Fs for HookFs<H> {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let counter = match ext {
-            "rqlog" => Some((self.syncs.clone(), true)),
-            "wal" => Some((self.syncs.clone(), false)),
-            _ => None,
-        };
-        Ok(Arc::new(CountingFile {
+        Ok(Arc::new(HookFile {
             file: RealFs.open(path, create)?,
-            counter,
-            delay: self.segment_delay,
+            path: path.to_path_buf(),
+            hooks: self.0.clone(),
         }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         RealFs.read(path)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        if to.extension().is_some_and(|e| e == "checkpoint") {
-            self.syncs.checkpoints.fetch_add(1, Ordering::SeqCst);
-        }
+        self.0.rename(to);
         RealFs.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -150,6 +127,48 @@ impl Fs for CountingFs {
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         RealFs.lock(path)
+    }
+}
+
+fn has_extension(path: &Path, ext: &str) -> bool {
+    path.extension().is_some_and(|e| e == ext)
+}
+
+/// Counts fsyncs by file kind; a segment fsync takes at least `segment_delay` (a disk slower
+/// than tmpfs, so concurrent publishers really overlap one).
+pub struct Counting {
+    syncs: Arc<Syncs>,
+    segment_delay: Duration,
+}
+
+impl Hooks for Counting {
+    fn sync(&self, path: &Path) -> io::Result<()> {
+        if has_extension(path, "rqlog") {
+            self.syncs.segment.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.segment_delay);
+        } else if has_extension(path, "wal") {
+            self.syncs.wal.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn rename(&self, to: &Path) {
+        if has_extension(to, "checkpoint") {
+            self.syncs.checkpoints.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The real file system, counting fsyncs (see [`Counting`]).
+pub type CountingFs = HookFs<Counting>;
+
+impl HookFs<Counting> {
+    pub fn new(segment_delay: Duration) -> (Arc<CountingFs>, Arc<Syncs>) {
+        let syncs = Arc::new(Syncs::default());
+        let hooks = Counting {
+            syncs: syncs.clone(),
+            segment_delay,
+        };
+        (Arc::new(HookFs(Arc::new(hooks))), syncs)
     }
 }
 
