@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,14 +13,6 @@ use common::Client;
 use rustqueue_api::contract::BinaryCapabilities;
 use rustqueue_protocol::Frame;
 use rustqueue_server::control::capabilities::MAX_STORAGE_FEATURE_LEVEL;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::TempDir) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
@@ -34,21 +26,14 @@ fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::T
 }
 
 struct Proc {
-    child: Child,
+    child: common::KillOnDrop,
     _config: tempfile::TempDir,
     tcp: SocketAddr,
     http: u16,
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn spawn(data: &std::path::Path) -> Proc {
-    let (tcp, http) = (free_port(), free_port());
+    let (tcp, http) = (common::free_port(), common::free_port());
     let (mut cmd, config) = command(data, tcp, http);
     let child = cmd.spawn().unwrap();
     let url = format!("http://127.0.0.1:{http}/v1/health");
@@ -59,7 +44,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
     })
     .await;
     Proc {
-        child,
+        child: common::KillOnDrop(child),
         _config: config,
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
         http,
@@ -99,7 +84,7 @@ fn a_data_directory_behind_the_reader_fence_is_refused() {
         ),
     )
     .unwrap();
-    let (mut cmd, _config) = command(dir.path(), free_port(), free_port());
+    let (mut cmd, _config) = command(dir.path(), common::free_port(), common::free_port());
     let out = cmd.stderr(Stdio::piped()).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);

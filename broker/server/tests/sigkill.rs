@@ -5,36 +5,21 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use common::Client;
 use rustqueue_protocol::Frame;
 use rustqueue_protocol::command::encode_mpub_body;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Proc {
-    child: Child,
+    child: common::KillOnDrop,
     tcp: SocketAddr,
     _config: tempfile::TempDir,
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn spawn(data: &std::path::Path) -> Proc {
-    let (tcp, http) = (free_port(), free_port());
+    let (tcp, http) = (common::free_port(), common::free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     let config = common::with_disk_guard(&mut cmd);
     let child = cmd
@@ -53,7 +38,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
     })
     .await;
     Proc {
-        child,
+        child: common::KillOnDrop(child),
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
         _config: config,
     }

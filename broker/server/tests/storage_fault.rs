@@ -7,7 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use common::{Broker, Client};
@@ -21,32 +21,17 @@ const CONFIG: &str = "[storage]\nmax_segment_bytes = 65600\ndisk_high_watermark_
 /// The isolated exit must come within this long of the fault (monitor 250 ms + bounded stop).
 const EXIT_WITHIN: Duration = Duration::from_secs(5);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A `rustqueued` process whose stderr goes to a file the test reads afterwards.
 struct Proc {
-    child: Child,
+    child: common::KillOnDrop,
     tcp: SocketAddr,
     http: SocketAddr,
     log: PathBuf,
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Proc {
     fn spawn(data: &Path, work: &Path, run: &str) -> Proc {
-        let (tcp, http) = (free_port(), free_port());
+        let (tcp, http) = (common::free_port(), common::free_port());
         let config = work.join("rustqueue.toml");
         std::fs::write(&config, CONFIG).unwrap();
         let log = work.join(format!("{run}.stderr"));
@@ -61,7 +46,7 @@ impl Proc {
             .spawn()
             .unwrap();
         Proc {
-            child,
+            child: common::KillOnDrop(child),
             tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
             http: format!("127.0.0.1:{http}").parse().unwrap(),
             log,
