@@ -133,62 +133,58 @@ async fn an_in_flight_message_pins_its_segment_until_it_is_finished() {
     .await;
 }
 
-#[tokio::test]
-async fn a_requeued_with_delay_message_pins_its_segment_until_it_is_finished() {
-    let dir = tempfile::tempdir().unwrap();
-    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
+/// Engine with zero bootstrap window and one durable channel `c` consumed at RDY 1.
+async fn open_with_consumer(dir: &Path) -> (Engine, Consumer) {
+    let e = Engine::open(cfg(dir, Duration::ZERO)).await.unwrap();
     e.create_channel("t", "c").unwrap();
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1);
+    (e, c)
+}
+
+/// With one deferred message (body `held...`) behind 30 finished fillers: its segment is kept
+/// through GC passes, then collected once the message comes due and is finished.
+async fn deferred_pins_until_finished(e: &Engine, c: &mut Consumer, dir: &Path) -> Delivery {
+    fill_and_finish(e, c, 30, "held").await;
+    let first = segments(dir)[0].clone();
+    gc_passes(e, 3).await;
+    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
+    assert_eq!(
+        segments(dir)[0],
+        first,
+        "the deferred message's segment is kept"
+    );
+    let d = next(c).await;
+    assert!(d.body.starts_with(b"held"));
+    c.finish(d.id).await.unwrap();
+    wait_for(5, "segment collected after FIN", || {
+        segments(dir)[0] != first
+    })
+    .await;
+    d
+}
+
+#[tokio::test]
+async fn a_requeued_with_delay_message_pins_its_segment_until_it_is_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, mut c) = open_with_consumer(dir.path()).await;
     e.publish("t", vec![kib("held")], None).await.unwrap();
     let held = next(&mut c).await;
     c.requeue(held.id, Duration::from_millis(1_500))
         .await
         .unwrap();
-    fill_and_finish(&e, &mut c, 30, "held").await;
-    let first = segments(dir.path())[0].clone();
-    gc_passes(&e, 3).await;
-    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
-    assert_eq!(
-        segments(dir.path())[0],
-        first,
-        "the deferred message's segment is kept"
-    );
-    let again = next(&mut c).await;
+    let again = deferred_pins_until_finished(&e, &mut c, dir.path()).await;
     assert_eq!((again.id, again.attempts), (held.id, 2));
-    c.finish(again.id).await.unwrap();
-    wait_for(5, "segment collected after FIN", || {
-        segments(dir.path())[0] != first
-    })
-    .await;
 }
 
 #[tokio::test]
 async fn a_deferred_publish_pins_its_segment_until_it_is_finished() {
     let dir = tempfile::tempdir().unwrap();
-    let e = Engine::open(cfg(dir.path(), Duration::ZERO)).await.unwrap();
-    e.create_channel("t", "c").unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-    c.set_ready(1);
+    let (e, mut c) = open_with_consumer(dir.path()).await;
     e.publish("t", vec![kib("held")], Some(Duration::from_millis(1_500)))
         .await
         .unwrap();
-    fill_and_finish(&e, &mut c, 30, "held").await;
-    let first = segments(dir.path())[0].clone();
-    gc_passes(&e, 3).await;
-    assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
-    assert_eq!(
-        segments(dir.path())[0],
-        first,
-        "the deferred message's segment is kept"
-    );
-    let d = next(&mut c).await;
-    assert!(d.body.starts_with(b"held"));
-    c.finish(d.id).await.unwrap();
-    wait_for(5, "segment collected after FIN", || {
-        segments(dir.path())[0] != first
-    })
-    .await;
+    deferred_pins_until_finished(&e, &mut c, dir.path()).await;
 }
 
 #[tokio::test]
