@@ -137,7 +137,7 @@ async fn an_in_flight_message_pins_its_segment_until_it_is_finished() {
 async fn open_with_consumer(dir: &Path) -> (Engine, Consumer) {
     let e = Engine::open(cfg(dir, Duration::ZERO)).await.unwrap();
     e.create_channel("t", "c").unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    let c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1);
     (e, c)
 }
