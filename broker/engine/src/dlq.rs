@@ -2,6 +2,8 @@
 //! not a valid name (over 64 characters), `<topic prefix>.<crc32c(topic \0 channel) as 8
 //! hex><suffix>` truncated to 64.
 
+use rustqueue_storage::checksum::crc32c;
+
 use crate::types::valid_name;
 
 /// The dead-letter topic of `channel` on `topic`.
@@ -22,33 +24,10 @@ pub(crate) fn dead_letter_topic(topic: &str, channel: &str, suffix: &str) -> Str
     format!("{prefix}{tail}")
 }
 
-/// CRC-32C (Castagnoli) of the concatenated parts.
-fn crc32c(parts: &[&[u8]]) -> u32 {
-    let mut crc = !0u32;
-    for &b in parts.iter().flat_map(|p| p.iter()) {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 #[cfg(test)]
 mod tests {
     use super::{crc32c, dead_letter_topic};
     use crate::types::valid_name;
-
-    #[test]
-    fn crc32c_matches_the_castagnoli_check_value() {
-        assert_eq!(crc32c(&[b"123456789"]), 0xE306_9283);
-        assert_eq!(crc32c(&[b"1234", b"56789"]), 0xE306_9283);
-        assert_eq!(crc32c(&[]), 0);
-    }
 
     #[test]
     fn a_short_pair_is_topic_dot_channel_suffix() {

@@ -165,23 +165,8 @@ fn decode_snappy(
 }
 
 fn masked_crc32c(data: &[u8]) -> u32 {
-    let crc = crc32c(data);
+    let crc = rustqueue_storage::checksum::crc32c(&[data]);
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
-}
-
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 #[cfg(test)]
