@@ -13,8 +13,8 @@
 //! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
 
 pub mod audit;
-pub mod checksum;
 pub mod channel;
+pub mod checksum;
 pub mod failpoint;
 pub mod fs;
 pub mod index;
