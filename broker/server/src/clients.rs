@@ -102,7 +102,7 @@ pub struct ClientRegistry {
 
 impl ClientRegistry {
     /// Registers a new connection.
-    pub fn register(&self, remote_address: String) -> Arc<ClientStats> {
+    pub fn register(&self, peer: std::net::SocketAddr) -> Arc<ClientStats> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let connect_ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -110,17 +110,12 @@ impl ClientRegistry {
             .unwrap_or(0);
         let c = Arc::new(ClientStats {
             id,
-            remote_address,
+            remote_address: peer.to_string(),
             connect_ts,
             ..ClientStats::default()
         });
         // Like nsqd, a client is known by its remote host until IDENTIFY names it.
-        let host = c
-            .remote_address
-            .rsplit_once(':')
-            .map_or(c.remote_address.as_str(), |(h, _)| h)
-            .trim_matches(['[', ']'])
-            .to_owned();
+        let host = peer.ip().to_string();
         c.update(|f| {
             f.state = 1;
             f.client_id = host.clone();

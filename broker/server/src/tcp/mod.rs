@@ -52,7 +52,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, sessions: &mut Jo
         sessions.spawn(async move {
             let connections = shared.control.metrics.tcp_connections.clone();
             connections.inc();
-            let stats = shared.clients.register(peer.to_string());
+            let stats = shared.clients.register(peer);
             let id = stats.id;
             session::Session::new(shared.clone(), conn::Conn::new(stream), peer, stats)
                 .run()
