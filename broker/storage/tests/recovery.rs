@@ -42,6 +42,17 @@ fn open(fs: &SimFs, seg: u64) -> Result<(Store, Option<TopicLog>), StorageError>
     Ok((s, t.pop().map(|t| t.log)))
 }
 
+/// A store on `fs` with 200-byte segments and topic `t` holding `n` one-message records,
+/// the i-th body being `len` bytes of `i`: every record beyond the first few seals a segment.
+fn small_segments(fs: &SimFs, n: u8, len: usize) -> (Store, TopicLog) {
+    let (store, _) = open(fs, 200).unwrap();
+    let mut log = store.create_topic(&manifest()).unwrap();
+    for i in 0..n {
+        publish(&store, &mut log, &[&vec![i; len]]);
+    }
+    (store, log)
+}
+
 #[test]
 fn a_torn_tail_is_truncated_and_earlier_records_survive() {
     let fs = SimFs::new();
@@ -86,11 +97,7 @@ fn a_corrupt_complete_record_refuses_startup_naming_file_and_offset() {
 #[test]
 fn sealed_segments_reopen_from_their_index_and_a_stale_index_is_ignored() {
     let fs = SimFs::new();
-    let (store, _) = open(&fs, 200).unwrap();
-    let mut log = store.create_topic(&manifest()).unwrap();
-    for i in 0..20u8 {
-        publish(&store, &mut log, &[&[i; 50]]);
-    }
+    let (store, log) = small_segments(&fs, 20, 50);
     assert!(log.segment_count() > 5);
     drop((store, log));
     let (store, log) = open(&fs, 200).unwrap();
@@ -110,11 +117,7 @@ fn sealed_segments_reopen_from_their_index_and_a_stale_index_is_ignored() {
 #[test]
 fn gc_deletes_only_whole_sealed_segments_below_the_floor_and_positions_are_never_reused() {
     let fs = SimFs::new();
-    let (store, _) = open(&fs, 200).unwrap();
-    let mut log = store.create_topic(&manifest()).unwrap();
-    for i in 0..10u8 {
-        publish(&store, &mut log, &[&[i; 60]]);
-    }
+    let (store, mut log) = small_segments(&fs, 10, 60);
     let before = log.segment_count();
     let removed = log.gc(5).unwrap();
     assert!(removed > 0 && log.segment_count() == before - removed);
@@ -268,11 +271,7 @@ fn a_100_mib_message_round_trips_through_a_real_segment() {
 #[test]
 fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
     let fs = SimFs::new();
-    let (store, _) = open(&fs, 200).unwrap();
-    let mut log = store.create_topic(&manifest()).unwrap();
-    for i in 0..6u8 {
-        publish(&store, &mut log, &[&[i; 60]]);
-    }
+    let (_store, log) = small_segments(&fs, 6, 60);
     let sealed = log.sealed_segments();
     assert!(sealed.len() >= 2);
     let mut paced = 0;
@@ -310,11 +309,7 @@ fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
 #[test]
 fn scrub_catches_a_rewritten_index_header_and_a_reopen_rebuilds_the_index() {
     let fs = SimFs::new();
-    let (store, _) = open(&fs, 200).unwrap();
-    let mut log = store.create_topic(&manifest()).unwrap();
-    for i in 0..6u8 {
-        publish(&store, &mut log, &[&[i; 60]]);
-    }
+    let (store, log) = small_segments(&fs, 6, 60);
     let sealed = log.sealed_segments();
     let idx = sealed[0].index.as_ref().unwrap();
     fs.corrupt(&idx.path, 10, 0x01);
