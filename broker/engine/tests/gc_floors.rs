@@ -6,23 +6,8 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::wait_for;
+use common::{segment_files, wait_for};
 use rustqueue_engine::{Bytes, Consumer, ConsumerOptions, Delivery, Engine, EngineConfig, Timer};
-
-/// Segment files of topic `t`, sorted (their names carry the first position).
-fn segments(dir: &Path) -> Vec<String> {
-    let seg = dir
-        .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
-        .join("segments");
-    let mut v: Vec<String> = std::fs::read_dir(seg)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".rqlog"))
-        .collect();
-    v.sort();
-    v
-}
 
 fn cfg(dir: &Path, bootstrap: Duration) -> EngineConfig {
     EngineConfig {
@@ -85,12 +70,12 @@ async fn the_default_bootstrap_window_keeps_fully_finished_sealed_segments() {
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(100);
     fill_and_finish(&e, &mut c, 40, "none").await;
-    let before = segments(dir.path());
+    let before = segment_files(dir.path());
     assert!(before.len() >= 8, "{before:?}");
     assert_eq!(e.stats(Some("t"), Some("c")).topics[0].channels[0].depth, 0);
     gc_passes(&e, 5).await;
     assert_eq!(
-        segments(dir.path()),
+        segment_files(dir.path()),
         before,
         "messages younger than 90 s stay for later channels"
     );
@@ -114,21 +99,21 @@ async fn an_in_flight_message_pins_its_segment_until_it_is_finished() {
     assert_eq!(held.id, eph_held.id);
     c.set_ready(2);
     fill_and_finish(&e, &mut c, 30, "held").await;
-    let first = segments(dir.path())[0].clone();
+    let first = segment_files(dir.path())[0].clone();
     gc_passes(&e, 3).await;
-    let now = segments(dir.path());
+    let now = segment_files(dir.path());
     assert_eq!(now[0], first, "the in-flight message's segment is kept");
     // Finish on the durable channel: the ephemeral in-flight delivery still pins it.
     c.finish(held.id).await.unwrap();
     gc_passes(&e, 3).await;
     assert_eq!(
-        segments(dir.path())[0],
+        segment_files(dir.path())[0],
         first,
         "an ephemeral channel's in-flight message is kept"
     );
     eph.finish(eph_held.id).await.unwrap();
     wait_for(5, "segment collected after FIN", || {
-        segments(dir.path())[0] != first
+        segment_files(dir.path())[0] != first
     })
     .await;
 }
@@ -146,11 +131,11 @@ async fn open_with_consumer(dir: &Path) -> (Engine, Consumer) {
 /// through GC passes, then collected once the message comes due and is finished.
 async fn deferred_pins_until_finished(e: &Engine, c: &mut Consumer, dir: &Path) -> Delivery {
     fill_and_finish(e, c, 30, "held").await;
-    let first = segments(dir)[0].clone();
+    let first = segment_files(dir)[0].clone();
     gc_passes(e, 3).await;
     assert_eq!(e.stats(None, None).topics[0].channels[0].deferred_count, 1);
     assert_eq!(
-        segments(dir)[0],
+        segment_files(dir)[0],
         first,
         "the deferred message's segment is kept"
     );
@@ -158,7 +143,7 @@ async fn deferred_pins_until_finished(e: &Engine, c: &mut Consumer, dir: &Path) 
     assert!(d.body.starts_with(b"held"));
     c.finish(d.id).await.unwrap();
     wait_for(5, "segment collected after FIN", || {
-        segments(dir)[0] != first
+        segment_files(dir)[0] != first
     })
     .await;
     d
@@ -204,10 +189,10 @@ async fn an_ephemeral_channel_neither_satisfies_nor_clears_the_unrouted_boundary
         let d = next(&mut eph).await;
         eph.finish(d.id).await.unwrap();
     }
-    let before = segments(dir.path());
+    let before = segment_files(dir.path());
     gc_passes(&e, 3).await;
     assert_eq!(
-        segments(dir.path()),
+        segment_files(dir.path()),
         before,
         "finished on an ephemeral channel only: still unrouted"
     );
@@ -236,11 +221,11 @@ async fn deleting_the_last_durable_channel_moves_the_boundary_to_the_tail() {
             .unwrap();
     }
     // Read while the channel still pins everything: GC may run right after the delete.
-    let first = segments(dir.path())[0].clone();
+    let first = segment_files(dir.path())[0].clone();
     e.delete_channel("t", "c").await.unwrap();
     e.publish("t", vec![kib("new")], None).await.unwrap();
     wait_for(5, "segments before the boundary are collected", || {
-        segments(dir.path())[0] != first
+        segment_files(dir.path())[0] != first
     })
     .await;
     e.shutdown().await;

@@ -2,11 +2,14 @@
 //! deleted under pressure; on, the oldest segments go; and a crash at every I/O step of the
 //! eviction sequence never leaves a deleted segment that a channel has not durably moved past.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::segment_files;
 use rustqueue_engine::{Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{Fs, Store, StoreOptions, audit};
@@ -71,20 +74,6 @@ async fn evict_under_pressure(dir: &Path, evictions: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     e.shutdown().await;
-}
-
-fn segment_files(dir: &Path) -> Vec<String> {
-    let seg = dir
-        .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
-        .join("segments");
-    let mut v: Vec<String> = std::fs::read_dir(seg)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".rqlog"))
-        .collect();
-    v.sort();
-    v
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

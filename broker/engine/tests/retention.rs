@@ -1,27 +1,13 @@
 //! Retention GC, unrouted boundary and fail-closed storage, seen through the engine.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::segment_files;
 use rustqueue_engine::{Bytes, ConsumerOptions, Engine, EngineConfig, PublishError};
 use rustqueue_storage::simfs::SimFs;
-
-fn segments(dir: &std::path::Path) -> usize {
-    let seg = dir
-        .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
-        .join("segments");
-    std::fs::read_dir(seg)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".rqlog")
-        })
-        .count()
-}
 
 fn cfg(dir: &std::path::Path) -> EngineConfig {
     EngineConfig {
@@ -46,11 +32,11 @@ async fn messages_without_a_channel_survive_gc_and_finished_segments_are_collect
             .await
             .unwrap();
     }
-    let before = segments(dir.path());
+    let before = segment_files(dir.path()).len();
     assert!(before >= 8);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        segments(dir.path()),
+        segment_files(dir.path()).len(),
         before,
         "no durable channel: the unrouted boundary keeps everything"
     );
@@ -70,7 +56,7 @@ async fn messages_without_a_channel_survive_gc_and_finished_segments_are_collect
         c.finish(d.id).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while segments(dir.path()) > 2 {
+    while segment_files(dir.path()).len() > 2 {
         assert!(
             Instant::now() < deadline,
             "GC collects finished sealed segments"

@@ -172,6 +172,21 @@ impl HookFs<Counting> {
     }
 }
 
+/// Segment files (`.rqlog`) of topic `t` under `dir`, sorted (their names carry the base).
+pub fn segment_files(dir: &Path) -> Vec<String> {
+    let seg = dir
+        .join("topics")
+        .join(rustqueue_storage::meta::hex("t"))
+        .join("segments");
+    let mut v: Vec<String> = std::fs::read_dir(seg)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".rqlog"))
+        .collect();
+    v.sort();
+    v
+}
+
 /// Polls `cond` every 5 ms until it holds; panics with `what` after `secs` seconds.
 pub async fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
