@@ -8,12 +8,7 @@ use reqwest::StatusCode;
 use rustqueue_api::contract::{DrainStatus, Health, NotReadyReason, RegistryHead};
 
 async fn drain_status(b: &Broker) -> DrainStatus {
-    reqwest::get(b.url("/v1/drain"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    b.get_json("/v1/drain").await
 }
 
 async fn health(b: &Broker) -> (StatusCode, Health) {
@@ -80,12 +75,7 @@ async fn a_frozen_drain_reaches_quiesced_while_a_backlog_remains() {
         (s.publish_inflight_bytes, s.delivery_inflight_bytes),
         (0, 0)
     );
-    let head: RegistryHead = reqwest::get(b.url("/v1/registry/head"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let head: RegistryHead = b.get_json("/v1/registry/head").await;
     assert!(!head.publish_ready && !head.consume_ready && !head.ready);
 
     // Frozen: the consumer's RDY 1 gets nothing more. Resuming delivers the next message.

@@ -26,12 +26,7 @@ async fn ping_info_and_the_nsq_content_type_header() {
     let r = reqwest::get(b.url("/ping")).await.unwrap();
     assert_eq!(r.headers()["x-nsq-content-type"], "nsq; version=1.0");
     assert_eq!(r.text().await.unwrap(), "OK");
-    let info: Value = reqwest::get(b.url("/info"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info: Value = b.get_json("/info").await;
     assert_eq!(info["tcp_port"], b.tcp.port());
     assert_eq!(info["http_port"], b.http.port());
     assert_eq!(info["max_heartbeat_interval"], 60_000_000_000u64);
@@ -111,34 +106,14 @@ async fn topic_and_channel_admin_and_the_lookupd_view() {
             .0,
         200
     );
-    let topics: Value = reqwest::get(b.url("/topics"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics: Value = b.get_json("/topics").await;
     assert_eq!(topics["topics"], serde_json::json!(["a"]));
-    let lookup: Value = reqwest::get(b.url("/lookup?topic=a"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let lookup: Value = b.get_json("/lookup?topic=a").await;
     assert_eq!(lookup["channels"], serde_json::json!(["c1"]));
     assert_eq!(lookup["producers"][0]["tcp_port"], b.tcp.port());
-    let nodes: Value = reqwest::get(b.url("/nodes"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let nodes: Value = b.get_json("/nodes").await;
     assert_eq!(nodes["producers"][0]["topics"], serde_json::json!(["a"]));
-    let chans: Value = reqwest::get(b.url("/channels?topic=a"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let chans: Value = b.get_json("/channels?topic=a").await;
     assert_eq!(chans["channels"], serde_json::json!(["c1"]));
     for action in ["pause", "unpause", "empty"] {
         assert_eq!(
@@ -167,12 +142,7 @@ async fn topic_and_channel_admin_and_the_lookupd_view() {
         404
     );
     assert_eq!(post(b.url("/topic/delete?topic=a"), "").await.0, 200);
-    let topics: Value = reqwest::get(b.url("/topics"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics: Value = b.get_json("/topics").await;
     assert_eq!(topics["topics"], serde_json::json!([]));
     b.stop().await;
 }
@@ -204,12 +174,7 @@ async fn stats_text_and_json_list_topics_and_channels() {
     let b = Broker::start().await;
     post(b.url("/pub?topic=t"), "x").await;
     post(b.url("/channel/create?topic=t&channel=ch"), "").await;
-    let text = reqwest::get(b.url("/stats"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = b.get_text("/stats").await;
     assert!(text.contains("[t"), "{text}");
     assert!(text.contains("[ch"), "{text}");
     assert!(text.contains("\nProducers: None\n"), "{text}");
@@ -222,12 +187,7 @@ async fn stats_text_and_json_list_topics_and_channels() {
     let mut c = b.client().await;
     c.subscribe("t", "ch", 1).await;
     c.expect_message().await;
-    let text = reqwest::get(b.url("/stats"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = b.get_text("/stats").await;
     for want in [
         "\nuptime ",
         "\nMemory:\n   heap_objects ",
@@ -241,24 +201,14 @@ async fn stats_text_and_json_list_topics_and_channels() {
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
-    let v: Value = reqwest::get(b.url("/stats?format=json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = b.get_json("/stats?format=json").await;
     let producer = &v["producers"][0];
     assert_eq!(producer["hostname"], "pub-host", "{v}");
     assert_eq!(producer["user_agent"], "agent/1.0", "{v}");
     let consumer = &v["topics"][0]["channels"][0]["clients"][0];
     assert_eq!(consumer["hostname"], "127.0.0.1", "{v}");
     assert_eq!(consumer["client_id"], "127.0.0.1", "{v}");
-    let v: Value = reqwest::get(b.url("/stats?format=json"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = b.get_json("/stats?format=json").await;
     assert_eq!(v["health"], "OK");
     assert_eq!(v["topics"][0]["topic_name"], "t");
     assert_eq!(
@@ -299,12 +249,7 @@ async fn http_pub_with_defer_arrives_after_the_delay() {
 async fn channel_empty_drops_the_backlog_and_topic_pause_holds_delivery() {
     let b = Broker::start().await;
     let depth = async |b: &Broker| -> u64 {
-        let v: Value = reqwest::get(b.url("/stats?format=json&topic=e"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = b.get_json("/stats?format=json&topic=e").await;
         v["topics"][0]["channels"][0]["depth"].as_u64().unwrap()
     };
     post(b.url("/channel/create?topic=e&channel=c"), "").await;

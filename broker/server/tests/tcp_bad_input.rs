@@ -191,12 +191,7 @@ async fn a_client_that_stops_mid_body_is_timed_out_without_publishing() {
     c.expect_error("E_INVALID command read timed out").await;
     c.expect_closed().await;
     assert_others_unaffected(&b, 1).await;
-    let stats: serde_json::Value = reqwest::get(b.url("/stats?format=json&topic=t"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats: serde_json::Value = b.get_json("/stats?format=json&topic=t").await;
     assert!(
         stats["topics"]
             .as_array()

@@ -182,9 +182,8 @@ async fn stats_show_the_subscribed_client_and_the_producer() {
     let mut p = b.client().await;
     p.publish("t", b"x").await;
     c.expect_message().await;
-    let url = b.url("/stats?format=json");
     eventually(async || {
-        let v: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let v: serde_json::Value = b.get_json("/stats?format=json").await;
         let ch = &v["topics"][0]["channels"][0];
         ch["clients"][0]["client_id"] == "consumer-1"
             && ch["clients"][0]["message_count"] == 1

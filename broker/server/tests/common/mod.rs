@@ -84,10 +84,25 @@ impl Broker {
 
     /// The Prometheus text of `GET /metrics`.
     pub async fn metrics(&self) -> String {
-        reqwest::get(self.url("/metrics"))
+        self.get_text("/metrics").await
+    }
+
+    /// The body of `GET path` as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        reqwest::get(self.url(path))
             .await
             .unwrap()
             .text()
+            .await
+            .unwrap()
+    }
+
+    /// The body of `GET path` as JSON.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        reqwest::get(self.url(path))
+            .await
+            .unwrap()
+            .json()
             .await
             .unwrap()
     }
