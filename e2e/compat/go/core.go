@@ -456,13 +456,11 @@ func lookup(e *env) error {
 	if p := doc.Producers[0]; strconv.Itoa(p.TCPPort) != wantPort {
 		return fmt.Errorf("/lookup advertises tcp_port %d, broker listens on %s", p.TCPPort, wantPort)
 	}
-	cons, err := nsq.NewConsumer(topic, "c", e.config())
+	box := newInbox()
+	cons, err := e.newConsumer(e.config(), topic, "c", box, nil)
 	if err != nil {
 		return err
 	}
-	cons.SetLogger(e.logger("consumer"), nsq.LogLevelDebug)
-	box := newInbox()
-	cons.AddHandler(nsq.HandlerFunc(func(m *nsq.Message) error { box.add(m); return nil }))
 	if err := cons.ConnectToNSQLookupd(e.lookupHTTP); err != nil {
 		return err
 	}

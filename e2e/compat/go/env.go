@@ -189,8 +189,9 @@ func (b *inbox) describe() string {
 	return fmt.Sprintf("%d deliveries %v", len(parts), parts)
 }
 
-// consumer subscribes topic/channel directly on the broker; handler nil = auto-FIN into box.
-func (e *env) consumer(c *nsq.Config, topic, channel string, box *inbox, handler nsq.HandlerFunc) (*nsq.Consumer, error) {
+// newConsumer makes a consumer of topic/channel that logs to the scenario log, not yet
+// connected; handler nil = auto-FIN into box.
+func (e *env) newConsumer(c *nsq.Config, topic, channel string, box *inbox, handler nsq.HandlerFunc) (*nsq.Consumer, error) {
 	cons, err := nsq.NewConsumer(topic, channel, c)
 	if err != nil {
 		return nil, err
@@ -200,6 +201,15 @@ func (e *env) consumer(c *nsq.Config, topic, channel string, box *inbox, handler
 		handler = func(m *nsq.Message) error { box.add(m); return nil }
 	}
 	cons.AddHandler(handler)
+	return cons, nil
+}
+
+// consumer subscribes topic/channel directly on the broker; handler nil = auto-FIN into box.
+func (e *env) consumer(c *nsq.Config, topic, channel string, box *inbox, handler nsq.HandlerFunc) (*nsq.Consumer, error) {
+	cons, err := e.newConsumer(c, topic, channel, box, handler)
+	if err != nil {
+		return nil, err
+	}
 	if err := cons.ConnectToNSQD(e.tcp); err != nil {
 		cons.Stop()
 		return nil, fmt.Errorf("connect consumer %s/%s: %w", topic, channel, err)

@@ -5,8 +5,6 @@ import (
 	"math/rand"
 	"strings"
 	"time"
-
-	"github.com/nsqio/go-nsq"
 )
 
 // secureScenarios run against the broker with TLS required, client certificates verified
@@ -137,13 +135,11 @@ func authTopicNotGranted(e *env) error {
 // for the SUB answer, so the refusal shows up in the consumer's protocol log.
 func authSubNotGranted(e *env) error {
 	topic := fmt.Sprintf("forbidden-sub-%s-%06d", e.mode, rand.Intn(1000000))
-	cons, err := nsq.NewConsumer(topic, "c", e.config())
+	box := newInbox()
+	cons, err := e.newConsumer(e.config(), topic, "c", box, nil)
 	if err != nil {
 		return err
 	}
-	cons.SetLogger(e.logger("consumer"), nsq.LogLevelDebug)
-	box := newInbox()
-	cons.AddHandler(nsq.HandlerFunc(func(m *nsq.Message) error { box.add(m); return nil }))
 	connectErr := cons.ConnectToNSQD(e.tcp)
 	defer stop(cons)
 	if connectErr != nil && !strings.Contains(connectErr.Error(), "E_UNAUTHORIZED") {
