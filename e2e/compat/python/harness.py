@@ -112,21 +112,29 @@ class Env:
         return self.get_json(self.a.auth_http, "/requests")["requests"]
 
 
-class RecordingReader(nsq.Reader):
-    """A Reader that remembers connection errors and closes (a refused SUB) and, once closed,
-    does not reconnect: pynsq schedules a reconnect 15 s after any close of a direct nsqd
-    connection, which would otherwise land in a later scenario."""
+class _RecordsErrors:
+    """Mixin for pynsq clients: remembers connection errors (auth/TLS refusals) in `errors`
+    and registers the client in CLIENTS so the harness closes it after the scenario."""
 
     def __init__(self, *a, **kw):
         self.errors = []
-        self.closes = 0
-        self.closing = False
         super().__init__(*a, **kw)
         CLIENTS.append(self)
 
     def _on_connection_error(self, conn, error, **kwargs):
         self.errors.append(str(error))
         super()._on_connection_error(conn, error, **kwargs)
+
+
+class RecordingReader(_RecordsErrors, nsq.Reader):
+    """A Reader that also counts closes (a refused SUB) and, once closed, does not reconnect:
+    pynsq schedules a reconnect 15 s after any close of a direct nsqd connection, which would
+    otherwise land in a later scenario."""
+
+    def __init__(self, *a, **kw):
+        self.closes = 0
+        self.closing = False
+        super().__init__(*a, **kw)
 
     def _on_connection_close(self, conn, **kwargs):
         self.closes += 1
@@ -141,17 +149,8 @@ class RecordingReader(nsq.Reader):
         super().close()
 
 
-class RecordingWriter(nsq.Writer):
-    """A Writer that remembers connection errors (auth/TLS refusals) for assertions."""
-
-    def __init__(self, *a, **kw):
-        self.errors = []
-        super().__init__(*a, **kw)
-        CLIENTS.append(self)
-
-    def _on_connection_error(self, conn, error, **kwargs):
-        self.errors.append(str(error))
-        super()._on_connection_error(conn, error, **kwargs)
+class RecordingWriter(_RecordsErrors, nsq.Writer):
+    """A Writer whose closed connections fail their pending callbacks at once."""
 
     def _on_connection_close(self, conn, **kwargs):
         self.errors.append("connection closed")
