@@ -8,8 +8,8 @@ CARGO ?= cargo
 export RUSTQUEUE_CACHE ?= $(HOME)/.cache/rustqueue
 
 .PHONY: help
-help: ## list the targets
-	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+help: ## list every target with what it does
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 .PHONY: deps
 deps: ## install pinned external tools into ~/.cache/rustqueue (idempotent)
@@ -28,7 +28,7 @@ fmt: ## format the code
 	$(CARGO) fmt --all
 
 .PHONY: fmt-check
-fmt-check:
+fmt-check: ## rustfmt check only
 	$(CARGO) fmt --all -- --check
 
 .PHONY: lint
@@ -43,26 +43,31 @@ unit: ## unit and integration tests of every crate (includes crash tests and the
 crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL failpoints (unit runs them too)
 	$(CARGO) test -p rustqueue-storage --features crash-injection --locked --test crash_sim --test crash_sigkill
 
+.PHONY: check
+check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
+	$(CARGO) test --workspace --all-features --locked --lib --bins
+
+# The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit ## the whole suite: what .ci/run runs
+test: lint unit compat e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
-ci: test
+ci: test ## same as test
 
-# --- operator CRD (issue 7): generated from operator/api; drift fails crdgen and config tests --
+# --- operator CRD: generated from operator/api; drift fails crdgen and config tests ----------
 .PHONY: crds
 crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
 	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd > crds/rustqueue.io_rustqueues.yaml.tmp
 	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
 	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
 
-# --- benchmarks (issue 8): not part of `make test`; see docs/benchmarks.md -------------------
+# --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: deps-nsqd
-deps-nsqd:
+deps-nsqd: ## install official nsqd (the parity and benchmark peer) into the cache
 	scripts/deps.sh nsqd
 
 # rustqueue-bench's own tests run against the real nsqd: install it first, never skip.
@@ -75,7 +80,7 @@ bench: deps-nsqd ## RustQueue vs nsqd side by side (~4 min a round, 12 for BENCH
 	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
 	  --markdown docs/benchmarks.md --notes bench/notes.md
 
-# --- official-client matrix (issue 4): see e2e/compat/README.md ------------------------------
+# --- official-client matrix: see e2e/compat/README.md -----------------------------------------
 COMPAT_TARGET := $(or $(CARGO_TARGET_DIR),target)
 COMPAT_RESULTS ?= $(COMPAT_TARGET)/compat-results
 
@@ -94,13 +99,12 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # operator exactly as e2e-operator builds them so the two stages share one build (a release
 # build would add minutes, and the matrix measures behaviour, not speed), plus about 4 minutes
 # of official-client runs against it and against nsqd.
-test: compat
 
-# --- Kubernetes testbed (issue 6): see docs/e2e.md ---------------------------------------------
+# --- Kubernetes testbed: see docs/e2e.md --------------------------------------------------------
 # The control plane (etcd, kube-apiserver, -controller-manager, -scheduler) is built once from
 # the Go module proxy into ~/.cache/rustqueue/k8s-<version>; the testbed's tests need it.
 .PHONY: deps-k8s
-deps-k8s:
+deps-k8s: ## build the testbed's Kubernetes binaries and kubectl into the cache
 	scripts/deps.sh k8s kubectl
 
 unit: deps-k8s
@@ -112,7 +116,7 @@ e2e: e2e-testbed e2e-operator ## Kubernetes e2e: the testbed self-test, then the
 e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
 	$(CARGO) test -p rustqueue-testbed --locked
 
-# The operator (issue 7) installed with kubectl from config/, two replicas, the sample on three
+# The operator installed with kubectl from config/, two replicas, the sample on three
 # Nodes, pynsq consuming, a broker Pod replaced, leader failover, a CEL refusal.
 E2E_BIN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/debug
 .PHONY: e2e-operator
@@ -121,11 +125,8 @@ e2e-operator: deps-k8s ## the operator scenario on the testbed (kubectl apply -k
 	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator --bins
 	RUSTQUEUE_E2E_BIN_DIR=$(E2E_BIN_DIR) $(CARGO) test --locked -p rustqueue-e2e
 
-test: e2e-operator
-
-# --- protocol fuzz smoke (issue 4): the cargo-fuzz targets, built on stable -----------------
+# --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke
 fuzz-smoke: ## run each protocol decoder fuzz target (command, identify, mpub) for FUZZ_SECONDS (10)
 	scripts/fuzz-smoke.sh
 
-test: fuzz-smoke

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Official-client compatibility matrix (issue 4): runs the go-nsq, pynsq and nsqjs suites
+# Official-client compatibility matrix: runs the go-nsq, pynsq and nsqjs suites
 # against one server, official nsqd or rustqueued.
 #
 # Usage: e2e/compat/run.sh <nsqd|rustqueued> [go|python|node]...   (default: all three)
@@ -120,7 +120,7 @@ start_nsqd() {
     --tls-required=true "--auth-http-address=$AUTH"
 }
 
-# rustqueued_config FILE TCP HTTP DATA SECURE: the TOML of spec/broker.md §8.2.
+# rustqueued_config FILE TCP HTTP DATA SECURE: a broker config file (docs/configuration.md).
 rustqueued_config() {
   local file="$1" tcp="$2" http="$3" data="$4" secure="$5"
   cat >"$file" <<EOF
@@ -163,7 +163,8 @@ EOF
 
 start_rustqueued() {
   # The plain broker takes its addresses and data path from the environment overrides
-  # (spec/broker.md §8.3) on top of a file that names other ones; the secure one from the file.
+  # (docs/configuration.md, "Environment variables") on top of a file that names other ones;
+  # the secure one from the file.
   PLAIN_TCP="127.0.0.1:$(free_port)" PLAIN_HTTP="127.0.0.1:$(free_port)"
   PLAIN_LOOKUP="$PLAIN_HTTP"
   rustqueued_config "$WORK/plain.toml" "127.0.0.1:1" "127.0.0.1:2" "$WORK/wrong-data" 0

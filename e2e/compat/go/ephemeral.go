@@ -7,7 +7,7 @@ import (
 )
 
 // sample: SampleRate=50 over 100 messages. rustqueued samples deterministically (the first 50
-// of every 100 candidates, spec/broker.md §1.8), so it must deliver exactly 50. nsqd draws
+// of every 100 candidates, docs/compatibility.md), so it must deliver exactly 50. nsqd draws
 // rand.Int31n(100) per message and keeps it when the draw is <= the rate (about 51 %), so for
 // nsqd only a wide binomial bound is asserted (20..80; a miss has probability < 1e-9).
 // Either way nothing sampled out may arrive later, and the channel must drain to depth 0.

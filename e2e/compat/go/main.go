@@ -1,5 +1,5 @@
 // Command compat-go runs the go-nsq half of the official-client compatibility matrix
-// (issue 4) against one NSQ-compatible server: official nsqd or rustqueued.
+// against one NSQ-compatible server: official nsqd or rustqueued.
 //
 // e2e/compat/run.sh starts the servers and calls this binary once per server mode:
 // `plain` (a broker with optional TLS) and `secure` (TLS required, mTLS, external AUTH).

@@ -65,7 +65,7 @@ func expectRefused(err error, what string, codes ...string) error {
 }
 
 // tlsRequired: a plaintext client is refused. nsqd answers E_INVALID "cannot PUB in current
-// state (TLS required)"; rustqueued answers E_TLS_REQUIRED (spec/broker.md §1.1).
+// state (TLS required)"; rustqueued answers E_TLS_REQUIRED (docs/compatibility.md).
 func tlsRequired(e *env) error {
 	c := e.config()
 	c.TlsV1, c.TlsConfig, c.Deflate = false, nil, false

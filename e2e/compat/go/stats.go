@@ -7,7 +7,7 @@ import (
 )
 
 // The subset of nsqd's `/stats?format=json` that the scenarios read. rustqueued serves the
-// same field names (spec/broker.md §2.4).
+// same field names (docs/compatibility.md).
 type statsClient struct {
 	ClientID   string `json:"client_id"`
 	TLS        bool   `json:"tls"`

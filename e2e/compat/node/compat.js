@@ -1,5 +1,5 @@
 'use strict'
-// nsqjs half of the official-client compatibility matrix (issue 4).
+// nsqjs half of the official-client compatibility matrix.
 //
 // e2e/compat/run.sh runs this with NODE_PATH at the cached nsqjs install, once per broker
 // mode: `plain` (TLS optional) and `secure` (TLS required, mTLS, external AUTH). Every

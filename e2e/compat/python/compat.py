@@ -1,4 +1,4 @@
-"""pynsq half of the official-client compatibility matrix (issue 4).
+"""pynsq half of the official-client compatibility matrix.
 
 e2e/compat/run.sh runs this with the pinned pynsq/tornado venv once per broker mode, `plain`
 (TLS optional) and `secure` (TLS required, mTLS, external AUTH). Every scenario prints
