@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|python|node|k8s|kubectl|openssl|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|python|node|k8s|kubectl|crane|openssl|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -40,6 +40,22 @@ deps_node() {
   (cd "$RUSTQUEUE_CACHE/$name" && npm init -y >/dev/null &&
     npm install --silent --no-audit --no-fund "nsqjs@$NSQJS_VERSION")
   finish "$name"
+}
+
+# go-containerregistry's crane: assembles the OCI images (`make images`) and serves the testbed's
+# local registry (`crane registry serve`). Built inside the downloaded module, as for nsqd.
+deps_crane() {
+  local name="crane-$CRANE_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/crane" ] && return 0
+  log "building crane $CRANE_VERSION (one time)"
+  local src start=$SECONDS
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/google/go-containerregistry@$CRANE_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$RUSTQUEUE_CACHE/$name/bin/crane" ./cmd/crane)
+  finish "$name"
+  log "crane $CRANE_VERSION built in $((SECONDS - start))s"
 }
 
 # Kubernetes control plane for the e2e testbed (one multi-call Go binary; see build-k8s.sh).
@@ -97,9 +113,9 @@ main() {
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_python; deps_node; deps_k8s; deps_kubectl; deps_openssl ;;
-      nsqd | python | node | k8s | kubectl | openssl) "deps_$t" ;;
-      *) die "unknown tool '$t' (expected: nsqd python node k8s kubectl openssl all)" ;;
+      all) deps_nsqd; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_openssl ;;
+      nsqd | python | node | k8s | kubectl | crane | openssl) "deps_$t" ;;
+      *) die "unknown tool '$t' (expected: nsqd python node k8s kubectl crane openssl all)" ;;
     esac
   done
 }

@@ -67,7 +67,7 @@ pub struct Settings {
     pub profiles: Vec<String>,
 }
 
-/// The five cases of issue 8.
+/// The five cases of docs/benchmarks.md.
 pub fn cases(s: &Settings) -> Vec<Case> {
     let base = RunConfig {
         address: String::new(),

@@ -81,7 +81,7 @@ struct CompareArgs {
     warmup_seconds: f64,
     #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1)]
     rounds: usize,
-    /// Messages in the backlog case (issue 8 names 10,000,000).
+    /// Messages in the backlog case (docs/benchmarks.md uses 10,000,000).
     #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 100_000)]
     backlog_messages: u64,
     #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 90.0)]

@@ -56,7 +56,7 @@ pub fn render(results: &Results, notes: Option<&str>) -> String {
     for p in &results.profiles {
         let _ = writeln!(md, "| `{}` | {} |", p.name, p.durability);
     }
-    let _ = writeln!(md, "\n## Targets (issue 8)\n");
+    let _ = writeln!(md, "\n## Targets\n");
     let _ = writeln!(md, "| Target | Measured | Status |\n|---|---|---|");
     for (text, measured, status) in targets(results) {
         let _ = writeln!(md, "| {text} | {measured} | {status} |");

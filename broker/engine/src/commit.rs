@@ -11,10 +11,11 @@ use rustqueue_storage::{ChannelCommand, ChannelWal, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::channel::Channel;
+use crate::error::StorageFault;
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::lock;
 
-type Reply = oneshot::Sender<Result<(), String>>;
+type Reply = oneshot::Sender<Result<(), StorageFault>>;
 
 /// A request to a channel WAL worker.
 pub(crate) enum WalReq {
@@ -107,8 +108,8 @@ async fn group_commit_loop(
         })
         .await;
         let (back, result) = match joined {
-            Ok((back, r)) => (back, r.map_err(|e| e.to_string())),
-            Err(e) => (None, Err(format!("channel commit task failed: {e}"))),
+            Ok((back, r)) => (back, r.map_err(StorageFault::from)),
+            Err(e) => (None, Err(StorageFault::task("channel commit", &e))),
         };
         wal = back;
         for r in replies {
@@ -150,7 +151,7 @@ fn persist(
 pub(crate) async fn persist_wait(
     chan: &Arc<Channel>,
     cmds: Vec<ChannelCommand>,
-) -> Result<(), String> {
+) -> Result<(), StorageFault> {
     persist_send(chan, cmds).await
 }
 
@@ -160,20 +161,20 @@ pub(crate) async fn persist_wait(
 pub(crate) fn persist_send(
     chan: &Channel,
     cmds: Vec<ChannelCommand>,
-) -> impl std::future::Future<Output = Result<(), String>> + Send + 'static {
+) -> impl std::future::Future<Output = Result<(), StorageFault>> + Send + 'static {
     let rx = match &chan.wal_tx {
         Some(tx) if !cmds.is_empty() => {
             let (rtx, rrx) = oneshot::channel();
             tx.send(WalReq::Cmds(cmds, Some(rtx), Instant::now()))
                 .map(|()| rrx)
-                .map_err(|_| "channel closed".to_string())
+                .map_err(|_| StorageFault::ChannelClosed)
                 .map(Some)
         }
         _ => Ok(None),
     };
     async move {
         match rx? {
-            Some(rrx) => rrx.await.map_err(|_| "channel closed".to_string())?,
+            Some(rrx) => rrx.await.map_err(|_| StorageFault::ChannelClosed)?,
             None => Ok(()),
         }
     }
@@ -192,12 +193,12 @@ pub(crate) fn persist_later(chan: &Channel, cmds: Vec<ChannelCommand>) {
 pub(crate) async fn control(
     chan: &Channel,
     make: impl FnOnce(Reply) -> WalReq,
-) -> Result<(), String> {
+) -> Result<(), StorageFault> {
     let Some(tx) = &chan.wal_tx else {
         return Ok(());
     };
     let (rtx, rrx) = oneshot::channel();
     tx.send(make(rtx))
-        .map_err(|_| "channel closed".to_string())?;
-    rrx.await.map_err(|_| "channel closed".to_string())?
+        .map_err(|_| StorageFault::ChannelClosed)?;
+    rrx.await.map_err(|_| StorageFault::ChannelClosed)?
 }

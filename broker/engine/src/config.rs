@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// When a PUB/MPUB/DPUB is acknowledged (spec/broker.md §4.1).
+/// When a PUB/MPUB/DPUB is acknowledged (docs/architecture.md, "Acknowledgement modes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AckMode {

@@ -11,7 +11,7 @@ use rustqueue_storage::{Entry, FsFile};
 use crate::channel::{Channel, ConsumerState, Take, TakeRules};
 use crate::commit::{persist_later, persist_send, persist_wait};
 use crate::engine::{Inner, PERMIT_BYTES};
-use crate::error::DeliveryError;
+use crate::error::{DeliveryError, StorageFault};
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::{Topic, lock};
 use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms};
@@ -41,7 +41,7 @@ pub type Durable = std::pin::Pin<
 
 /// Wraps a WAL fsync wait; its duration from now is the channel ack time.
 fn durable(
-    fut: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+    fut: impl std::future::Future<Output = Result<(), StorageFault>> + Send + 'static,
     metrics: Arc<EngineMetrics>,
 ) -> Durable {
     let applied = Instant::now();

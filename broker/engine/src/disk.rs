@@ -1,4 +1,4 @@
-//! Disk-pressure guard (spec/broker.md §5.5): `statvfs` on the data path every
+//! Disk-pressure guard (docs/api.md, "Disk pressure"): `statvfs` on the data path every
 //! `disk_check_interval`. Pressure starts at used ≥ high watermark or free < `min_free_bytes`
 //! and clears at used < low watermark and free ≥ `min_free_bytes`; an inspection error counts
 //! as pressure (fail closed). Under pressure publishes are throttled; consumption, FIN and REQ

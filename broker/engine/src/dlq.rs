@@ -1,4 +1,4 @@
-//! Dead-letter topic names (spec/broker.md §1.9): `<topic>.<channel><suffix>`, or, when that is
+//! Dead-letter topic names (docs/storage-format.md, "Dead letters"): `<topic>.<channel><suffix>`, or, when that is
 //! not a valid name (over 64 characters), `<topic prefix>.<crc32c(topic \0 channel) as 8
 //! hex><suffix>` truncated to 64.
 

@@ -12,7 +12,7 @@ use tokio::sync::{Semaphore, oneshot};
 use crate::commit::{WalReq, control, persist_wait};
 use crate::config::{EngineConfig, feature_level_message_cap};
 use crate::consumer::Consumer;
-use crate::error::{EngineError, OpenError, PublishError};
+use crate::error::{BadBatch, ConfigError, EngineError, OpenError, PublishError, StorageFault};
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::topic::{PubReq, Topic, background_sync, lock};
 use crate::types::{
@@ -82,13 +82,14 @@ impl Engine {
     /// [`Engine::open`] over a chosen file system (tests use a simulated one).
     pub async fn open_with_fs(cfg: EngineConfig, fs: Arc<dyn Fs>) -> Result<Engine, OpenError> {
         if cfg.max_message_bytes > feature_level_message_cap(cfg.feature_level.max(1)) {
-            return Err(OpenError::Config(format!(
-                "max_message_bytes {} needs a higher storage feature level than {}",
-                cfg.max_message_bytes, cfg.feature_level
-            )));
+            return Err(ConfigError::MessageTooBigForLevel {
+                max_message_bytes: cfg.max_message_bytes,
+                feature_level: cfg.feature_level,
+            }
+            .into());
         }
         if cfg.max_segment_bytes < 4_096 && cfg.max_segment_bytes < cfg.max_message_bytes {
-            return Err(OpenError::Config("max_segment_bytes is too small".into()));
+            return Err(ConfigError::SegmentTooSmall.into());
         }
         // One bound for the whole process: every topic log pages through the shared cache.
         rustqueue_storage::log::PageCache::shared()
@@ -101,7 +102,7 @@ impl Engine {
         let path = cfg.data_path.clone();
         let (store, recovered) = tokio::task::spawn_blocking(move || Store::open(fs, &path, opts))
             .await
-            .map_err(|e| OpenError::Config(format!("recovery task failed: {e}")))??;
+            .map_err(|e| OpenError::Recovery(StorageFault::task("recovery", &e)))??;
         let revision = store.revision();
         let permits = (cfg.node_publish_inflight_bytes / PERMIT_BYTES)
             .clamp(1, u64::from(u32::MAX >> 3)) as usize;
@@ -171,7 +172,7 @@ impl Engine {
             return Err(PublishError::ShuttingDown);
         }
         if let Some(f) = inner.store.fault().reason() {
-            return Err(PublishError::StorageFault(f));
+            return Err(StorageFault::Isolated(f).into());
         }
         if !valid_name(topic) {
             return Err(PublishError::BadTopic(topic.to_string()));
@@ -180,10 +181,7 @@ impl Engine {
             return Err(PublishError::Throttled);
         }
         if bodies.is_empty() || bodies.len() > rustqueue_storage::record::MAX_BATCH {
-            return Err(PublishError::BadBatch(format!(
-                "{} messages (allowed 1..=65536)",
-                bodies.len()
-            )));
+            return Err(PublishError::BadBatch(BadBatch::Count(bodies.len())));
         }
         let mut total = 0u64;
         for b in &bodies {
@@ -209,12 +207,7 @@ impl Engine {
             .clone()
             .try_acquire_many_owned(units)
             .map_err(|_| PublishError::Throttled)?;
-        let t = inner.get_or_create_topic(topic).map_err(|e| match e {
-            EngineError::TooManyTopics => PublishError::TopicLimit,
-            EngineError::BadName(n) => PublishError::BadTopic(n),
-            EngineError::ShuttingDown => PublishError::ShuttingDown,
-            e => PublishError::StorageFault(e.to_string()),
-        })?;
+        let t = inner.get_or_create_topic(topic)?;
         inner
             .publish_to(&t, bodies, now_ms() + defer.as_millis() as i64, false)
             .await
@@ -248,7 +241,7 @@ impl Engine {
                     .and_then(|_| store.bump_revision())
             })
             .await
-            .map_err(|e| EngineError::StorageFault(e.to_string()))??;
+            .map_err(|e| StorageFault::task("topic deletion", &e))??;
         }
         Ok(())
     }
@@ -309,9 +302,7 @@ impl Engine {
         let through = lock(&t.log).next_position() - 1;
         let cmd = lock(&c.st).empty(through);
         c.notify.notify_waiters();
-        persist_wait(&c, vec![cmd])
-            .await
-            .map_err(EngineError::StorageFault)
+        Ok(persist_wait(&c, vec![cmd]).await?)
     }
 
     /// Pauses or resumes one channel.
@@ -326,9 +317,7 @@ impl Engine {
         let cmd = rustqueue_storage::ChannelCommand::Pause(paused);
         lock(&c.st).durable.apply(&cmd);
         c.notify.notify_waiters();
-        persist_wait(&c, vec![cmd])
-            .await
-            .map_err(EngineError::StorageFault)
+        Ok(persist_wait(&c, vec![cmd]).await?)
     }
 
     /// SUB: registers a consumer (creating topic and channel if needed).
@@ -448,7 +437,7 @@ impl Engine {
         let inner = self.inner.clone();
         let r = tokio::task::spawn_blocking(move || crate::gc::scrub_all(&inner))
             .await
-            .map_err(|e| EngineError::StorageFault(e.to_string()))?;
+            .map_err(|e| StorageFault::task("scrub", &e))?;
         r.map_err(|e| {
             self.inner.store.fault().trip(e.to_string());
             EngineError::from(e)

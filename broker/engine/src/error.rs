@@ -1,6 +1,64 @@
-//! Error types of the engine API; the server maps each variant to an NSQ error code.
+//! Error types of the engine API, one enum per operation; the server maps each variant to an
+//! NSQ error code (docs/architecture.md, "Errors on the wire").
+//!
+//! Every operation that reaches storage shares one cause, [`StorageFault`]: it is `Clone`
+//! because one group commit answers many waiters with the same failure.
+
+use std::sync::Arc;
 
 use rustqueue_storage::StorageError;
+
+/// Why a storage step failed. Any of these means storage is isolated (or the work was cut off
+/// by a shutdown); the request may be retried on a restarted broker.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StorageFault {
+    /// A storage call failed; the store's fail-closed switch has tripped.
+    #[error(transparent)]
+    Storage(Arc<StorageError>),
+    /// An earlier failure isolated storage; no writes are accepted until restart.
+    #[error("storage is isolated after an earlier failure ({0}); restart the broker")]
+    Isolated(String),
+    /// A blocking storage task panicked or was cancelled.
+    #[error("{task} task failed: {cause}")]
+    Task {
+        /// Which task (commit, sync, eviction...).
+        task: &'static str,
+        /// The join error.
+        cause: String,
+    },
+    /// The channel's WAL worker has stopped (channel deleted or engine shut down).
+    #[error("channel closed")]
+    ChannelClosed,
+}
+
+impl StorageFault {
+    /// A failed `spawn_blocking` of the named storage task.
+    pub(crate) fn task(task: &'static str, e: &tokio::task::JoinError) -> Self {
+        StorageFault::Task {
+            task,
+            cause: e.to_string(),
+        }
+    }
+}
+
+impl From<StorageError> for StorageFault {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Isolated(why) => StorageFault::Isolated(why),
+            e => StorageFault::Storage(Arc::new(e)),
+        }
+    }
+}
+
+/// Two faults are equal when they report the same failure (the I/O error inside is not
+/// comparable, its message is).
+impl PartialEq for StorageFault {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for StorageFault {}
 
 /// Why the engine could not open.
 #[derive(Debug, thiserror::Error)]
@@ -8,9 +66,30 @@ pub enum OpenError {
     /// Recovery or the directory lock failed (the message names file, offset and remedy).
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The recovery task panicked or was cancelled.
+    #[error(transparent)]
+    Recovery(StorageFault),
     /// The configuration is invalid.
     #[error("invalid engine configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
+}
+
+/// An engine configuration the storage cannot serve.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `max_message_bytes` is above what the storage feature level can store.
+    #[error(
+        "max_message_bytes {max_message_bytes} needs a higher storage feature level than {feature_level}"
+    )]
+    MessageTooBigForLevel {
+        /// The configured message limit.
+        max_message_bytes: u64,
+        /// The configured storage feature level.
+        feature_level: u8,
+    },
+    /// `max_segment_bytes` cannot hold the largest message.
+    #[error("max_segment_bytes is too small")]
+    SegmentTooSmall,
 }
 
 /// Why a PUB/MPUB/DPUB failed.
@@ -29,7 +108,7 @@ pub enum PublishError {
     EmptyBody,
     /// No bodies, or more than one record can hold (`E_BAD_BODY`).
     #[error("invalid batch: {0}")]
-    BadBatch(String),
+    BadBatch(BadBatch),
     /// Invalid topic name (`E_BAD_TOPIC`).
     #[error("invalid topic name {0:?}")]
     BadTopic(String),
@@ -44,10 +123,21 @@ pub enum PublishError {
     TopicLimit,
     /// Storage is isolated after an I/O or integrity failure (`E_PUB_RETRY` / 503).
     #[error("storage fault: {0}")]
-    StorageFault(String),
+    StorageFault(#[from] StorageFault),
     /// The engine is shutting down (`E_CLOSING` / 503).
     #[error("shutting down")]
     ShuttingDown,
+}
+
+/// What is wrong with a batch as a whole.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadBatch {
+    /// No bodies, or more than one record may hold.
+    #[error("{0} messages (allowed 1..=65536)")]
+    Count(usize),
+    /// The bodies together exceed one record.
+    #[error("{0} exceeds one record")]
+    TooLarge(u64),
 }
 
 /// Why FIN/REQ/TOUCH failed.
@@ -61,7 +151,7 @@ pub enum DeliveryError {
     InvalidDelay,
     /// The channel WAL could not be written (storage isolated).
     #[error("storage fault: {0}")]
-    StorageFault(String),
+    StorageFault(#[from] StorageFault),
 }
 
 /// Why a management call failed.
@@ -84,7 +174,7 @@ pub enum EngineError {
     TooManyChannels,
     /// Storage is isolated (503).
     #[error("storage fault: {0}")]
-    StorageFault(String),
+    StorageFault(#[from] StorageFault),
     /// The engine is shutting down (503).
     #[error("shutting down")]
     ShuttingDown,
@@ -92,18 +182,32 @@ pub enum EngineError {
 
 impl From<StorageError> for EngineError {
     fn from(e: StorageError) -> Self {
-        EngineError::StorageFault(e.to_string())
+        EngineError::StorageFault(e.into())
     }
 }
 
 impl From<StorageError> for PublishError {
     fn from(e: StorageError) -> Self {
         match e {
-            StorageError::BatchTooLarge(n) => {
-                PublishError::BadBatch(format!("{n} exceeds one record"))
-            }
-            StorageError::SequenceExhausted => PublishError::StorageFault(e.to_string()),
-            e => PublishError::StorageFault(e.to_string()),
+            StorageError::BatchTooLarge(n) => PublishError::BadBatch(BadBatch::TooLarge(n)),
+            e => PublishError::StorageFault(e.into()),
+        }
+    }
+}
+
+/// A topic that could not be had for a publish: each management refusal as its publish
+/// refusal.
+impl From<EngineError> for PublishError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::TooManyTopics => PublishError::TopicLimit,
+            EngineError::BadName(n) => PublishError::BadTopic(n),
+            EngineError::ShuttingDown => PublishError::ShuttingDown,
+            EngineError::StorageFault(f) => PublishError::StorageFault(f),
+            // get_or_create_topic returns neither of these.
+            EngineError::TopicNotFound
+            | EngineError::ChannelNotFound
+            | EngineError::TooManyChannels => PublishError::TopicLimit,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Protective eviction (spec/broker.md §5.5), opt-in with `protective_eviction_enabled`.
+//! Protective eviction (docs/api.md, "Disk pressure"), opt-in with `protective_eviction_enabled`.
 //!
 //! After `disk_pressure_grace` of continuous pressure the disk guard calls [`evict_once`] on
 //! every tick. It picks the durable topic holding the oldest message and runs, in order:
@@ -21,7 +21,7 @@ use rustqueue_storage::{EvictionAudit, OldestSegment, StorageError};
 
 use crate::commit::persist_wait;
 use crate::engine::Inner;
-use crate::error::EngineError;
+use crate::error::{EngineError, StorageFault};
 use crate::metrics::Counter;
 use crate::topic::{Topic, lock};
 
@@ -34,7 +34,7 @@ pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> 
     let (i2, t2) = (inner.clone(), t.clone());
     let seg = tokio::task::spawn_blocking(move || prepare(&i2, &t2))
         .await
-        .map_err(|e| EngineError::StorageFault(format!("eviction task failed: {e}")))??;
+        .map_err(|e| StorageFault::task("eviction", &e))??;
     t.publish_visibility();
     let Some(seg) = seg else { return Ok(false) };
     if seg.messages > 0 {
@@ -52,7 +52,7 @@ pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> 
     let base = seg.base;
     let messages = tokio::task::spawn_blocking(move || lock(&t2.log).evict_oldest(base))
         .await
-        .map_err(|e| EngineError::StorageFault(format!("eviction task failed: {e}")))??;
+        .map_err(|e| StorageFault::task("eviction", &e))??;
     inner.metrics.add(Counter::Evictions, 1);
     inner.metrics.add(Counter::EvictedMessages, messages);
     tracing::warn!(

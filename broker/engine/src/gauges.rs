@@ -5,8 +5,8 @@ use crate::engine::Engine;
 use crate::metrics::{Counter, EngineMetrics};
 use crate::topic::lock;
 
-/// Queue aggregates of spec/broker.md §7.2 (and the per-topic parts of §7.3) computed on
-/// demand.
+/// Queue aggregates (and the per-topic parts of the detailed series) of docs/api.md, computed
+/// on demand.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueGauges {
     /// Age of the oldest appended-but-unsynced message over all topics (0 when all synced).

@@ -1,5 +1,5 @@
 //! Retention: deletes whole sealed segments that no channel, bootstrap window or unrouted
-//! boundary still needs (spec/broker.md §5.1). Runs every `gc_interval`. Also the scrub loop,
+//! boundary still needs (docs/storage-format.md, "Retention"). Runs every `gc_interval`. Also the scrub loop,
 //! which re-verifies sealed segments at a bounded rate and isolates storage on a mismatch.
 
 use std::sync::{Arc, Weak};

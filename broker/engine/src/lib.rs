@@ -32,7 +32,9 @@ pub use bytes::Bytes;
 pub use config::{AckMode, EngineConfig, feature_level_message_cap};
 pub use consumer::{Consumer, Durable};
 pub use engine::Engine;
-pub use error::{DeliveryError, EngineError, OpenError, PublishError};
+pub use error::{
+    BadBatch, ConfigError, DeliveryError, EngineError, OpenError, PublishError, StorageFault,
+};
 pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 pub use types::{

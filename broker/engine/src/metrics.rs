@@ -1,11 +1,11 @@
 //! The engine's own metrics: plain atomics fed on the hot paths (no lock is taken just to
 //! count) and fixed-bucket histograms. The server renders them as Prometheus text under the
-//! names of spec/broker.md §7; [`Counter::name`] and [`Timer::name`] are those names.
+//! names listed in docs/api.md; [`Counter::name`] and [`Timer::name`] are those names.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Histogram bucket upper bounds in seconds (spec/broker.md §7.4; `+Inf` is implicit).
+/// Histogram bucket upper bounds in seconds (docs/api.md; `+Inf` is implicit).
 pub const BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::Channel;
 use crate::config::AckMode;
-use crate::error::PublishError;
+use crate::error::{PublishError, StorageFault};
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::types::now_ns;
 
@@ -215,7 +215,7 @@ async fn append_stage(
             tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
                 .await
                 .unwrap_or_else(|e| {
-                    let e = PublishError::StorageFault(format!("commit task failed: {e}"));
+                    let e = PublishError::from(StorageFault::task("commit", &e));
                     vec![Err(e); n]
                 })
         } else {
@@ -332,7 +332,7 @@ async fn sync_stage(
         let sync_began = Instant::now();
         let result = tokio::task::spawn_blocking(move || sync(&t2))
             .await
-            .unwrap_or_else(|e| Err(PublishError::StorageFault(format!("sync task failed: {e}"))));
+            .unwrap_or_else(|e| Err(StorageFault::task("sync", &e).into()));
         t.publish_visibility();
         for r in waiting {
             let _ = r.send(result.clone());

@@ -1,4 +1,4 @@
-//! The channel WAL group commit (spec/broker.md §4.3): concurrent FINs share WAL fsyncs, the
+//! The channel WAL group commit (docs/storage-format.md, "Channel WAL"): concurrent FINs share WAL fsyncs, the
 //! automatic checkpoint truncates the WAL and its state survives a reopen; and fan-out to the
 //! 1,024-channel limit.
 

@@ -1,4 +1,4 @@
-//! Dead-lettering (spec/broker.md §1.9): with the default 16 attempts a message is delivered
+//! Dead-lettering (docs/storage-format.md, "Dead letters"): with the default 16 attempts a message is delivered
 //! 15 times, then moved to `<topic>.<channel>.DLQ` and finished on its source channel; long
 //! names fall back to a hashed valid name; a crash in the move never loses the message.
 

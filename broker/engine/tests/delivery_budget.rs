@@ -1,4 +1,4 @@
-//! The node delivery budget (spec §6): each body read for delivery holds 2 × its size, one
+//! The node delivery budget (`limits.node_delivery_inflight_bytes` in docs/configuration.md): each body read for delivery holds 2 × its size, one
 //! read at most half the budget, and a read that does not fit waits instead of allocating.
 
 mod common;

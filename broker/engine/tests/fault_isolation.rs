@@ -1,4 +1,4 @@
-//! Fail-closed storage (spec §3.10): an fsync that fails isolates the whole store. The
+//! Fail-closed storage (docs/architecture.md, "Errors on the wire"): an fsync that fails isolates the whole store. The
 //! request that hit it gets an error (never `OK`), every later write is refused even once
 //! the disk works again, `health().storage_fault` says why, and a restart recovers.
 //!
@@ -132,7 +132,9 @@ async fn an_fdatasync_failure_during_a_durable_publish_isolates_storage() {
     let r = publish(&e, "lost").await;
     assert!(fs.refused() >= 1, "the segment fdatasync was attempted");
     match r {
-        Err(PublishError::StorageFault(why)) => assert!(why.contains("fdatasync"), "{why}"),
+        Err(PublishError::StorageFault(why)) => {
+            assert!(why.to_string().contains("fdatasync"), "{why}")
+        }
         other => panic!("a publish whose fdatasync failed answered {other:?}"),
     }
     let fault = assert_isolated(&e, &fs).await;
@@ -177,7 +179,7 @@ async fn an_fsync_failure_of_the_channel_wal_on_fin_isolates_storage() {
     let fin = c.finish(id).await;
     assert!(fs.refused() >= 1, "the WAL fsync was attempted");
     match fin {
-        Err(DeliveryError::StorageFault(why)) => assert!(why.contains(".wal"), "{why}"),
+        Err(DeliveryError::StorageFault(why)) => assert!(why.to_string().contains(".wal"), "{why}"),
         other => panic!("a FIN whose WAL fsync failed answered {other:?}"),
     }
     let fault = assert_isolated(&e, &fs).await;

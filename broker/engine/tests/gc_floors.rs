@@ -1,4 +1,4 @@
-//! Retention floors (spec/broker.md §5.1): GC never deletes a segment still inside the bootstrap
+//! Retention floors (docs/storage-format.md, "Retention"): GC never deletes a segment still inside the bootstrap
 //! window or holding an in-flight or deferred message, and collects it once that is finished.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Protective eviction (spec/broker.md §5.5) at the engine level: off means nothing is ever
+//! Protective eviction (docs/api.md, "Disk pressure") at the engine level: off means nothing is ever
 //! deleted under pressure; on, the oldest segments go; and a crash at every I/O step of the
 //! eviction sequence never leaves a deleted segment that a channel has not durably moved past.
 

@@ -1,4 +1,4 @@
-//! The publish commit pipeline (spec/broker.md §4.2): concurrent durable publishers share
+//! The publish commit pipeline (docs/architecture.md, steps 3 and 4): concurrent durable publishers share
 //! fdatasyncs, and a lone publish on an idle topic is not held by any timer.
 
 mod common;

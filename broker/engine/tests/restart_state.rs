@@ -1,4 +1,4 @@
-//! What a channel keeps across a restart (spec/broker.md §3): its timeout, message and
+//! What a channel keeps across a restart (docs/storage-format.md, "Channel checkpoint"): its timeout, message and
 //! requeue counters and its pause state; and what an ephemeral channel never writes.
 
 mod common;

@@ -30,6 +30,30 @@ pub struct ClientStats {
     pub in_flight_count: AtomicU64,
 }
 
+/// The state of a V2 session, shared by the session loop and its `/stats` entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SessionState {
+    /// Connected; IDENTIFY, AUTH, SUB and publishes allowed.
+    #[default]
+    Init,
+    /// SUB succeeded; RDY, FIN, REQ and TOUCH allowed.
+    Subscribed,
+    /// CLS received; the session drains and closes.
+    Closing,
+}
+
+impl SessionState {
+    /// nsqd's number for the state in `/stats` (`stateInit` 1, `stateSubscribed` 3,
+    /// `stateClosing` 4).
+    pub fn code(self) -> u8 {
+        match self {
+            SessionState::Init => 1,
+            SessionState::Subscribed => 3,
+            SessionState::Closing => 4,
+        }
+    }
+}
+
 /// Facts that change after IDENTIFY/SUB/AUTH/PUB.
 #[derive(Clone, Debug, Default)]
 pub struct ClientFacts {
@@ -51,8 +75,8 @@ pub struct ClientFacts {
     pub authed: bool,
     /// AUTH identity.
     pub auth_identity: String,
-    /// 1 = init, 3 = subscribed, 4 = closing (nsqd numbering).
-    pub state: u8,
+    /// Where the session is; `/stats` shows its nsqd number.
+    pub state: SessionState,
     /// Subscription.
     pub subscription: Option<(String, String)>,
     /// Publishes per topic.
@@ -74,7 +98,7 @@ impl ClientStats {
             "hostname": f.hostname,
             "version": "V2",
             "remote_address": self.remote_address,
-            "state": f.state,
+            "state": f.state.code(),
             "ready_count": self.ready_count.load(Ordering::Relaxed),
             "in_flight_count": self.in_flight_count.load(Ordering::Relaxed),
             "message_count": self.message_count.load(Ordering::Relaxed),
@@ -117,7 +141,7 @@ impl ClientRegistry {
         // Like nsqd, a client is known by its remote host until IDENTIFY names it.
         let host = peer.ip().to_string();
         c.update(|f| {
-            f.state = 1;
+            f.state = SessionState::Init;
             f.client_id = host.clone();
             f.hostname = host;
         });

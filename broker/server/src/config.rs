@@ -1,5 +1,5 @@
 //! `rustqueued` configuration: TOML file (unknown keys rejected), then environment overrides
-//! (spec/broker.md §8.3 names), then validation. Every key has a default, so no file at all
+//! (docs/configuration.md names), then validation. Every key has a default, so no file at all
 //! gives a working broker (data in `./data`, TCP 0.0.0.0:4150, HTTP 0.0.0.0:4151).
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Fail-closed exit after a storage fault (spec §3.10).
+//! Fail-closed exit after a storage fault (docs/configuration.md, "Storage isolation").
 //!
 //! Once a write, fsync, rename, read-CRC or scrub failure trips the store-wide fault, storage
 //! refuses every further write and the broker can only answer errors. [`storage_fault`]

@@ -55,7 +55,7 @@ const MAY_BE_ZERO: [(&str, &str); 12] = [
     ),
     (
         "rustqueue_protocol_errors_total",
-        "declared but never incremented (spec §7.1)",
+        "declared but never incremented (docs/api.md)",
     ),
     (
         "rustqueue_retention_expired_messages_total",

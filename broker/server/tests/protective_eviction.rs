@@ -1,4 +1,4 @@
-//! Protective eviction through the real broker (spec/broker.md §5.5): a broker filled with
+//! Protective eviction through the real broker (docs/api.md, "Disk pressure"): a broker filled with
 //! small segments restarts under a test-set free-space floor with eviction on; after the
 //! grace, each 1 s tick deletes the oldest segment, writes its audit record and moves every
 //! channel past it; the counters move; and a restart without pressure resumes the channel
@@ -92,7 +92,7 @@ async fn eviction_deletes_the_oldest_segments_with_audit_and_channels_resume_aft
     assert_eq!(evicted, 3.0 * evictions, "three messages per segment");
     let dir = b.stop_keep_dir().await;
 
-    // One audit record per deleted segment, contiguous from position 1, named per spec.
+    // One audit record per deleted segment, contiguous from position 1, named as docs/storage-format.md says.
     let records = audits(dir.path());
     assert!(records.len() as f64 >= evictions);
     let hex_topic = rustqueue_storage::meta::hex("t");

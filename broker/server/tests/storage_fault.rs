@@ -1,7 +1,7 @@
-//! Storage isolation (spec §3.10): a scrub that finds a corrupt sealed segment isolates
+//! Storage isolation (docs/configuration.md, "Storage isolation"): a scrub that finds a corrupt sealed segment isolates
 //! storage; the broker refuses publishes and reports `storage_fault`, and the real
 //! `rustqueued` exits with status 3 so its supervisor restarts it. What the restart does with
-//! the still-corrupt segment is checked too (spec §3.6/§3.9).
+//! the still-corrupt segment is checked too (docs/storage-format.md, "Recovery and integrity rules").
 
 mod common;
 
@@ -187,7 +187,7 @@ async fn a_scrub_that_finds_corruption_makes_rustqueued_exit_for_a_restart() {
     assert_names_damage(&log, &segment, offset);
 
     // The restart: a sealed segment with a valid index is trusted at startup (its body CRCs
-    // are the scrub's job, spec §3.6), so the broker comes back and serves...
+    // are the scrub's job, docs/storage-format.md), so the broker comes back and serves...
     let mut p = Proc::start(data.path(), work.path(), "second").await;
     publish_large(p.tcp, "t", 1).await;
     // ...and the next scrub finds the same damage, naming the same file and offset.

@@ -1,4 +1,4 @@
-//! Audit records of protective eviction (spec/broker.md §3.1, §3.8): one JSON file per evicted
+//! Audit records of protective eviction (docs/storage-format.md, "Protective eviction audit"): one JSON file per evicted
 //! segment, `audit/eviction-<020 created_ms>-<hex topic>-<020 through_position>.json`,
 //! written atomically (temp, fsync, rename, fsync dir) *before* anything is deleted.
 

@@ -42,7 +42,7 @@ pub enum ChannelCommand {
         through: u64,
     },
     /// Protective eviction: every position through `through` was deleted from the topic log
-    /// under disk pressure; the channel moves past it as if finished (spec §5.5).
+    /// under disk pressure; the channel moves past it as if finished (docs/api.md, "Disk pressure").
     Evict {
         /// Last evicted position.
         through: u64,

@@ -1,5 +1,5 @@
 //! CRC-32C (Castagnoli), for the places that name it: the Snappy framing format's masked
-//! checksums and the spec's dead-letter topic names. Stored records use CRC-32 (`crc32fast`).
+//! checksums and dead-letter topic names (docs/storage-format.md). Stored records use CRC-32 (`crc32fast`).
 
 /// CRC-32C of the concatenated `parts`.
 pub fn crc32c(parts: &[&[u8]]) -> u32 {

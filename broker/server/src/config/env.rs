@@ -1,4 +1,4 @@
-//! Environment overrides (spec/broker.md §8.3), applied after the file.
+//! Environment overrides (docs/configuration.md, "Environment variables"), applied after the file.
 
 use std::str::FromStr;
 

@@ -1,4 +1,4 @@
-//! Cross-field validation (spec/broker.md §8.2 "Key validation rules").
+//! Cross-field validation (docs/configuration.md, "Keys and defaults" gives each allowed range).
 
 use super::{Config, ConfigError};
 

@@ -1,4 +1,4 @@
-//! Optional per-topic and per-channel series (spec/broker.md §7.3), on with
+//! Optional per-topic and per-channel series (docs/api.md, "Other endpoints"), on with
 //! `metrics.detailed_queue_metrics`. A topic contributes 5 series, a channel 4; groups are
 //! emitted whole in name order while they fit in `metrics.max_detailed_series`, and the series
 //! of every group that does not fit are counted as omitted.
@@ -66,7 +66,7 @@ fn gauge(labels: Vec<LabelPair>, value: f64) -> proto::Metric {
     m
 }
 
-/// Builds the §7.3 series within `budget`.
+/// Builds the per-topic and per-channel series within `budget`.
 pub fn families(stats: &EngineStats, q: &QueueGauges, budget: usize) -> Detailed {
     let mut series: BTreeMap<&'static str, Vec<proto::Metric>> = BTreeMap::new();
     let (mut emitted, mut omitted) = (0u64, 0u64);

@@ -1,4 +1,4 @@
-//! `GET /metrics`: Prometheus text with the metric names of spec/broker.md §7.
+//! `GET /metrics`: Prometheus text with the metric names listed in docs/api.md ("Other endpoints").
 //!
 //! Three sources, rendered together on each scrape:
 //! - engine counters, gauges and histograms ([`rustqueue_engine::metrics`]): atomics fed on
@@ -21,8 +21,9 @@ use super::drain::counts;
 
 pub use rustqueue_engine::metrics::BUCKETS;
 
-/// §7 series registered but never fed: no source exists in this broker yet. The spec also
-/// declares `rustqueue_protocol_errors_total` as never incremented.
+/// Series registered but never fed: no source exists in this broker yet (docs/api.md lists them
+/// as reserved). `rustqueue_protocol_errors_total` is kept for dashboards and never
+/// incremented.
 pub const RESERVED: [&str; 3] = [
     "rustqueue_retention_expired_messages_total",
     "rustqueue_publish_workers_rejected_total",
@@ -34,7 +35,7 @@ pub struct Metrics {
     registry: Registry,
     /// Open TCP connections (maintained by the TCP listener).
     pub tcp_connections: IntGauge,
-    /// Declared by the spec; never incremented there either.
+    /// Reserved for dashboards; never incremented (docs/api.md).
     pub protocol_errors_total: IntCounter,
     /// Requests refused for a missing or wrong token, and failed TCP `AUTH`s.
     pub auth_failures_total: IntCounter,
@@ -56,7 +57,7 @@ pub struct Metrics {
     publish_sync_lag_seconds: prometheus::Gauge,
     detailed_series: IntGauge,
     detailed_series_omitted: IntGauge,
-    /// `Some(budget)` when the §7.3 per-topic/channel series are on.
+    /// `Some(budget)` when the per-topic/channel series are on.
     detail: Option<usize>,
 }
 
@@ -198,7 +199,7 @@ impl Metrics {
         }
     }
 
-    /// Turns the §7.3 per-topic/channel series on with a series budget (or off with `None`).
+    /// Turns the per-topic/channel series on with a series budget (or off with `None`).
     pub fn set_detail(&mut self, budget: Option<usize>) {
         self.detail = budget;
     }
@@ -343,7 +344,7 @@ mod tests {
     fn every_spec_histogram_is_rendered_with_the_spec_buckets() {
         let mut names: Vec<&str> = Timer::ALL.iter().map(|t| t.name()).collect();
         names.sort_unstable();
-        assert_eq!(names.len(), 13, "spec/broker.md §7.4 lists 13 histograms");
+        assert_eq!(names.len(), 13, "docs/api.md lists 13 histograms");
         assert_eq!(BUCKETS.len(), 16);
         assert_eq!(BUCKETS[0], 0.0001);
         assert_eq!(BUCKETS[15], 10.0);

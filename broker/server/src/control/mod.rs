@@ -1,11 +1,11 @@
-//! The broker control contract (issue 5): the `/v1/*` endpoints the operator, discovery and
+//! The broker control contract (docs/api.md): the `/v1/*` endpoints the operator, discovery and
 //! CLI rely on, plus `/metrics`. The wire types come from `rustqueue-api`.
 //!
 //! - [`tokens`]: scoped token files, re-read on every check (rotation without restart).
 //! - [`capabilities`]: storage feature levels, the build-time ceiling and the reader fence.
 //! - [`drain`]: drain / delivery freeze and the readiness formulas.
 //! - [`registry`]: `/v1/registry`, `/v1/registry/head` and `/v1/stats` bodies.
-//! - [`metrics`]: the Prometheus registry with the metric names of spec/broker.md §7.
+//! - [`metrics`]: the Prometheus registry with the metric names listed in docs/api.md.
 //! - [`routes`]: the axum router over a [`ControlState`].
 
 pub mod capabilities;

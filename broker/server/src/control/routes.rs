@@ -1,6 +1,6 @@
 //! The control router: `/v1/health`, `/v1/capabilities`, `/v1/drain`, `/v1/registry`,
 //! `/v1/registry/head`, `/v1/stats`, `/v1/storage/scrub` and `/metrics`, with the token
-//! scopes of spec/broker.md §2.2.
+//! scopes of docs/api.md, "Tokens".
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,7 +67,7 @@ fn authorize(state: &ControlState, headers: &HeaderMap, scopes: &[TokenScope]) -
 }
 
 /// Middleware for the nsqd-compatible routes: `/pub`, `/mpub` need the publish token,
-/// `/topic/*` and `/channel/*` the admin token (spec/broker.md §2.2).
+/// `/topic/*` and `/channel/*` the admin token (docs/api.md, "Tokens").
 pub async fn nsq_scopes(
     State(s): State<Arc<ControlState>>,
     req: axum::extract::Request,

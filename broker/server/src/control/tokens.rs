@@ -1,4 +1,4 @@
-//! Scoped bearer tokens for the control endpoints (spec/broker.md §2.2).
+//! Scoped bearer tokens for the control endpoints (docs/api.md, "Tokens").
 //!
 //! Each scope's token lives in a file that is re-read on every check, so a rotated Secret
 //! takes effect without a restart. A token is presented as `Authorization: Bearer <t>` or

@@ -1,15 +1,10 @@
-//! Engine errors → NSQ error frames (spec/broker.md §1.4, §1.10).
+//! Engine errors → NSQ error frames (docs/architecture.md, "Errors on the wire").
 
 use rustqueue_engine::{DeliveryError, EngineError, PublishError};
 use rustqueue_protocol::{ErrorCode, ProtocolError};
 
 /// A failed PUB/MPUB/DPUB. Pre-commit refusals are retriable and keep the connection.
 pub fn publish(e: &PublishError, cmd: &str) -> ProtocolError {
-    let own = match cmd {
-        "MPUB" => ErrorCode::MpubFailed,
-        "DPUB" => ErrorCode::DpubFailed,
-        _ => ErrorCode::PubFailed,
-    };
     let code = match e {
         PublishError::TooBig { .. } | PublishError::EmptyBody => ErrorCode::BadMessage,
         PublishError::BadBatch(_) => ErrorCode::BadBody,
@@ -18,8 +13,6 @@ pub fn publish(e: &PublishError, cmd: &str) -> ProtocolError {
         PublishError::Throttled => ErrorCode::Throttled,
         PublishError::TopicLimit | PublishError::StorageFault(_) => ErrorCode::PubRetry,
         PublishError::ShuttingDown => ErrorCode::Closing,
-        #[allow(unreachable_patterns)]
-        _ => own,
     };
     ProtocolError::new(code, format!("{cmd} failed: {e}"))
 }

@@ -18,7 +18,7 @@ use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, f
 use tokio::time::{Instant, sleep_until};
 
 use crate::auth::AuthState;
-use crate::clients::ClientStats;
+use crate::clients::{ClientStats, SessionState as State};
 use crate::compress::Compression;
 use crate::state::Shared;
 use crate::tcp::conn::Conn;
@@ -26,13 +26,6 @@ use crate::tcp::errors;
 
 mod acks;
 mod auth;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Init,
-    Subscribed,
-    Closing,
-}
 
 /// What the loop does after a command.
 enum Next {
@@ -540,7 +533,7 @@ impl Session {
                 self.consumer = Some(c);
                 self.state = State::Subscribed;
                 self.stats.update(|f| {
-                    f.state = 3;
+                    f.state = State::Subscribed;
                     f.subscription = Some((topic, channel));
                 });
                 self.ok().await
@@ -609,7 +602,7 @@ impl Session {
             c.set_ready(0);
         }
         self.state = State::Closing;
-        self.stats.update(|f| f.state = 4);
+        self.stats.update(|f| f.state = State::Closing);
         self.conn.response(frame::CLOSE_WAIT);
         self.flush_now().await?;
         Ok(Next::Continue)

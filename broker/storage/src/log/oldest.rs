@@ -1,5 +1,5 @@
 //! The oldest data of a log: the sync lag of its oldest unsynced message (metrics) and, for
-//! protective eviction (spec/broker.md §5.5), which sealed segment is oldest and deleting
+//! protective eviction (docs/api.md, "Disk pressure"), which sealed segment is oldest and deleting
 //! exactly that one. The caller (the engine) runs the durable sequence around it:
 //! seal, manifest, audit record, channel `Evict` records, and only then [`TopicLog::evict_oldest`].
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::Entry;
 
-/// Default bound of the shared cache (spec/broker.md §6 `message_index_cache_bytes`).
+/// Default bound of the shared cache (`storage.message_index_cache_bytes` in docs/configuration.md).
 pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 /// Bytes charged for one cached page beyond its entries (map nodes, `Arc` header).

@@ -14,8 +14,8 @@ use rustqueue_protocol::{Command, MessageId as ProtoId, ProtocolError};
 use crate::tcp::errors;
 use crate::tcp::session::{Next, Session, State};
 
-/// Most FIN/REQ a session keeps applied but not yet durable (spec: 256 active channel
-/// operations per session). Further acks wait, unread, in the session's input: this bounds
+/// Most FIN/REQ a session keeps applied but not yet durable (256, as
+/// nsqd-compatible clients expect of the original broker). Further acks wait, unread, in the session's input: this bounds
 /// the memory a fast consumer can pin while its channel WAL catches up, and makes the session
 /// yield to the WAL worker.
 pub(super) const MAX_PENDING: usize = 256;
