@@ -1,0 +1,332 @@
+//! The steps a new user walks through first: install, the sample cluster, publish/consume,
+//! a broker Pod back on its PVC, leader failover, Events and a CEL refusal.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
+use rustqueue_e2e::tools::{kubectl, kubectl_ok, pynsq_consume};
+use rustqueue_e2e::{Poll, eventually, repo_root};
+use rustqueue_testbed::STORAGE_CLASS;
+
+use crate::cluster::{Cluster, LONG, NS, RQ, http_post};
+
+/// `kubectl apply -k config/default`: namespace, CRD, RBAC and the two-replica operator.
+pub async fn the_operator_installs_from_config_default(c: &Cluster) {
+    let out = kubectl_ok(
+        c.kubeconfig(),
+        &[
+            "apply",
+            "-k",
+            repo_root().join("config/default").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.contains("customresourcedefinition.apiextensions.k8s.io/rustqueues.rustqueue.io"),
+        "kubectl apply -k config/default did not create the CRD:\n{out}"
+    );
+    kubectl_ok(
+        c.kubeconfig(),
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/rustqueues.rustqueue.io",
+            "--timeout=60s",
+        ],
+    );
+}
+
+/// The sample (with the testbed's StorageClass through a kustomize overlay, the way a user
+/// adapts it) is applied and `kubectl wait --for=condition=Ready` returns with 3 Ready brokers.
+pub async fn the_sample_becomes_ready_for_kubectl_wait(c: &Cluster) {
+    let overlay = c.scratch.path().join("sample");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources:\n  - {}\npatches:\n  - target: {{kind: RustQueue, name: queue}}\n    \
+             patch: '[{{\"op\": \"replace\", \"path\": \"/spec/storageClassName\", \"value\": \"{STORAGE_CLASS}\"}}]'\n",
+            relative_to(&overlay, &repo_root().join("config/samples"))
+        ),
+    )
+    .unwrap();
+    kubectl_ok(
+        c.kubeconfig(),
+        &["apply", "-n", NS, "-k", overlay.to_str().unwrap()],
+    );
+    let waited = Instant::now();
+    let wait = kubectl(
+        c.kubeconfig(),
+        &[
+            "wait",
+            "-n",
+            NS,
+            "--for=condition=Ready",
+            "rustqueue/queue",
+            "--timeout=180s",
+        ],
+    );
+    if !wait.success {
+        c.dump_broker_logs().await;
+    }
+    assert!(
+        wait.success,
+        "kubectl wait: {}{}\nlast status: {:?}",
+        wait.stdout,
+        wait.stderr,
+        c.rq().await
+    );
+    eprintln!(
+        "kubectl wait returned after {:.1}s: {}",
+        waited.elapsed().as_secs_f64(),
+        wait.stdout.trim()
+    );
+    c.ready(3).await;
+    for i in 0..3 {
+        assert!(
+            c.ready_pod_uid(&format!("queue-{i}")).await.is_some(),
+            "queue-{i} is not Ready although the RustQueue is"
+        );
+    }
+}
+
+/// `kubectl get rustqueue` shows NAME PHASE DESIRED READY AGE.
+pub async fn the_printer_columns_show_phase_desired_and_ready(c: &Cluster) {
+    let table = kubectl_ok(c.kubeconfig(), &["get", "rustqueue", "-n", NS]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "DESIRED", "READY", "AGE"],
+        "{table}"
+    );
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l
+            .split_whitespace()
+            .take(4)
+            .eq(["queue", "Ready", "3", "3"])),
+        "expected `queue Ready 3 3`:\n{table}"
+    );
+}
+
+/// Argo CD's health check of docs/argocd.md says Healthy on the live Ready object.
+pub async fn argocd_health_reads_the_ready_cluster_as_healthy(c: &Cluster) {
+    let live: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        c.kubeconfig(),
+        &["get", "rustqueue", RQ, "-n", NS, "-o", "json"],
+    ))
+    .unwrap();
+    let (status, message) = argocd_health(&live);
+    assert_eq!(status, "Healthy", "{message}\n{live:#}");
+}
+
+/// Messages published over a broker's HTTP are read back by the official pynsq `Reader`.
+pub async fn messages_published_over_http_reach_a_pynsq_reader(c: &Cluster) {
+    let ip0 = c.pod_ip("queue-0").await;
+    for i in 0..5 {
+        let code = http_post(
+            &format!("http://{ip0}:4151/pub?topic=e2e"),
+            None,
+            &format!("m{i}"),
+        )
+        .await;
+        assert_eq!(code, 200, "HTTP publish of m{i} to queue-0");
+    }
+    let mut bodies = pynsq_consume(
+        &format!("{ip0}:4150"),
+        "e2e",
+        "c",
+        5,
+        Duration::from_secs(30),
+    );
+    bodies.sort();
+    assert_eq!(bodies, ["m0", "m1", "m2", "m3", "m4"]);
+}
+
+/// A deleted broker Pod comes back on the same PVC and its backlog is consumed from it.
+pub async fn a_deleted_broker_returns_on_its_pvc_with_its_backlog(c: &Cluster) {
+    let token = c.admin_token().await;
+    let ip1 = c.pod_ip("queue-1").await;
+    assert_eq!(
+        http_post(
+            &format!("http://{ip1}:4151/channel/create?topic=backlog&channel=c"),
+            Some(&token),
+            ""
+        )
+        .await,
+        200,
+        "creating channel backlog/c on queue-1"
+    );
+    for i in 0..3 {
+        let code = http_post(
+            &format!("http://{ip1}:4151/pub?topic=backlog"),
+            None,
+            &format!("b{i}"),
+        )
+        .await;
+        assert_eq!(code, 200, "publishing b{i} to queue-1");
+    }
+    let pvc_uid = c.pvcs.get("data-queue-1").await.unwrap().metadata.uid;
+    let old_uid = c.ready_pod_uid("queue-1").await.expect("queue-1 Ready");
+    kubectl_ok(c.kubeconfig(), &["delete", "pod", "-n", NS, "queue-1"]);
+    eventually("queue-1 recreated and Ready", LONG, || async {
+        match c.ready_pod_uid("queue-1").await {
+            Some(u) if u != old_uid => Poll::Done(()),
+            other => Poll::Saw(format!("Ready uid {other:?} (old {old_uid})")),
+        }
+    })
+    .await;
+    assert_eq!(
+        c.pvcs.get("data-queue-1").await.unwrap().metadata.uid,
+        pvc_uid,
+        "queue-1 came back on another PVC"
+    );
+    c.ready(3).await;
+    let ip1 = c.pod_ip("queue-1").await;
+    let mut bodies = pynsq_consume(
+        &format!("{ip1}:4150"),
+        "backlog",
+        "c",
+        3,
+        Duration::from_secs(30),
+    );
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        ["b0", "b1", "b2"],
+        "backlog consumed after the restart"
+    );
+}
+
+/// The Lease holder is killed; the standby holds the Lease within lease + renew. Returns the
+/// new leader's Pod name.
+pub async fn the_standby_takes_the_lease_when_the_leader_dies(c: &Cluster) -> String {
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), NS);
+    let holder = lease_holder(&leases).await.expect("a Lease holder");
+    c.pods
+        .delete(
+            &holder,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    let killed = Instant::now();
+    let new_holder = eventually("a new Lease holder", Duration::from_secs(60), || async {
+        match lease_holder(&leases).await {
+            Some(h) if h != holder => Poll::Done(h),
+            other => Poll::Saw(other),
+        }
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_secs(35),
+        "handover took {took:?} (lease 20 s + renew 5 s)"
+    );
+    eprintln!("leader {holder} -> {new_holder} in {took:?}");
+    new_holder
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get("rustqueue-operator-leader")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+}
+
+/// After a failover the new leader reconciles a spec change (Ready at the new generation,
+/// Argo CD Healthy) and says it leads on `:8080/metrics`.
+pub async fn the_new_leader_reconciles_and_reports_leadership(c: &Cluster, leader: &str) {
+    c.patch_spec_ok(r#"{"maxTopics":5000}"#);
+    let rq = c.ready(3).await;
+    assert_eq!(rq.0["spec"]["maxTopics"], 5000);
+    let (health, message) = argocd_health(&rq.0);
+    assert_eq!(health, "Healthy", "{message}");
+    let leader_ip = c.pod_ip(leader).await;
+    let metrics = reqwest::get(format!("http://{leader_ip}:8080/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "rustqueue_operator_leader 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rustqueue_operator_reconciles_total"),
+        "{metrics}"
+    );
+}
+
+/// Phase transitions were recorded as Events on the RustQueue.
+pub async fn phase_transitions_are_recorded_as_events(c: &Cluster) {
+    let events = kubectl_ok(
+        c.kubeconfig(),
+        &[
+            "get",
+            "events",
+            "-n",
+            NS,
+            "--field-selector",
+            "involvedObject.kind=RustQueue",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        events.lines().count() >= 2,
+        "expected transition Events, got:\n{events}"
+    );
+}
+
+/// The API server refuses `minBrokers > maxBrokers` with the CEL rule's message.
+pub async fn the_api_server_refuses_min_brokers_above_max(c: &Cluster) {
+    let refused = c.patch_spec(r#"{"minBrokers":5}"#);
+    assert!(!refused.success, "minBrokers 5 > maxBrokers 3 was accepted");
+    assert!(
+        refused
+            .stderr
+            .contains("minBrokers must be less than or equal to maxBrokers"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// Runs the Argo CD health check from docs/argocd.md (Lua 5.4) on `obj`: (status, message).
+pub fn argocd_health(obj: &serde_json::Value) -> (String, String) {
+    use mlua::LuaSerdeExt;
+    let doc = std::fs::read_to_string(repo_root().join("docs/argocd.md")).unwrap();
+    let start = doc
+        .find("```lua\n")
+        .expect("docs/argocd.md has a lua block")
+        + "```lua\n".len();
+    let len = doc[start..].find("```").expect("the lua block is closed");
+    let lua = mlua::Lua::new();
+    lua.globals()
+        .set("obj", lua.to_value(obj).unwrap())
+        .unwrap();
+    let hs: mlua::Table = lua.load(&doc[start..start + len]).eval().unwrap();
+    (
+        hs.get("status").unwrap(),
+        hs.get("message").unwrap_or_default(),
+    )
+}
+
+/// `target` as a path relative to directory `from` (kustomize refuses absolute bases).
+fn relative_to(from: &std::path::Path, target: &std::path::Path) -> String {
+    let from = from.canonicalize().unwrap();
+    let target = target.canonicalize().unwrap();
+    let up = from.components().count() - 1;
+    let rest = target.strip_prefix("/").unwrap();
+    format!("{}{}", "../".repeat(up), rest.display())
+}

@@ -1,0 +1,267 @@
+//! The scenario's cluster: a 3-Node testbed with the operator images, the API handles the steps
+//! use, and a read-only view of the RustQueue written against the CRD's JSON field names (so
+//! the steps check what `kubectl` and Argo CD see, whatever the Rust types look like).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
+use rustqueue_api::crd::RustQueue;
+use rustqueue_e2e::tools::{Output, kubectl};
+use rustqueue_e2e::{Poll, eventually, repo_root};
+use rustqueue_testbed::{Image, Testbed, TestbedOptions};
+use serde_json::Value;
+
+/// The operator's namespace (config/default), where the sample is applied too.
+pub const NS: &str = "rustqueue-system";
+/// The sample's RustQueue.
+pub const RQ: &str = "queue";
+/// The broker Pods' label selector.
+pub const BROKERS: &str = "app.kubernetes.io/instance=queue,app.kubernetes.io/component=broker";
+/// Generous bound for a whole cluster change on a loaded 2-core machine.
+pub const LONG: Duration = Duration::from_secs(180);
+
+/// The workspace's `rustqueued` and `rustqueue-operator` (`$RUSTQUEUE_E2E_BIN_DIR`).
+pub fn bin_dir() -> PathBuf {
+    let dir = std::env::var_os("RUSTQUEUE_E2E_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/debug"));
+    for b in ["rustqueued", "rustqueue-operator"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: run `make e2e`",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+/// The testbed and the handles every step uses.
+pub struct Cluster {
+    pub bed: Testbed,
+    pub client: kube::Client,
+    pub kc: PathBuf,
+    pub pods: Api<Pod>,
+    pub pvcs: Api<PersistentVolumeClaim>,
+    rqs: Api<DynamicObject>,
+    /// Scratch space (kustomize overlay, image wrappers), removed on drop.
+    pub scratch: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts a 3-Node testbed whose image table holds the workspace build as `rustqueue:dev`.
+    pub async fn start() -> Cluster {
+        let scratch = tempfile::tempdir().expect("scratch dir");
+        let opts = TestbedOptions::default()
+            .nodes(3)
+            .node_label("rustqueue.io/eligible", "true")
+            .image("rustqueue:dev", Image::dir(bin_dir()));
+        let bed = Testbed::start(opts).await.expect("testbed starts");
+        let client = bed.client();
+        let kc = bed.kubeconfig_path().to_path_buf();
+        let ar = ApiResource::erase::<RustQueue>(&());
+        Cluster {
+            pods: Api::namespaced(client.clone(), NS),
+            pvcs: Api::namespaced(client.clone(), NS),
+            rqs: Api::namespaced_with(client.clone(), NS, &ar),
+            client,
+            kc,
+            bed,
+            scratch,
+        }
+    }
+
+    /// The RustQueue as the API server has it now.
+    pub async fn rq(&self) -> Option<Rq> {
+        let o = self.rqs.get_opt(RQ).await.ok()??;
+        Some(Rq(serde_json::to_value(o).ok()?))
+    }
+
+    /// `kubectl patch rustqueue queue --type=merge -p {"spec": <spec>}`.
+    pub fn patch_spec(&self, spec: &str) -> Output {
+        let body = format!(r#"{{"spec":{spec}}}"#);
+        kubectl(
+            &self.kc,
+            &[
+                "patch",
+                "rustqueue",
+                RQ,
+                "-n",
+                NS,
+                "--type=merge",
+                "-p",
+                &body,
+            ],
+        )
+    }
+
+    /// Like [`Cluster::patch_spec`], panicking when the API server refuses it.
+    pub fn patch_spec_ok(&self, spec: &str) {
+        let out = self.patch_spec(spec);
+        assert!(out.success, "patch {spec}: {}{}", out.stdout, out.stderr);
+    }
+
+    /// Waits until the cluster is Ready at its current generation with `brokers` Ready
+    /// brokers; on timeout dumps the broker logs and the status it last saw.
+    pub async fn ready(&self, brokers: i64) -> Rq {
+        self.until("the RustQueue Ready at its generation", LONG, |rq| {
+            rq.is_ready() && rq.ready_brokers() == Some(brokers)
+        })
+        .await
+    }
+
+    /// Waits until `check` holds for the RustQueue; on timeout panics with the last status
+    /// seen (after dumping the broker logs).
+    pub async fn until(&self, what: &str, limit: Duration, check: impl Fn(&Rq) -> bool) -> Rq {
+        let got = rustqueue_e2e::wait_until(what, limit, || async {
+            match self.rq().await {
+                Some(rq) if check(&rq) => Poll::Done(rq),
+                other => Poll::Saw(other),
+            }
+        })
+        .await;
+        match got {
+            Ok(rq) => rq,
+            Err(e) => {
+                self.dump_broker_logs().await;
+                panic!("{e}");
+            }
+        }
+    }
+
+    /// Prints every broker Pod's current log (for a failing step).
+    pub async fn dump_broker_logs(&self) {
+        let names = self.broker_names().await;
+        for p in names {
+            eprintln!(
+                "--- {p}\n{}",
+                self.bed.logs(NS, &p, "broker").unwrap_or_default()
+            );
+        }
+    }
+
+    /// Names of the broker Pods that exist now.
+    pub async fn broker_names(&self) -> Vec<String> {
+        let lp = kube::api::ListParams::default().labels(BROKERS);
+        self.pods
+            .list(&lp)
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|p| p.metadata.name)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The Pod's IP (it must have one).
+    pub async fn pod_ip(&self, name: &str) -> String {
+        eventually(&format!("{name} to have an IP"), LONG, || async {
+            match self.pods.get_opt(name).await {
+                Ok(Some(p)) => match p.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+                    Some(ip) => Poll::Done(ip),
+                    None => Poll::Saw(format!("{:?}", p.status)),
+                },
+                other => Poll::Saw(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+
+    /// The UID of `name` if it is Ready and not terminating.
+    pub async fn ready_pod_uid(&self, name: &str) -> Option<String> {
+        let p = self.pods.get_opt(name).await.ok()??;
+        let ready = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && p.metadata.deletion_timestamp.is_none())
+            .then(|| p.metadata.uid.clone().unwrap_or_default())
+    }
+
+    /// The operator-managed admin token (Secret `queue-auth`).
+    pub async fn admin_token(&self) -> String {
+        self.token("admin-token").await
+    }
+
+    /// The token `key` of the operator-managed Secret `queue-auth`.
+    pub async fn token(&self, key: &str) -> String {
+        let s: Secret = Api::namespaced(self.client.clone(), NS)
+            .get("queue-auth")
+            .await
+            .expect("Secret queue-auth");
+        String::from_utf8(s.data.expect("Secret data")[key].0.clone()).expect("utf-8 token")
+    }
+
+    /// The kubeconfig path.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kc
+    }
+}
+
+/// `POST url` with an optional bearer token; the HTTP status (0 when it did not connect).
+pub async fn http_post(url: &str, token: Option<&str>, body: &str) -> u16 {
+    let mut req = reqwest::Client::new().post(url).body(body.to_string());
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+/// A RustQueue read through its JSON, with the CRD's field names.
+#[derive(Clone)]
+pub struct Rq(pub Value);
+
+impl Rq {
+    /// `metadata.generation`.
+    pub fn generation(&self) -> Option<i64> {
+        self.0["metadata"]["generation"].as_i64()
+    }
+
+    /// `status`.
+    pub fn status(&self) -> &Value {
+        &self.0["status"]
+    }
+
+    /// `status.readyBrokers`.
+    pub fn ready_brokers(&self) -> Option<i64> {
+        self.status()["readyBrokers"].as_i64()
+    }
+
+    /// The condition `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&Value> {
+        self.status()["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+    }
+
+    /// Whether condition `type_` has status `True`.
+    pub fn condition_true(&self, type_: &str) -> bool {
+        self.condition(type_).is_some_and(|c| c["status"] == "True")
+    }
+
+    /// `Ready=True` for the current generation.
+    pub fn is_ready(&self) -> bool {
+        self.condition_true("Ready")
+            && self.status()["observedGeneration"].as_i64() == self.generation()
+    }
+}
+
+/// What a failing wait prints: the status, not the whole object.
+impl std::fmt::Debug for Rq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_string_pretty(&serde_json::json!({
+            "generation": self.generation(),
+            "status": self.status(),
+        }))
+        .unwrap_or_default();
+        f.write_str(&s)
+    }
+}
