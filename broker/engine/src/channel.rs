@@ -14,9 +14,13 @@ use std::time::{Duration, Instant};
 use rustqueue_storage::{ChannelCommand, ChannelState, Entry, TopicLog};
 use tokio::sync::{Notify, mpsc};
 
-use crate::commit::WalReq;
 use crate::error::DeliveryError;
+use crate::lock::lock;
 use crate::types::{ClientInfo, ClientStats};
+
+mod wal;
+
+pub(crate) use wal::{WalReq, wal_worker};
 
 pub(crate) struct Channel {
     pub name: String,
@@ -36,7 +40,7 @@ impl Channel {
     /// consumer that takes a message while more remain wakes the next (see
     /// `Consumer::next`), so a burst spreads without waking every idle consumer per publish.
     pub fn announce(&self, n: u64) {
-        let consumers = crate::topic::lock(&self.st).consumers.len();
+        let consumers = lock(&self.st).consumers.len();
         for _ in 0..n.min(consumers.max(1) as u64) {
             self.arrivals.notify_one();
         }

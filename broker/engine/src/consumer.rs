@@ -6,19 +6,20 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustqueue_storage::log::read_body_from;
-use rustqueue_storage::{Entry, FsFile};
+use rustqueue_storage::{ChannelCommand, Entry, FsFile};
 
-use crate::channel::{Channel, ConsumerState, Take, TakeRules};
-use crate::commit::{persist_later, persist_send, persist_wait};
-use crate::engine::{Inner, PERMIT_BYTES};
+use crate::channel::{ChanState, Channel, ConsumerState, Take, TakeRules};
 use crate::error::{DeliveryError, StorageFault};
+use crate::lock::lock;
 use crate::metrics::{Counter, EngineMetrics, Timer};
-use crate::topic::{Topic, lock};
+use crate::registry::Registry;
+use crate::shared::Shared;
+use crate::topic::Topic;
 use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms};
 
 /// A consumer registered with one channel.
 pub struct Consumer {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     topic: Arc<Topic>,
     channel: Arc<Channel>,
     id: u64,
@@ -52,12 +53,29 @@ fn durable(
     })
 }
 
+/// The open file a body is read from (`None`: the message is gone).
+type BodySource = Option<Arc<dyn FsFile>>;
+
+/// What one look at the channel found.
+struct Look {
+    /// The message taken, if any.
+    take: Option<(Take, BodySource)>,
+    /// When something becomes due (a deferral or a timeout).
+    wake: Option<Instant>,
+    /// Whether this consumer may take a message now (RDY free, nothing paused).
+    eligible: bool,
+    /// Whether more messages may be waiting for another consumer.
+    more: bool,
+    /// Whether deliveries timed out (a full consumer looks again at once).
+    expired: bool,
+}
+
 /// Bodies above this size are read on the blocking pool.
 const BLOCKING_READ_BYTES: u32 = 1 << 20;
 
 impl Consumer {
     pub(crate) fn register(
-        inner: Arc<Inner>,
+        inner: Arc<Shared>,
         topic: Arc<Topic>,
         channel: Arc<Channel>,
         opts: ConsumerOptions,
@@ -95,7 +113,7 @@ impl Consumer {
     }
 
     fn closed(&self) -> bool {
-        self.inner.shutting_down.load(Ordering::SeqCst)
+        self.inner.shutting_down()
             || self.channel.deleted.load(Ordering::SeqCst)
             || self.topic.deleted.load(Ordering::SeqCst)
     }
@@ -111,8 +129,10 @@ impl Consumer {
     /// The next message for this consumer, respecting RDY, in-flight count, pauses, deferral
     /// and sampling. `None` once the channel or topic is deleted or the engine shuts down.
     pub async fn next(&mut self) -> Option<Delivery> {
-        let suffix = self.inner.cfg.dead_letter_suffix.clone();
-        let dlq_allowed = !self.topic.name.ends_with(&suffix);
+        let dlq_allowed = !self
+            .topic
+            .name
+            .ends_with(&self.inner.cfg.dead_letter_suffix);
         loop {
             if self.closed() {
                 return None;
@@ -126,96 +146,26 @@ impl Consumer {
                 a.enable();
             }
             let now = Instant::now();
-            let now_ms = now_ms();
-            let mut persist = Vec::new();
-            let mut expired = false;
-            let (take, wake, eligible, more) = {
-                let mut st = lock(&self.channel.st);
-                let ready = st.consumers.get(&self.id).map_or(0, |c| c.ready);
-                let paused = st.durable.paused
-                    || self.topic.paused.load(Ordering::SeqCst)
-                    || self.inner.frozen.load(Ordering::SeqCst);
-                let eligible = !paused && st.consumer_in_flight(self.id) < ready;
-                let take = if eligible {
-                    let m = &self.inner.metrics;
-                    m.add(Counter::FetchRequests, 1);
-                    let waited = Instant::now();
-                    let log = lock(&self.topic.log);
-                    let held = Instant::now();
-                    m.observe(Timer::DeliveryLockWait, held - waited);
-                    let rules = TakeRules {
-                        visible: self.topic.visible_through(),
-                        now,
-                        now_ms,
-                        max_attempts: self.inner.cfg.max_delivery_attempts,
-                        dead_letter: dlq_allowed,
-                    };
-                    let take = st.take(self.id, &log, &rules, &mut persist);
-                    let take = match take {
-                        Take::Deliver { entry, .. } | Take::DeadLetter { entry } => {
-                            Some((take, log.body_source(&entry)))
-                        }
-                        Take::Nothing => {
-                            m.add(Counter::FetchEmpty, 1);
-                            None
-                        }
-                    };
-                    drop(log);
-                    m.since(Timer::DeliveryLockHold, held);
-                    take
-                } else {
-                    // A consumer whose RDY is full may hold the deliveries that expire: it
-                    // looks again at once instead of sleeping with a slot free.
-                    let cmd = st.expire(now);
-                    expired = cmd.is_some();
-                    persist.extend(cmd);
-                    None
-                };
-                let more = take.is_some() && st.may_have_more(self.topic.visible_through());
-                (take, st.next_wake(now, now_ms), eligible, more)
-            };
-            persist_later(&self.channel, persist);
+            let look = self.look(now, dlq_allowed);
             // Only a consumer that could take a message waits for arrivals; one that cannot
             // drops its registration, which passes any wake-up it got to another consumer.
-            if !eligible {
+            if !look.eligible {
                 arrival.set(None);
             }
-            if more || expired {
+            if look.more || look.expired {
                 self.channel.arrivals.notify_one();
             }
-            if expired {
+            if look.expired {
                 continue;
             }
-            match take {
+            match look.take {
                 Some((Take::Deliver { entry, attempts }, source)) => {
-                    match self.budgeted_read(source, entry).await {
-                        Some(body) => {
-                            let m = &self.inner.metrics;
-                            // Fetch batches and messages are this same count (see
-                            // `Metrics::get`): one message per take.
-                            m.add(Counter::FetchBytes, body.len() as u64);
-                            m.add(Counter::Delivered, 1);
-                            return Some(Delivery {
-                                id: MessageId::from_u64(entry.id),
-                                timestamp_ns: entry.timestamp_ns,
-                                attempts,
-                                body,
-                            });
-                        }
-                        None => {
-                            // The body vanished or failed its read: storage is suspect; fail closed.
-                            self.inner.store.fault().trip(format!(
-                                "cannot read body of position {} in topic {}",
-                                entry.position, self.topic.name
-                            ));
-                            return None;
-                        }
-                    }
+                    return self.deliver(entry, attempts, source).await;
                 }
                 Some((Take::DeadLetter { entry }, source)) => {
                     let target = self.dead_letter_target();
                     tokio::spawn(dead_letter(
-                        self.inner.clone(),
+                        self.inner.registry.clone(),
                         self.channel.clone(),
                         target,
                         entry,
@@ -225,7 +175,8 @@ impl Consumer {
                 }
                 _ => {}
             }
-            let sleep_until = wake
+            let sleep_until = look
+                .wake
                 .unwrap_or(now + Duration::from_secs(1))
                 .min(now + Duration::from_secs(1));
             tokio::select! {
@@ -234,28 +185,121 @@ impl Consumer {
                     if let Some(a) = arrival.as_mut().as_pin_mut() {
                         a.await;
                     }
-                }, if eligible => {}
+                }, if look.eligible => {}
                 _ = tokio::time::sleep_until(sleep_until.into()) => {}
             }
         }
     }
 
+    /// One look at the channel under its lock: takes a message if this consumer may have
+    /// one, else expires the deliveries that timed out. Commands it produced are queued for
+    /// the channel WAL after the lock is released.
+    fn look(&self, now: Instant, dlq_allowed: bool) -> Look {
+        let now_ms = now_ms();
+        let mut persist = Vec::new();
+        let look = {
+            let mut st = lock(&self.channel.st);
+            let ready = st.consumers.get(&self.id).map_or(0, |c| c.ready);
+            let paused = st.durable.paused
+                || self.topic.paused.load(Ordering::SeqCst)
+                || self.inner.frozen();
+            let eligible = !paused && st.consumer_in_flight(self.id) < ready;
+            let mut expired = false;
+            let take = if eligible {
+                let rules = TakeRules {
+                    visible: self.topic.visible_through(),
+                    now,
+                    now_ms,
+                    max_attempts: self.inner.cfg.max_delivery_attempts,
+                    dead_letter: dlq_allowed,
+                };
+                self.take(&mut st, &rules, &mut persist)
+            } else {
+                // A consumer whose RDY is full may hold the deliveries that expire: it
+                // looks again at once instead of sleeping with a slot free.
+                let cmd = st.expire(now);
+                expired = cmd.is_some();
+                persist.extend(cmd);
+                None
+            };
+            let more = take.is_some() && st.may_have_more(self.topic.visible_through());
+            Look {
+                take,
+                wake: st.next_wake(now, now_ms),
+                eligible,
+                more,
+                expired,
+            }
+        };
+        self.channel.persist_later(persist);
+        look
+    }
+
+    /// Takes the next message under the topic log lock (timed as delivery lock wait/hold),
+    /// with the file its body is read from.
+    fn take(
+        &self,
+        st: &mut ChanState,
+        rules: &TakeRules,
+        persist: &mut Vec<ChannelCommand>,
+    ) -> Option<(Take, BodySource)> {
+        let m = &self.inner.metrics;
+        m.add(Counter::FetchRequests, 1);
+        let waited = Instant::now();
+        let log = lock(&self.topic.log);
+        let held = Instant::now();
+        m.observe(Timer::DeliveryLockWait, held - waited);
+        let take = match st.take(self.id, &log, rules, persist) {
+            take @ (Take::Deliver { entry, .. } | Take::DeadLetter { entry }) => {
+                let source = log.body_source(&entry);
+                Some((take, source))
+            }
+            Take::Nothing => {
+                m.add(Counter::FetchEmpty, 1);
+                None
+            }
+        };
+        drop(log);
+        m.since(Timer::DeliveryLockHold, held);
+        take
+    }
+
+    /// Reads the body of a taken message into a [`Delivery`]. A body that vanished or failed
+    /// its read means storage is suspect: it fails closed and ends this consumer.
+    async fn deliver(&self, entry: Entry, attempts: u16, source: BodySource) -> Option<Delivery> {
+        let Some(body) = self.budgeted_read(source, entry).await else {
+            self.inner.store.fault().trip(format!(
+                "cannot read body of position {} in topic {}",
+                entry.position, self.topic.name
+            ));
+            return None;
+        };
+        let m = &self.inner.metrics;
+        // Fetch batches and messages are this same count (see `Metrics::get`): one message
+        // per take.
+        m.add(Counter::FetchBytes, body.len() as u64);
+        m.add(Counter::Delivered, 1);
+        Some(Delivery {
+            id: MessageId::from_u64(entry.id),
+            timestamp_ns: entry.timestamp_ns,
+            attempts,
+            body,
+        })
+    }
+
     /// Reads a body while holding 2 × its size of the node delivery budget (read buffer +
     /// delivered copy), waiting when the budget is short; one read takes at most half of it.
-    async fn budgeted_read(&self, source: Option<Arc<dyn FsFile>>, entry: Entry) -> Option<Bytes> {
-        let budget = &self.inner.delivery_budget;
-        let cap = (self.inner.cfg.node_delivery_inflight_bytes / PERMIT_BYTES / 2).max(1);
-        let units = (2 * u64::from(entry.body_len))
-            .div_ceil(PERMIT_BYTES)
-            .clamp(1, cap) as u32;
+    async fn budgeted_read(&self, source: BodySource, entry: Entry) -> Option<Bytes> {
+        let budgets = &self.inner.budgets;
+        let units = budgets.delivery_units(entry.body_len);
         let m = &self.inner.metrics;
-        let _permit = match budget.clone().try_acquire_many_owned(units) {
-            Ok(p) => p,
-            Err(_) => {
+        let _permit = match budgets.try_delivery(units) {
+            Some(p) => p,
+            None => {
                 m.add(Counter::BudgetWaits, 1);
                 // A guard, not a plain decrement: sessions cancel `next()` mid-wait.
                 let _waiting = Waiter::new(m);
-                budget.clone().acquire_many_owned(units).await.ok()?
+                budgets.delivery(units).await?
             }
         };
         let started = Instant::now();
@@ -280,7 +324,7 @@ impl Consumer {
         let cmd = lock(&self.channel.st).finish(self.id, raw)?;
         self.inner.metrics.add(Counter::Finished, 1);
         Ok(durable(
-            persist_send(&self.channel, vec![cmd]),
+            self.channel.persist_send(vec![cmd]),
             self.inner.metrics.clone(),
         ))
     }
@@ -305,7 +349,7 @@ impl Consumer {
         self.channel.notify.notify_waiters();
         self.inner.metrics.add(Counter::Requeued, 1);
         Ok(durable(
-            persist_send(&self.channel, vec![cmd]),
+            self.channel.persist_send(vec![cmd]),
             self.inner.metrics.clone(),
         ))
     }
@@ -322,7 +366,7 @@ impl Consumer {
     pub fn in_flight(&self) -> usize {
         let mut st = lock(&self.channel.st);
         if let Some(cmd) = st.expire(Instant::now()) {
-            persist_later(&self.channel, vec![cmd]);
+            self.channel.persist_later(vec![cmd]);
         }
         st.consumer_in_flight(self.id) as usize
     }
@@ -338,6 +382,7 @@ impl Drop for Consumer {
         self.channel.notify.notify_waiters();
         if empty && self.channel.ephemeral && !self.channel.deleted.load(Ordering::SeqCst) {
             self.inner
+                .registry
                 .drop_ephemeral_channel(&self.topic, &self.channel);
         }
     }
@@ -359,7 +404,7 @@ impl Drop for Waiter<'_> {
     }
 }
 
-async fn read(source: Option<Arc<dyn FsFile>>, entry: Entry) -> Option<Bytes> {
+async fn read(source: BodySource, entry: Entry) -> Option<Bytes> {
     let file = source?;
     if entry.body_len > BLOCKING_READ_BYTES {
         tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry).ok())
@@ -375,28 +420,24 @@ async fn read(source: Option<Arc<dyn FsFile>>, entry: Entry) -> Option<Bytes> {
 /// Moves a message to its dead-letter topic: durable append first, then FIN of the source,
 /// so a crash can duplicate the dead letter but never lose the message.
 async fn dead_letter(
-    inner: Arc<Inner>,
+    registry: Arc<Registry>,
     channel: Arc<Channel>,
     target: String,
     entry: Entry,
-    source: Option<Arc<dyn FsFile>>,
+    source: BodySource,
 ) {
     let Some(body) = read(source, entry).await else {
         return;
     };
-    let Ok(t) = inner.get_or_create_topic(&target) else {
+    let Ok(t) = registry.get_or_create_topic(&target) else {
         return;
     };
-    if inner
-        .publish_to(&t, vec![body], now_ms(), true)
-        .await
-        .is_err()
-    {
+    if t.publish(vec![body], now_ms(), true).await.is_err() {
         return;
     }
-    inner.metrics.add(Counter::DeadLetters, 1);
+    registry.metrics().add(Counter::DeadLetters, 1);
     let cmd = lock(&channel.st).finish_internal(entry.id);
     if let Some(cmd) = cmd {
-        let _ = persist_wait(&channel, vec![cmd]).await;
+        let _ = channel.persist(vec![cmd]).await;
     }
 }

@@ -1,75 +1,33 @@
 //! The [`Engine`] handle: open/recover, publish, management, stats, health, GC and shutdown.
 
-use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::{Fs, RealFs, Store, StoreOptions};
-use tokio::sync::{Semaphore, oneshot};
+use rustqueue_storage::meta::Compatibility;
+use rustqueue_storage::{Fs, RealFs, StorageError, Store, StoreOptions};
 
-use crate::commit::{WalReq, control, persist_wait};
+use crate::budget::Budgets;
+use crate::channel::WalReq;
 use crate::config::{EngineConfig, feature_level_message_cap};
 use crate::consumer::Consumer;
+use crate::disk::DiskGuard;
 use crate::error::{BadBatch, ConfigError, EngineError, OpenError, PublishError, StorageFault};
+use crate::lock::lock;
 use crate::metrics::{Counter, EngineMetrics, Timer};
-use crate::topic::{PubReq, Topic, background_sync, lock};
+use crate::registry::Registry;
+use crate::shared::Shared;
+use crate::topic::{Topic, background_sync};
 use crate::types::{
     ChannelStats, ConsumerOptions, EngineHealth, EngineStats, TopicStats, now_ms, valid_name,
 };
 
-/// Publish and delivery budget permits are 4 KiB units.
-pub(crate) const PERMIT_BYTES: u64 = 4_096;
-
-pub(crate) struct Inner {
-    pub cfg: EngineConfig,
-    pub store: Arc<Store>,
-    pub topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    pub shutting_down: AtomicBool,
-    pub frozen: AtomicBool,
-    pub revision: AtomicU64,
-    pub next_consumer: AtomicU64,
-    pub publish_budget: Arc<Semaphore>,
-    pub delivery_budget: Arc<Semaphore>,
-    pub disk_pressure: AtomicBool,
-    pub disk_reason: std::sync::Mutex<Option<String>>,
-    pub start_time: u64,
-    pub metrics: Arc<EngineMetrics>,
-}
-
-impl Inner {
-    pub(crate) fn bump_local_revision(&self) {
-        self.revision.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Publishes through the topic's group-commit worker.
-    pub(crate) async fn publish_to(
-        &self,
-        t: &Arc<Topic>,
-        bodies: Vec<Bytes>,
-        available_at_ms: i64,
-        force_sync: bool,
-    ) -> Result<(), PublishError> {
-        let (tx, rx) = oneshot::channel();
-        t.pub_tx
-            .send(PubReq {
-                bodies,
-                available_at_ms,
-                force_sync,
-                queued: Instant::now(),
-                reply: tx,
-            })
-            .await
-            .map_err(|_| PublishError::ShuttingDown)?;
-        rx.await.map_err(|_| PublishError::ShuttingDown)?
-    }
-}
-
 /// The broker engine; clones share one instance.
 #[derive(Clone)]
 pub struct Engine {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Shared>,
 }
 
 impl Engine {
@@ -103,34 +61,56 @@ impl Engine {
         let (store, recovered) = tokio::task::spawn_blocking(move || Store::open(fs, &path, opts))
             .await
             .map_err(|e| OpenError::Recovery(StorageFault::task("recovery", &e)))??;
-        let revision = store.revision();
-        let permits = (cfg.node_publish_inflight_bytes / PERMIT_BYTES)
-            .clamp(1, u64::from(u32::MAX >> 3)) as usize;
-        let delivery_permits = (cfg.node_delivery_inflight_bytes / PERMIT_BYTES)
-            .clamp(2, u64::from(u32::MAX >> 3)) as usize;
-        let inner = Arc::new(Inner {
-            store: Arc::new(store),
-            topics: RwLock::new(BTreeMap::new()),
-            shutting_down: AtomicBool::new(false),
+        let store = Arc::new(store);
+        let metrics = Arc::new(EngineMetrics::default());
+        let registry = Arc::new(Registry::new(
+            cfg.clone(),
+            store.clone(),
+            metrics.clone(),
+            recovered,
+        ));
+        let disk = Arc::new(DiskGuard::new(&cfg));
+        tokio::spawn(crate::disk::disk_loop(
+            disk.clone(),
+            Arc::downgrade(&registry),
+            cfg.disk_check_interval,
+            cfg.protective_eviction_enabled
+                .then_some(cfg.disk_pressure_grace),
+        ));
+        tokio::spawn(crate::gc::maintenance_loop(
+            Arc::downgrade(&registry),
+            cfg.gc_interval,
+            cfg.bootstrap_retention,
+        ));
+        tokio::spawn(crate::scrub::scrub_loop(
+            Arc::downgrade(&registry),
+            cfg.scrub_interval,
+            cfg.scrub_bytes_per_second,
+        ));
+        let inner = Arc::new(Shared {
+            store,
+            registry,
+            budgets: Budgets::new(&cfg),
+            disk,
             frozen: AtomicBool::new(false),
-            revision: AtomicU64::new(revision),
             next_consumer: AtomicU64::new(1),
-            publish_budget: Arc::new(Semaphore::new(permits)),
-            delivery_budget: Arc::new(Semaphore::new(delivery_permits)),
-            disk_pressure: AtomicBool::new(false),
-            disk_reason: std::sync::Mutex::new(None),
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            metrics: Arc::new(EngineMetrics::default()),
+            metrics,
             cfg,
         });
-        inner.install_recovered(recovered);
-        crate::disk::check(&inner);
-        tokio::spawn(crate::disk::disk_loop(Arc::downgrade(&inner)));
-        tokio::spawn(crate::gc::maintenance_loop(Arc::downgrade(&inner)));
-        tokio::spawn(crate::gc::scrub_loop(Arc::downgrade(&inner)));
         Ok(Engine { inner })
+    }
+
+    /// The `COMPATIBILITY` file of a data directory, read before opening it (capabilities
+    /// and the rollback fence); `Ok(None)` for a fresh directory without one.
+    pub fn read_compatibility(data_path: &Path) -> Result<Option<Compatibility>, StorageError> {
+        let path = data_path.join("COMPATIBILITY");
+        if !path.exists() {
+            return Ok(None);
+        }
+        rustqueue_storage::meta::read_json(&RealFs, &path).map(Some)
     }
 
     /// PUB (one body), MPUB (several, one atomic record) or DPUB (`defer`). Resolves when the
@@ -168,7 +148,7 @@ impl Engine {
         defer: Option<Duration>,
     ) -> Result<(), PublishError> {
         let inner = &self.inner;
-        if inner.shutting_down.load(Ordering::SeqCst) {
+        if inner.shutting_down() {
             return Err(PublishError::ShuttingDown);
         }
         if let Some(f) = inner.store.fault().reason() {
@@ -177,7 +157,7 @@ impl Engine {
         if !valid_name(topic) {
             return Err(PublishError::BadTopic(topic.to_string()));
         }
-        if inner.disk_pressure.load(Ordering::SeqCst) {
+        if inner.disk.pressured() {
             return Err(PublishError::Throttled);
         }
         if bodies.is_empty() || bodies.len() > rustqueue_storage::record::MAX_BATCH {
@@ -200,38 +180,37 @@ impl Engine {
         if defer > inner.cfg.max_defer {
             return Err(PublishError::InvalidDefer);
         }
-        let charge = total + 52 + 128 * bodies.len() as u64;
-        let units = charge.div_ceil(PERMIT_BYTES).min(u64::from(u32::MAX)) as u32;
         let _permit = inner
-            .publish_budget
-            .clone()
-            .try_acquire_many_owned(units)
-            .map_err(|_| PublishError::Throttled)?;
-        let t = inner.get_or_create_topic(topic)?;
-        inner
-            .publish_to(&t, bodies, now_ms() + defer.as_millis() as i64, false)
+            .budgets
+            .try_publish(total, bodies.len())
+            .ok_or(PublishError::Throttled)?;
+        let t = inner.registry.get_or_create_topic(topic)?;
+        t.publish(bodies, now_ms() + defer.as_millis() as i64, false)
             .await
     }
 
     /// Creates a topic if absent.
     pub fn create_topic(&self, topic: &str) -> Result<(), EngineError> {
-        self.inner.get_or_create_topic(topic).map(|_| ())
+        self.inner.registry.get_or_create_topic(topic).map(|_| ())
     }
 
     fn existing(&self, topic: &str) -> Result<Arc<Topic>, EngineError> {
         if !valid_name(topic) {
             return Err(EngineError::BadName(topic.to_string()));
         }
-        self.inner.topic(topic).ok_or(EngineError::TopicNotFound)
+        self.inner
+            .registry
+            .topic(topic)
+            .ok_or(EngineError::TopicNotFound)
     }
 
     /// Deletes a topic, its channels and its files.
     pub async fn delete_topic(&self, topic: &str) -> Result<(), EngineError> {
         let t = self.existing(topic)?;
-        self.inner.remove_topic_entry(&t);
+        self.inner.registry.remove_topic_entry(&t);
         if !t.ephemeral {
             for c in t.channel_list() {
-                let _ = control(&c, WalReq::Delete).await;
+                let _ = c.control(WalReq::Delete).await;
             }
             let manifest = lock(&t.manifest).clone();
             let store = self.inner.store.clone();
@@ -285,14 +264,17 @@ impl Engine {
 
     /// Creates a channel if absent (and its topic).
     pub fn create_channel(&self, topic: &str, channel: &str) -> Result<(), EngineError> {
-        let t = self.inner.get_or_create_topic(topic)?;
-        self.inner.get_or_create_channel(&t, channel).map(|_| ())
+        let t = self.inner.registry.get_or_create_topic(topic)?;
+        self.inner
+            .registry
+            .get_or_create_channel(&t, channel)
+            .map(|_| ())
     }
 
     /// Deletes a channel; its consumers' `next()` returns `None`.
     pub async fn delete_channel(&self, topic: &str, channel: &str) -> Result<(), EngineError> {
         let t = self.existing(topic)?;
-        self.inner.remove_channel(&t, channel).await
+        self.inner.registry.remove_channel(&t, channel).await
     }
 
     /// Finishes every message of the channel published so far.
@@ -302,7 +284,7 @@ impl Engine {
         let through = lock(&t.log).next_position() - 1;
         let cmd = lock(&c.st).empty(through);
         c.notify.notify_waiters();
-        Ok(persist_wait(&c, vec![cmd]).await?)
+        Ok(c.persist(vec![cmd]).await?)
     }
 
     /// Pauses or resumes one channel.
@@ -317,7 +299,7 @@ impl Engine {
         let cmd = rustqueue_storage::ChannelCommand::Pause(paused);
         lock(&c.st).durable.apply(&cmd);
         c.notify.notify_waiters();
-        Ok(persist_wait(&c, vec![cmd]).await?)
+        Ok(c.persist(vec![cmd]).await?)
     }
 
     /// SUB: registers a consumer (creating topic and channel if needed).
@@ -327,20 +309,14 @@ impl Engine {
         channel: &str,
         opts: ConsumerOptions,
     ) -> Result<Consumer, EngineError> {
-        let t = self.inner.get_or_create_topic(topic)?;
-        let c = self.inner.get_or_create_channel(&t, channel)?;
+        let t = self.inner.registry.get_or_create_topic(topic)?;
+        let c = self.inner.registry.get_or_create_channel(&t, channel)?;
         Ok(Consumer::register(self.inner.clone(), t, c, opts))
     }
 
     /// Topic names in order.
     pub fn topics(&self) -> Vec<String> {
-        self.inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        self.inner.registry.names()
     }
 
     /// Channel names of a topic in order.
@@ -354,12 +330,10 @@ impl Engine {
         let now = Instant::now();
         let topics: Vec<Arc<Topic>> = self
             .inner
-            .topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
+            .registry
+            .topic_list()
+            .into_iter()
             .filter(|t| topic.is_none_or(|n| n == t.name))
-            .cloned()
             .collect();
         let mut out = Vec::new();
         for t in topics {
@@ -372,7 +346,7 @@ impl Engine {
             {
                 let mut st = lock(&c.st);
                 if let Some(cmd) = st.expire(now) {
-                    crate::commit::persist_later(&c, vec![cmd]);
+                    c.persist_later(vec![cmd]);
                 }
                 let (in_flight, deferred, depth) = st.counts(visible);
                 channels.push(ChannelStats {
@@ -412,7 +386,7 @@ impl Engine {
             .store
             .fault()
             .reason()
-            .filter(|_| !self.inner.shutting_down.load(Ordering::SeqCst))
+            .filter(|_| !self.inner.shutting_down())
             .unwrap_or_else(|| "OK".into());
         EngineStats {
             health,
@@ -424,7 +398,7 @@ impl Engine {
     /// Freezes (or resumes) all deliveries (control contract: drain).
     pub fn set_deliveries_frozen(&self, frozen: bool) {
         self.inner.frozen.store(frozen, Ordering::SeqCst);
-        for t in self.inner.topic_list() {
+        for t in self.inner.registry.topic_list() {
             for c in t.channel_list() {
                 c.notify.notify_waiters();
             }
@@ -434,8 +408,9 @@ impl Engine {
     /// Verifies every sealed segment now (`POST /v1/storage/scrub`); a mismatch isolates
     /// storage. Returns the number of records checked.
     pub async fn scrub(&self) -> Result<u64, EngineError> {
-        let inner = self.inner.clone();
-        let r = tokio::task::spawn_blocking(move || crate::gc::scrub_all(&inner))
+        let registry = self.inner.registry.clone();
+        let rate = self.inner.cfg.scrub_bytes_per_second;
+        let r = tokio::task::spawn_blocking(move || crate::scrub::scrub_all(&registry, rate))
             .await
             .map_err(|e| StorageFault::task("scrub", &e))?;
         r.map_err(|e| {
@@ -446,55 +421,39 @@ impl Engine {
 
     /// Health facts.
     pub fn health(&self) -> EngineHealth {
-        let shutting_down = self.inner.shutting_down.load(Ordering::SeqCst);
+        let shutting_down = self.inner.shutting_down();
         EngineHealth {
             storage_fault: if shutting_down {
                 None
             } else {
                 self.inner.store.fault().reason()
             },
-            deliveries_frozen: self.inner.frozen.load(Ordering::SeqCst),
-            disk_pressure: lock(&self.inner.disk_reason).clone(),
+            deliveries_frozen: self.inner.frozen(),
+            disk_pressure: self.inner.disk.reason(),
             shutting_down,
-            topics: self
-                .inner
-                .topics
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .len(),
+            topics: self.inner.registry.len(),
         }
     }
 
     /// Changes whenever a topic or channel is created or deleted.
     pub fn registry_revision(&self) -> u64 {
-        self.inner.revision.load(Ordering::SeqCst)
+        self.inner.registry.revision()
     }
 
     /// Bytes held right now by the node budgets, in 4 KiB units: `(publish, delivery)`.
     /// Publish bytes are accepted bodies not yet committed; delivery bytes are bodies being
     /// read for delivery. Both are 0 on an idle broker (control contract: drain `quiesced`).
     pub fn inflight_bytes(&self) -> (u64, u64) {
-        let cfg = &self.inner.cfg;
-        let total_pub =
-            (cfg.node_publish_inflight_bytes / PERMIT_BYTES).clamp(1, u64::from(u32::MAX >> 3));
-        let total_del =
-            (cfg.node_delivery_inflight_bytes / PERMIT_BYTES).clamp(2, u64::from(u32::MAX >> 3));
-        let held = |s: &Semaphore, total: u64| {
-            total.saturating_sub(s.available_permits() as u64) * PERMIT_BYTES
-        };
-        (
-            held(&self.inner.publish_budget, total_pub),
-            held(&self.inner.delivery_budget, total_del),
-        )
+        self.inner.budgets.held()
     }
 
     /// Graceful shutdown: refuse new work, sync every log, checkpoint every channel, release
     /// the directory lock. Consumers' `next()` returns `None` afterwards.
     pub async fn shutdown(&self) {
-        if self.inner.shutting_down.swap(true, Ordering::SeqCst) {
+        if self.inner.registry.close() {
             return;
         }
-        let topics = self.inner.topic_list();
+        let topics = self.inner.registry.topic_list();
         for t in &topics {
             for c in t.channel_list() {
                 c.notify.notify_waiters();
@@ -502,7 +461,7 @@ impl Engine {
             if !t.ephemeral {
                 background_sync(t).await;
                 for c in t.channel_list() {
-                    let _ = control(&c, WalReq::Checkpoint).await;
+                    let _ = c.control(WalReq::Checkpoint).await;
                 }
                 let mut m = lock(&t.manifest).clone();
                 m.next_position = lock(&t.log).next_position();

@@ -17,22 +17,22 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use rustqueue_storage::{EvictionAudit, OldestSegment, StorageError};
+use rustqueue_storage::{EvictionAudit, OldestSegment, StorageError, Store};
 
-use crate::commit::persist_wait;
-use crate::engine::Inner;
 use crate::error::{EngineError, StorageFault};
+use crate::lock::lock;
 use crate::metrics::Counter;
-use crate::topic::{Topic, lock};
+use crate::registry::Registry;
+use crate::topic::Topic;
 
 /// Evicts the oldest sealed segment of the topic holding the oldest message, if any;
 /// returns whether a segment was deleted.
-pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> {
-    let Some(t) = oldest_topic(inner) else {
+pub(crate) async fn evict_once(registry: &Arc<Registry>) -> Result<bool, EngineError> {
+    let Some(t) = oldest_topic(registry) else {
         return Ok(false);
     };
-    let (i2, t2) = (inner.clone(), t.clone());
-    let seg = tokio::task::spawn_blocking(move || prepare(&i2, &t2))
+    let (r2, t2) = (registry.clone(), t.clone());
+    let seg = tokio::task::spawn_blocking(move || prepare(r2.store(), &t2))
         .await
         .map_err(|e| StorageFault::task("eviction", &e))??;
     t.publish_visibility();
@@ -42,9 +42,7 @@ pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> 
             let cmd = lock(&c.st).evict(seg.through_position);
             c.notify.notify_waiters();
             if c.wal_tx.is_some() {
-                persist_wait(&c, vec![cmd])
-                    .await
-                    .map_err(EngineError::StorageFault)?;
+                c.persist(vec![cmd]).await?;
             }
         }
     }
@@ -53,8 +51,8 @@ pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> 
     let messages = tokio::task::spawn_blocking(move || lock(&t2.log).evict_oldest(base))
         .await
         .map_err(|e| StorageFault::task("eviction", &e))??;
-    inner.metrics.add(Counter::Evictions, 1);
-    inner.metrics.add(Counter::EvictedMessages, messages);
+    registry.metrics().add(Counter::Evictions, 1);
+    registry.metrics().add(Counter::EvictedMessages, messages);
     tracing::warn!(
         topic = %t.name,
         through = seg.through_position,
@@ -65,18 +63,21 @@ pub(crate) async fn evict_once(inner: &Arc<Inner>) -> Result<bool, EngineError> 
 }
 
 /// The durable topic whose oldest stored message is the oldest of all.
-fn oldest_topic(inner: &Inner) -> Option<Arc<Topic>> {
-    let topics = inner.topics.read().unwrap_or_else(|p| p.into_inner());
-    topics
-        .values()
+fn oldest_topic(registry: &Registry) -> Option<Arc<Topic>> {
+    registry
+        .topic_list()
+        .into_iter()
         .filter(|t| !t.ephemeral && !t.deleted.load(Ordering::SeqCst))
-        .filter_map(|t| lock(&t.log).oldest_timestamp().map(|ts| (ts, t)))
+        .filter_map(|t| {
+            let ts = lock(&t.log).oldest_timestamp()?;
+            Some((ts, t))
+        })
         .min_by_key(|(ts, _)| *ts)
-        .map(|(_, t)| t.clone())
+        .map(|(_, t)| t)
 }
 
 /// Seal, pick, manifest, audit and unrouted boundary: everything before the channel records.
-fn prepare(inner: &Inner, t: &Topic) -> Result<Option<OldestSegment>, StorageError> {
+fn prepare(store: &Store, t: &Topic) -> Result<Option<OldestSegment>, StorageError> {
     let (seg, next) = {
         let mut log = lock(&t.log);
         log.seal_active()?;
@@ -85,7 +86,7 @@ fn prepare(inner: &Inner, t: &Topic) -> Result<Option<OldestSegment>, StorageErr
     let Some(seg) = seg else { return Ok(None) };
     let mut m = lock(&t.manifest).clone();
     m.next_position = m.next_position.max(next);
-    inner.store.write_manifest(&m)?;
+    store.write_manifest(&m)?;
     *lock(&t.manifest) = m.clone();
     if seg.messages == 0 {
         return Ok(Some(seg));
@@ -93,7 +94,7 @@ fn prepare(inner: &Inner, t: &Topic) -> Result<Option<OldestSegment>, StorageErr
     let created_at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    inner.store.write_eviction_audit(&EvictionAudit {
+    store.write_eviction_audit(&EvictionAudit {
         topic: t.name.clone(),
         first_position: seg.first_position,
         through_position: seg.through_position,
@@ -107,7 +108,7 @@ fn prepare(inner: &Inner, t: &Topic) -> Result<Option<OldestSegment>, StorageErr
         && u <= seg.through_position
     {
         m.unrouted_from_position = Some(seg.through_position + 1);
-        inner.store.write_manifest(&m)?;
+        store.write_manifest(&m)?;
         *lock(&t.manifest) = m;
     }
     Ok(Some(seg))

@@ -2,8 +2,8 @@
 //! switch) and the queue aggregates that need a walk over topics and channels.
 
 use crate::engine::Engine;
+use crate::lock::lock;
 use crate::metrics::{Counter, EngineMetrics};
-use crate::topic::lock;
 
 /// Queue aggregates (and the per-topic parts of the detailed series) of docs/api.md, computed
 /// on demand.
@@ -47,7 +47,7 @@ impl Engine {
     pub fn queue_gauges(&self) -> QueueGauges {
         let now_ns = crate::types::now_ns();
         let mut g = QueueGauges::default();
-        for t in self.inner.topic_list() {
+        for t in self.inner.registry.topic_list() {
             let mut tg = TopicGauges {
                 name: t.name.clone(),
                 ..TopicGauges::default()

@@ -12,8 +12,12 @@
 //! Publishing resolves only when the batch is durable per [`AckMode`]; FIN/REQ resolve after the
 //! channel WAL fsync. A storage failure isolates the store and shows in [`Engine::health`].
 
+#![warn(missing_docs)]
+// Storage failures must surface as errors (and isolate storage), never as panics.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod budget;
 mod channel;
-mod commit;
 mod config;
 mod consumer;
 mod disk;
@@ -23,8 +27,12 @@ mod error;
 mod evict;
 mod gauges;
 mod gc;
+mod group;
+mod lock;
 pub mod metrics;
 mod registry;
+mod scrub;
+mod shared;
 mod topic;
 mod types;
 
@@ -37,6 +45,9 @@ pub use error::{
 };
 pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
+/// What the engine reports about a data directory and this build's storage.
+pub use rustqueue_storage::meta::Compatibility;
+pub use rustqueue_storage::{MAX_FEATURE_LEVEL, StorageError};
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,
     MessageId, TopicStats, valid_name,

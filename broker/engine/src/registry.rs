@@ -5,25 +5,95 @@
 //! at the oldest message inside the bootstrap window, ephemeral ones at the tail.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rustqueue_storage::meta::Manifest;
 use rustqueue_storage::simfs::SimFs;
-use rustqueue_storage::{ChannelState, ChannelWal, Fault, RecoveredTopic, TopicLog};
+use rustqueue_storage::{ChannelState, ChannelWal, Fault, RecoveredTopic, Store, TopicLog};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::channel::{ChanState, Channel};
-use crate::commit::wal_worker;
-use crate::engine::Inner;
+use crate::channel::{ChanState, Channel, WalReq, wal_worker};
+use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::topic::{GroupSettings, Topic, lock, publish_worker};
+use crate::lock::{lock, read, write};
+use crate::metrics::EngineMetrics;
+use crate::topic::{GroupSettings, Topic, publish_worker};
 use crate::types::{is_ephemeral, now_ns, valid_name};
 
 /// Ephemeral topics live in memory; small segments let GC free it promptly.
 const EPHEMERAL_SEGMENT_BYTES: u64 = 1 << 20;
 
-impl Inner {
+/// The topic registry: every topic and channel by name, their creation and removal, the
+/// registry revision, and the shutdown gate that stops creating them.
+pub(crate) struct Registry {
+    cfg: EngineConfig,
+    store: Arc<Store>,
+    metrics: Arc<EngineMetrics>,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    revision: AtomicU64,
+    shutting_down: AtomicBool,
+}
+
+impl Registry {
+    /// A registry holding the topics recovered from `store`.
+    pub(crate) fn new(
+        cfg: EngineConfig,
+        store: Arc<Store>,
+        metrics: Arc<EngineMetrics>,
+        recovered: Vec<RecoveredTopic>,
+    ) -> Registry {
+        let r = Registry {
+            revision: AtomicU64::new(store.revision()),
+            cfg,
+            store,
+            metrics,
+            topics: RwLock::new(BTreeMap::new()),
+            shutting_down: AtomicBool::new(false),
+        };
+        r.install_recovered(recovered);
+        r
+    }
+
+    /// The store every durable topic lives in.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The engine's metrics.
+    pub(crate) fn metrics(&self) -> &Arc<EngineMetrics> {
+        &self.metrics
+    }
+
+    /// Closes the registry to new topics and channels; `true` if it was already closed.
+    pub(crate) fn close(&self) -> bool {
+        self.shutting_down.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether the engine is shutting down.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Changes whenever a topic or channel is created or deleted.
+    pub(crate) fn revision(&self) -> u64 {
+        self.revision.load(Ordering::SeqCst)
+    }
+
+    /// Number of topics.
+    pub(crate) fn len(&self) -> usize {
+        read(&self.topics).len()
+    }
+
+    /// Topic names in order.
+    pub(crate) fn names(&self) -> Vec<String> {
+        read(&self.topics).keys().cloned().collect()
+    }
+
+    fn bump_local_revision(&self) {
+        self.revision.fetch_add(1, Ordering::SeqCst);
+    }
+
     fn group_settings(&self) -> GroupSettings {
         let c = &self.cfg;
         GroupSettings {
@@ -99,12 +169,12 @@ impl Inner {
     }
 
     /// Installs the topics recovered from disk.
-    pub(crate) fn install_recovered(&self, recovered: Vec<RecoveredTopic>) {
-        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+    fn install_recovered(&self, recovered: Vec<RecoveredTopic>) {
+        let mut topics = write(&self.topics);
         for rt in recovered {
             let t = self.build_topic(rt.log, rt.manifest, false);
             {
-                let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+                let mut chans = write(&t.channels);
                 for rc in rt.channels {
                     let c = self.build_channel(&rc.name, rc.state, Some(rc.wal));
                     chans.insert(rc.name, c);
@@ -114,8 +184,8 @@ impl Inner {
         }
     }
 
-    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
-        if self.shutting_down.load(Ordering::SeqCst) {
+    fn check_open(&self) -> Result<(), EngineError> {
+        if self.is_shutting_down() {
             return Err(EngineError::ShuttingDown);
         }
         Ok(())
@@ -123,20 +193,11 @@ impl Inner {
 
     /// A snapshot of every topic (the registry lock is not held while callers walk it).
     pub(crate) fn topic_list(&self) -> Vec<Arc<Topic>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        read(&self.topics).values().cloned().collect()
     }
 
     pub(crate) fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        read(&self.topics).get(name).cloned()
     }
 
     /// Returns the topic, creating it (durably unless ephemeral) if needed.
@@ -148,7 +209,7 @@ impl Inner {
         if let Some(t) = self.topic(name) {
             return Ok(t);
         }
-        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        let mut topics = write(&self.topics);
         if let Some(t) = topics.get(name) {
             return Ok(t.clone());
         }
@@ -190,7 +251,7 @@ impl Inner {
         if let Some(c) = t.channel(name) {
             return Ok(c);
         }
-        let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+        let mut chans = write(&t.channels);
         if let Some(c) = chans.get(name) {
             return Ok(c.clone());
         }
@@ -232,15 +293,13 @@ impl Inner {
         name: &str,
     ) -> Result<(), EngineError> {
         let c = {
-            let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+            let mut chans = write(&t.channels);
             chans.remove(name).ok_or(EngineError::ChannelNotFound)?
         };
         c.deleted.store(true, Ordering::SeqCst);
         c.notify.notify_waiters();
         if c.wal_tx.is_some() {
-            crate::commit::control(&c, crate::commit::WalReq::Delete)
-                .await
-                .map_err(EngineError::StorageFault)?;
+            c.control(WalReq::Delete).await?;
             let durable_left = t.channel_list().iter().any(|c| !c.ephemeral);
             if !durable_left && !t.ephemeral {
                 let mut manifest = lock(&t.manifest);
@@ -262,7 +321,7 @@ impl Inner {
     /// Drops an ephemeral channel whose last consumer left (memory only, no I/O).
     pub(crate) fn drop_ephemeral_channel(&self, t: &Arc<Topic>, c: &Arc<Channel>) {
         {
-            let mut chans = t.channels.write().unwrap_or_else(|p| p.into_inner());
+            let mut chans = write(&t.channels);
             if chans.get(&c.name).is_some_and(|x| Arc::ptr_eq(x, c)) {
                 chans.remove(&c.name);
             }
@@ -276,7 +335,7 @@ impl Inner {
     }
 
     pub(crate) fn remove_topic_entry(&self, t: &Arc<Topic>) {
-        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        let mut topics = write(&self.topics);
         if topics.get(&t.name).is_some_and(|x| Arc::ptr_eq(x, t)) {
             topics.remove(&t.name);
         }

@@ -19,6 +19,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::channel::Channel;
 use crate::config::AckMode;
 use crate::error::{PublishError, StorageFault};
+use crate::group::{Collector, Policy, answer};
+use crate::lock::{lock, read};
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::types::now_ns;
 
@@ -30,7 +32,7 @@ pub(crate) struct PubReq {
     pub force_sync: bool,
     /// When it was queued (group-commit wait).
     pub queued: Instant,
-    pub reply: oneshot::Sender<Result<(), PublishError>>,
+    pub reply: Reply,
 }
 
 impl PubReq {
@@ -54,26 +56,35 @@ pub(crate) struct Topic {
     pub metrics: Arc<EngineMetrics>,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Topic {
     pub fn channel(&self, name: &str) -> Option<Arc<Channel>> {
-        self.channels
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        read(&self.channels).get(name).cloned()
     }
 
     pub fn channel_list(&self) -> Vec<Arc<Channel>> {
-        self.channels
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        read(&self.channels).values().cloned().collect()
+    }
+
+    /// Publishes through the topic's group-commit worker; resolves when the batch is
+    /// acknowledged per the ack mode (`force_sync`: after its fsync in every mode).
+    pub(crate) async fn publish(
+        &self,
+        bodies: Vec<Bytes>,
+        available_at_ms: i64,
+        force_sync: bool,
+    ) -> Result<(), PublishError> {
+        let (tx, rx) = oneshot::channel();
+        self.pub_tx
+            .send(PubReq {
+                bodies,
+                available_at_ms,
+                force_sync,
+                queued: Instant::now(),
+                reply: tx,
+            })
+            .await
+            .map_err(|_| PublishError::ShuttingDown)?;
+        rx.await.map_err(|_| PublishError::ShuttingDown)?
     }
 
     pub fn visible_through(&self) -> u64 {
@@ -120,7 +131,7 @@ pub(crate) struct GroupSettings {
     pub sync_interval: Duration,
 }
 
-type Reply = oneshot::Sender<Result<(), PublishError>>;
+type Reply = crate::group::Reply<PublishError>;
 
 /// What the append stage hands the sync stage.
 enum Appended {
@@ -133,8 +144,8 @@ enum Appended {
 /// The per-topic commit pipeline; ends when the topic is dropped.
 ///
 /// Two stages run side by side in this task. The append stage takes every request already
-/// queued (up to 64 requests / 8 MiB, never waiting for more) and appends them in one lock
-/// hold. The sync stage fdatasyncs the active segment and answers every durable request
+/// queued (a [`Collector`] group: up to 64 requests / 8 MiB, never waiting for more) and
+/// appends them in one lock hold. The sync stage fdatasyncs the active segment and answers every durable request
 /// appended before that fsync began. Appends go on while an fsync runs, so everything that
 /// arrives during one fsync shares the next: a group is as large as the load makes it, and an
 /// idle topic pays one fsync, with no batching delay.
@@ -161,26 +172,18 @@ async fn append_stage(
     topic: Weak<Topic>,
     store: Arc<Store>,
     set: GroupSettings,
-    mut rx: mpsc::Receiver<PubReq>,
+    rx: mpsc::Receiver<PubReq>,
     sync_tx: mpsc::UnboundedSender<Appended>,
 ) {
-    let mut carry: Option<PubReq> = None;
-    loop {
-        let first = match carry.take() {
-            Some(r) => r,
-            None => match rx.recv().await {
-                Some(r) => r,
-                None => break,
-            },
-        };
-        let (group, bytes, rest) = collect_group(
-            first,
-            PubReq::bytes,
-            || rx.try_recv().ok(),
-            set.max_requests,
-            set.max_bytes,
-        );
-        carry = rest;
+    let mut groups = Collector::new(
+        rx,
+        Policy {
+            max_requests: set.max_requests,
+            max_bytes: set.max_bytes,
+            window: None,
+        },
+    );
+    while let Some((group, bytes)) = groups.next_group(|r| (1, r.bytes()), |_| false).await {
         let Some(t) = topic.upgrade() else {
             for r in group {
                 let _ = r.reply.send(Err(PublishError::ShuttingDown));
@@ -248,30 +251,6 @@ async fn append_stage(
     }
 }
 
-/// One append group: `first` plus whatever `next` yields without waiting, up to
-/// `max_requests` requests and `max_bytes`. A request that would push the group past
-/// `max_bytes` is returned to start the next group, so a request larger than the limit forms a
-/// group of its own. Returns the group, its bytes and that carried request.
-fn collect_group<T>(
-    first: T,
-    size: impl Fn(&T) -> u64,
-    mut next: impl FnMut() -> Option<T>,
-    max_requests: usize,
-    max_bytes: u64,
-) -> (Vec<T>, u64, Option<T>) {
-    let mut bytes = size(&first);
-    let mut group = vec![first];
-    while group.len() < max_requests {
-        let Some(r) = next() else { break };
-        if bytes + size(&r) > max_bytes {
-            return (group, bytes, Some(r));
-        }
-        bytes += size(&r);
-        group.push(r);
-    }
-    (group, bytes, None)
-}
-
 async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
@@ -334,9 +313,7 @@ async fn sync_stage(
             .await
             .unwrap_or_else(|e| Err(StorageFault::task("sync", &e).into()));
         t.publish_visibility();
-        for r in waiting {
-            let _ = r.send(result.clone());
-        }
+        answer(waiting, &result);
         // What is still unsynced was appended after the fsync began.
         unsynced_since = (lock(&t.log).unsynced().0 > 0).then_some(sync_began);
     }
@@ -395,74 +372,4 @@ pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
     let _ = tokio::task::spawn_blocking(move || sync(&t2)).await;
     t.publish_visibility();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::collect_group;
-
-    const MIB: u64 = 1 << 20;
-
-    /// Groups a queue of request sizes the way the append stage does, until it is drained.
-    fn groups(sizes: &[u64], max_requests: usize, max_bytes: u64) -> Vec<Vec<u64>> {
-        let mut queue = sizes.iter().copied();
-        let mut carry = None;
-        let mut out = Vec::new();
-        while let Some(first) = carry.take().or_else(|| queue.next()) {
-            let (g, bytes, rest) =
-                collect_group(first, |s| *s, || queue.next(), max_requests, max_bytes);
-            assert_eq!(
-                bytes,
-                g.iter().sum::<u64>(),
-                "reported bytes are the group's"
-            );
-            out.push(g);
-            carry = rest;
-        }
-        out
-    }
-
-    #[test]
-    fn a_group_takes_at_most_64_requests_and_keeps_their_order() {
-        let sizes: Vec<u64> = (1..=150).collect();
-        let g = groups(&sizes, 64, 8 * MIB);
-        assert_eq!(g.iter().map(Vec::len).collect::<Vec<_>>(), vec![64, 64, 22]);
-        assert_eq!(g.concat(), sizes, "nothing lost, reordered or duplicated");
-    }
-
-    #[test]
-    fn a_group_stops_before_8_mib_and_the_next_request_starts_the_next_group() {
-        let g = groups(&[3 * MIB, 3 * MIB, 3 * MIB, MIB], 64, 8 * MIB);
-        assert_eq!(g, vec![vec![3 * MIB, 3 * MIB], vec![3 * MIB, MIB]]);
-        let exact = groups(&[4 * MIB, 4 * MIB, 1], 64, 8 * MIB);
-        assert_eq!(
-            exact,
-            vec![vec![4 * MIB, 4 * MIB], vec![1]],
-            "8 MiB exactly fits"
-        );
-    }
-
-    #[test]
-    fn an_oversized_request_forms_its_own_group() {
-        let g = groups(&[100, 20 * MIB, 100, 100], 64, 8 * MIB);
-        assert_eq!(g, vec![vec![100], vec![20 * MIB], vec![100, 100]]);
-        let first = groups(&[20 * MIB, 1], 64, 8 * MIB);
-        assert_eq!(first, vec![vec![20 * MIB], vec![1]]);
-    }
-
-    #[test]
-    fn a_lone_request_is_a_group_at_once_without_waiting_for_more() {
-        let mut polled = 0;
-        let (g, _, rest) = collect_group(
-            7u64,
-            |s| *s,
-            || {
-                polled += 1;
-                None
-            },
-            64,
-            8 * MIB,
-        );
-        assert_eq!((g, rest, polled), (vec![7], None, 1));
-    }
 }

@@ -1,8 +1,9 @@
-//! FIN/REQ group commit to a channel WAL.
+//! FIN/REQ group commit to a channel WAL, and the requests a channel sends its worker.
 //!
-//! One worker per durable channel owns its [`ChannelWal`]. It collects commands for up to
-//! 1 ms from the first (or 1,024 requests), appends all frames in one write, fdatasyncs once,
-//! checkpoints when due, and only then answers: every success has crossed the WAL fsync.
+//! One worker per durable channel owns its [`ChannelWal`]. It collects commands (a
+//! [`Collector`] group: up to 1 ms from the first, or 1,024 requests), appends all frames in
+//! one write, fdatasyncs once, checkpoints when due, and only then answers: every success has
+//! crossed the WAL fsync.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -10,12 +11,14 @@ use std::time::{Duration, Instant};
 use rustqueue_storage::{ChannelCommand, ChannelWal, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::channel::Channel;
-use crate::error::StorageFault;
-use crate::metrics::{Counter, EngineMetrics, Timer};
-use crate::topic::lock;
+use crate::group::{Collector, Policy, answer};
 
-type Reply = oneshot::Sender<Result<(), StorageFault>>;
+use super::Channel;
+use crate::error::StorageFault;
+use crate::lock::lock;
+use crate::metrics::{Counter, EngineMetrics, Timer};
+
+pub(crate) type Reply = crate::group::Reply<StorageFault>;
 
 /// A request to a channel WAL worker.
 pub(crate) enum WalReq {
@@ -27,8 +30,12 @@ pub(crate) enum WalReq {
     Delete(Reply),
 }
 
-const MAX_GROUP: usize = 1_024;
-const WINDOW: Duration = Duration::from_millis(1);
+/// Up to 1,024 FIN/REQ waiting for an answer, collected for at most 1 ms after the first.
+const POLICY: Policy = Policy {
+    max_requests: 1_024,
+    max_bytes: u64::MAX,
+    window: Some(Duration::from_millis(1)),
+};
 
 /// The worker loop; ends on delete or when every sender is gone.
 pub(crate) async fn wal_worker(
@@ -46,38 +53,29 @@ pub(crate) async fn wal_worker(
 async fn group_commit_loop(
     chan: Weak<Channel>,
     wal: ChannelWal,
-    mut rx: mpsc::UnboundedReceiver<WalReq>,
+    rx: mpsc::UnboundedReceiver<WalReq>,
     metrics: &Arc<EngineMetrics>,
 ) {
     let mut wal = Some(wal);
-    while let Some(first) = rx.recv().await {
+    let mut groups = Collector::new(rx, POLICY);
+    let cost = |r: &WalReq| match r {
+        WalReq::Cmds(_, reply, _) => (usize::from(reply.is_some()), 0),
+        _ => (0, 0),
+    };
+    let closes = |r: &WalReq| !matches!(r, WalReq::Cmds(..));
+    while let Some((group, _)) = groups.next_group(cost, closes).await {
         let mut cmds = Vec::new();
         let mut replies: Vec<Reply> = Vec::new();
         let mut queued: Vec<Instant> = Vec::new();
         let mut control: Option<WalReq> = None;
-        let push = |req: WalReq,
-                    cmds: &mut Vec<ChannelCommand>,
-                    replies: &mut Vec<Reply>,
-                    queued: &mut Vec<Instant>|
-         -> Option<WalReq> {
+        for req in group {
             match req {
                 WalReq::Cmds(c, r, at) => {
                     cmds.extend(c);
                     replies.extend(r);
                     queued.push(at);
-                    None
                 }
-                other => Some(other),
-            }
-        };
-        control = control.or(push(first, &mut cmds, &mut replies, &mut queued));
-        if control.is_none() {
-            let deadline = tokio::time::Instant::now() + WINDOW;
-            while replies.len() < MAX_GROUP && control.is_none() {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(req)) => control = push(req, &mut cmds, &mut replies, &mut queued),
-                    _ => break,
-                }
+                other => control = Some(other),
             }
         }
         let started = Instant::now();
@@ -99,7 +97,7 @@ async fn group_commit_loop(
         let delete = matches!(control, Some(WalReq::Delete(_)));
         let joined = tokio::task::spawn_blocking(move || {
             let mut w = w;
-            let r = persist(&mut w, &chan2, &cmds, ckpt, &m2);
+            let r = write_group(&mut w, &chan2, &cmds, ckpt, &m2);
             if delete {
                 let d = w.delete();
                 return (None, r.and(d));
@@ -112,11 +110,9 @@ async fn group_commit_loop(
             Err(e) => (None, Err(StorageFault::task("channel commit", &e))),
         };
         wal = back;
-        for r in replies {
-            let _ = r.send(result.clone());
-        }
+        answer(replies, &result);
         if let Some(WalReq::Checkpoint(r) | WalReq::Delete(r)) = control {
-            let _ = r.send(result.clone());
+            answer([r], &result);
         }
         if wal.is_none() {
             break;
@@ -124,7 +120,7 @@ async fn group_commit_loop(
     }
 }
 
-fn persist(
+fn write_group(
     w: &mut ChannelWal,
     chan: &Weak<Channel>,
     cmds: &[ChannelCommand],
@@ -147,58 +143,58 @@ fn persist(
     Ok(())
 }
 
-/// Sends commands and waits for their fsync.
-pub(crate) async fn persist_wait(
-    chan: &Arc<Channel>,
-    cmds: Vec<ChannelCommand>,
-) -> Result<(), StorageFault> {
-    persist_send(chan, cmds).await
-}
+impl Channel {
+    /// Sends commands and waits for their fsync.
+    pub(crate) async fn persist(&self, cmds: Vec<ChannelCommand>) -> Result<(), StorageFault> {
+        self.persist_send(cmds).await
+    }
 
-/// Queues commands for the next group commit now, before returning; the future resolves
-/// once they crossed the WAL fsync. It borrows nothing, so callers may keep working (and
-/// queue more) while the fsync runs.
-pub(crate) fn persist_send(
-    chan: &Channel,
-    cmds: Vec<ChannelCommand>,
-) -> impl std::future::Future<Output = Result<(), StorageFault>> + Send + 'static {
-    let rx = match &chan.wal_tx {
-        Some(tx) if !cmds.is_empty() => {
-            let (rtx, rrx) = oneshot::channel();
-            tx.send(WalReq::Cmds(cmds, Some(rtx), Instant::now()))
-                .map(|()| rrx)
-                .map_err(|_| StorageFault::ChannelClosed)
-                .map(Some)
-        }
-        _ => Ok(None),
-    };
-    async move {
-        match rx? {
-            Some(rrx) => rrx.await.map_err(|_| StorageFault::ChannelClosed)?,
-            None => Ok(()),
+    /// Queues commands for the next group commit now, before returning; the future resolves
+    /// once they crossed the WAL fsync. It borrows nothing, so callers may keep working (and
+    /// queue more) while the fsync runs.
+    pub(crate) fn persist_send(
+        &self,
+        cmds: Vec<ChannelCommand>,
+    ) -> impl std::future::Future<Output = Result<(), StorageFault>> + Send + 'static {
+        let rx = match &self.wal_tx {
+            Some(tx) if !cmds.is_empty() => {
+                let (rtx, rrx) = oneshot::channel();
+                tx.send(WalReq::Cmds(cmds, Some(rtx), Instant::now()))
+                    .map(|()| rrx)
+                    .map_err(|_| StorageFault::ChannelClosed)
+                    .map(Some)
+            }
+            _ => Ok(None),
+        };
+        async move {
+            match rx? {
+                Some(rrx) => rrx.await.map_err(|_| StorageFault::ChannelClosed)?,
+                None => Ok(()),
+            }
         }
     }
-}
 
-/// Sends commands without waiting (timeout counters, sampled auto-FINs).
-pub(crate) fn persist_later(chan: &Channel, cmds: Vec<ChannelCommand>) {
-    if let Some(tx) = &chan.wal_tx
-        && !cmds.is_empty()
-    {
-        let _ = tx.send(WalReq::Cmds(cmds, None, Instant::now()));
+    /// Sends commands without waiting (timeout counters, sampled auto-FINs).
+    pub(crate) fn persist_later(&self, cmds: Vec<ChannelCommand>) {
+        if let Some(tx) = &self.wal_tx
+            && !cmds.is_empty()
+        {
+            let _ = tx.send(WalReq::Cmds(cmds, None, Instant::now()));
+        }
     }
-}
 
-/// Sends a control request and waits.
-pub(crate) async fn control(
-    chan: &Channel,
-    make: impl FnOnce(Reply) -> WalReq,
-) -> Result<(), StorageFault> {
-    let Some(tx) = &chan.wal_tx else {
-        return Ok(());
-    };
-    let (rtx, rrx) = oneshot::channel();
-    tx.send(make(rtx))
-        .map_err(|_| StorageFault::ChannelClosed)?;
-    rrx.await.map_err(|_| StorageFault::ChannelClosed)?
+    /// Sends a control request ([`WalReq::Checkpoint`], [`WalReq::Delete`]) and waits; a
+    /// channel without a WAL answers at once.
+    pub(crate) async fn control(
+        &self,
+        make: impl FnOnce(Reply) -> WalReq,
+    ) -> Result<(), StorageFault> {
+        let Some(tx) = &self.wal_tx else {
+            return Ok(());
+        };
+        let (rtx, rrx) = oneshot::channel();
+        tx.send(make(rtx))
+            .map_err(|_| StorageFault::ChannelClosed)?;
+        rrx.await.map_err(|_| StorageFault::ChannelClosed)?
+    }
 }
