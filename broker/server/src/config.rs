@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 mod env;
 mod validate;
 
@@ -45,382 +43,31 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The whole configuration.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// `text` or `json`.
-    pub log_format: LogFormat,
-    /// `[node]`.
-    pub node: NodeConfig,
-    /// `[network]`.
-    pub network: NetworkConfig,
-    /// `[storage]`.
-    pub storage: StorageConfig,
-    /// `[queue]`.
-    pub queue: QueueConfig,
-    /// `[security]`.
-    pub security: SecurityConfig,
-    /// `[limits]`.
-    pub limits: LimitsConfig,
-    /// `[metrics]`.
-    pub metrics: MetricsConfig,
-    /// `[shutdown]`.
-    pub shutdown: ShutdownConfig,
-}
+pub use rustqueue_api::broker_config::{
+    BrokerConfig as Config, LimitsConfig, LogFormat, MetricsConfig, NetworkConfig, NodeConfig,
+    QueueConfig, SecurityConfig, ShutdownConfig, StorageConfig, TlsConfig,
+};
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// `[node]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeConfig {
-    /// Node ID, 1..=65,535 (high bits of every message ID).
-    pub id: u32,
-    /// Address advertised to clients (`/lookup`, `/nodes`, `/info`).
-    pub broadcast_address: String,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        Self {
-            id: 1,
-            broadcast_address: "127.0.0.1".into(),
-        }
-    }
-}
-
-/// `[network]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NetworkConfig {
-    /// NSQ V2 TCP listener.
-    pub tcp_address: String,
-    /// HTTP listener.
-    pub http_address: String,
-    /// Kodo cleanup listener (rejected: the feature is disabled).
-    pub kodo_http_address: Option<String>,
-    /// TCP port advertised in lookup answers.
-    pub advertised_tcp_port: Option<u16>,
-    /// HTTP port advertised in lookup answers.
-    pub advertised_http_port: Option<u16>,
-    /// Offer Snappy in IDENTIFY.
-    pub snappy_enabled: bool,
-    /// Offer Deflate in IDENTIFY.
-    pub deflate_enabled: bool,
-    /// Highest deflate level, 1..=9.
-    pub max_deflate_level: u32,
-}
-
-impl Default for NetworkConfig {
-    fn default() -> Self {
-        Self {
-            tcp_address: "0.0.0.0:4150".into(),
-            http_address: "0.0.0.0:4151".into(),
-            kodo_http_address: None,
-            advertised_tcp_port: None,
-            advertised_http_port: None,
-            snappy_enabled: true,
-            deflate_enabled: true,
-            max_deflate_level: 6,
-        }
-    }
-}
-
-/// `[storage]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StorageConfig {
-    /// Data directory.
-    pub data_path: PathBuf,
-    /// Storage feature level (1 or 2).
-    pub feature_level: u8,
-    /// Segment size.
-    pub max_segment_bytes: u64,
-    /// Scrub period.
-    pub scrub_interval_seconds: u64,
-    /// Scrub read rate.
-    pub scrub_bytes_per_second: u64,
-    /// Payload cache.
-    pub entry_cache_bytes: u64,
-    /// Metadata cache.
-    pub message_index_cache_bytes: u64,
-    /// 0 = auto.
-    pub payload_read_workers: u32,
-    /// Read queue depth.
-    pub payload_read_queue: u32,
-    /// Delay before GC/scrub start.
-    pub maintenance_startup_delay_seconds: u64,
-    /// Disk pressure on.
-    pub disk_high_watermark_percent: u8,
-    /// Disk pressure off.
-    pub disk_low_watermark_percent: u8,
-    /// Minimum free bytes.
-    pub min_free_bytes: u64,
-    /// Evict under pressure.
-    pub protective_eviction_enabled: bool,
-    /// Pressure grace.
-    pub disk_pressure_grace_seconds: u64,
-}
-
-impl Default for StorageConfig {
-    fn default() -> Self {
-        Self {
-            data_path: PathBuf::from("data"),
-            feature_level: 1,
-            max_segment_bytes: 104_857_600,
-            scrub_interval_seconds: 3_600,
-            scrub_bytes_per_second: 67_108_864,
-            entry_cache_bytes: 67_108_864,
-            message_index_cache_bytes: 67_108_864,
-            payload_read_workers: 0,
-            payload_read_queue: 4_096,
-            maintenance_startup_delay_seconds: 30,
-            disk_high_watermark_percent: 85,
-            disk_low_watermark_percent: 75,
-            min_free_bytes: 10_737_418_240,
-            protective_eviction_enabled: false,
-            disk_pressure_grace_seconds: 60,
-        }
-    }
-}
-
-/// `[queue]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QueueConfig {
-    /// Largest message.
-    pub max_message_bytes: u64,
-    /// Default in-flight timeout.
-    pub message_timeout_ms: u64,
-    /// Largest in-flight timeout a client may ask for.
-    pub max_message_timeout_ms: u64,
-    /// Largest DPUB defer / REQ delay / HTTP defer.
-    pub max_defer_ms: u64,
-    /// Sparse ACK window.
-    pub max_ack_gap: u64,
-    /// Durable topic limit.
-    pub max_topics: usize,
-    /// Publish workers.
-    pub max_publish_workers: u32,
-    /// Worker retirement.
-    pub publish_worker_idle_seconds: u64,
-    /// `durable`, `write_ack` or `nsq_relaxed`.
-    pub publish_ack_mode: String,
-    /// Relaxed sync batch (messages).
-    pub relaxed_sync_messages: u64,
-    /// Relaxed sync batch (bytes).
-    pub relaxed_sync_bytes: u64,
-    /// Relaxed sync interval.
-    pub relaxed_sync_interval_ms: u64,
-    /// Unrouted retention.
-    pub bootstrap_retention_seconds: u64,
-    /// 0 = off.
-    pub message_retention_seconds: u64,
-    /// Dead-letter threshold.
-    pub max_delivery_attempts: u16,
-    /// Dead-letter topic suffix.
-    pub dead_letter_suffix: String,
-}
-
-impl Default for QueueConfig {
-    fn default() -> Self {
-        Self {
-            max_message_bytes: 20_971_520,
-            message_timeout_ms: 60_000,
-            max_message_timeout_ms: 900_000,
-            max_defer_ms: 3_600_000,
-            max_ack_gap: 65_536,
-            max_topics: 10_000,
-            max_publish_workers: 1_024,
-            publish_worker_idle_seconds: 60,
-            publish_ack_mode: "durable".into(),
-            relaxed_sync_messages: 2_500,
-            relaxed_sync_bytes: 8_388_608,
-            relaxed_sync_interval_ms: 10,
-            bootstrap_retention_seconds: 90,
-            message_retention_seconds: 0,
-            max_delivery_attempts: 16,
-            dead_letter_suffix: ".DLQ".into(),
-        }
-    }
-}
-
-/// `[security.tls]`: present = TLS offered.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain.
-    pub certificate_file: PathBuf,
-    /// PEM private key.
-    pub private_key_file: PathBuf,
-    /// PEM CA bundle for client certificates (mTLS).
-    pub client_ca_file: Option<PathBuf>,
-    /// Reject clients without a certificate signed by `client_ca_file`.
-    pub require_client_certificate: bool,
-    /// Refuse every command (but IDENTIFY) on connections that did not upgrade to TLS.
-    pub required: bool,
-}
-
-/// `[security]`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SecurityConfig {
-    /// TLS, if configured.
-    pub tls: Option<TlsConfig>,
-    /// nsqd-style auth servers (`host:port` or URLs); empty = AUTH disabled.
-    pub auth_http_addresses: Vec<String>,
-    /// Token for admin endpoints.
-    pub admin_token_file: Option<PathBuf>,
-    /// Token for `/pub` and `/mpub`.
-    pub publish_token_file: Option<PathBuf>,
-    /// Token for registry endpoints.
-    pub registry_token_file: Option<PathBuf>,
-    /// Token for console endpoints.
-    pub console_token_file: Option<PathBuf>,
-    /// Token for Kodo cleanup (feature disabled).
-    pub kodo_cleanup_token_file: Option<PathBuf>,
-    /// Native management API.
-    pub console_management_enabled: bool,
-    /// Always rejected when true.
-    pub kodo_cleanup_enabled: bool,
-}
-
-/// `[limits]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LimitsConfig {
-    /// Largest MPUB / HTTP body.
-    pub max_body_bytes: u64,
-    /// Node publish budget.
-    pub node_publish_inflight_bytes: u64,
-    /// Per-connection publish budget.
-    pub connection_publish_inflight_bytes: u64,
-    /// Node delivery budget.
-    pub node_delivery_inflight_bytes: u64,
-    /// Per-connection delivery budget.
-    pub connection_delivery_inflight_bytes: u64,
-    /// Largest RDY.
-    pub max_rdy_count: u64,
-    /// Concurrent TCP connections.
-    pub max_connections: usize,
-    /// Magic + first command deadline.
-    pub client_handshake_timeout_ms: u64,
-    /// Deadline for a started command line + body.
-    pub tcp_command_timeout_ms: u64,
-    /// Default heartbeat.
-    pub heartbeat_interval_ms: u64,
-    /// Largest heartbeat a client may ask for.
-    pub max_heartbeat_interval_ms: u64,
-    /// Default output buffer.
-    pub output_buffer_size: u64,
-    /// Largest output buffer.
-    pub max_output_buffer_size: u64,
-    /// Default output buffer timeout.
-    pub output_buffer_timeout_ms: u64,
-    /// Smallest output buffer timeout.
-    pub min_output_buffer_timeout_ms: u64,
-    /// Largest output buffer timeout.
-    pub max_output_buffer_timeout_ms: u64,
-    /// Largest auth server response.
-    pub auth_response_bytes: u64,
-    /// Auth request timeout.
-    pub auth_timeout_ms: u64,
-    /// TTL cap.
-    pub auth_max_ttl_seconds: u64,
-    /// Auth cache entries.
-    pub auth_cache_max_entries: usize,
-    /// Auth memory budget.
-    pub auth_memory_bytes: u64,
-    /// HTTP body read timeout.
-    pub http_body_timeout_ms: u64,
-    /// Close instead of sending retriable publish errors.
-    pub disconnect_on_retriable_publish_error: bool,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 67_108_864,
-            node_publish_inflight_bytes: 536_870_912,
-            connection_publish_inflight_bytes: 83_886_080,
-            node_delivery_inflight_bytes: 536_870_912,
-            connection_delivery_inflight_bytes: 33_554_432,
-            max_rdy_count: 2_500,
-            max_connections: 10_000,
-            client_handshake_timeout_ms: 5_000,
-            tcp_command_timeout_ms: 30_000,
-            heartbeat_interval_ms: 30_000,
-            max_heartbeat_interval_ms: 60_000,
-            output_buffer_size: 16_384,
-            max_output_buffer_size: 65_536,
-            output_buffer_timeout_ms: 250,
-            min_output_buffer_timeout_ms: 25,
-            max_output_buffer_timeout_ms: 30_000,
-            auth_response_bytes: 1_048_576,
-            auth_timeout_ms: 5_000,
-            auth_max_ttl_seconds: 3_600,
-            auth_cache_max_entries: 10_000,
-            auth_memory_bytes: 268_435_456,
-            http_body_timeout_ms: 30_000,
-            disconnect_on_retriable_publish_error: false,
-        }
-    }
-}
-
-/// `[metrics]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Per-topic/channel series.
-    pub detailed_queue_metrics: bool,
-    /// Series budget.
-    pub max_detailed_series: usize,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        Self {
-            detailed_queue_metrics: false,
-            max_detailed_series: 1_000,
-        }
-    }
-}
-
-/// `[shutdown]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ShutdownConfig {
-    /// Time sessions get to finish on SIGTERM.
-    pub grace_seconds: u64,
-}
-
-impl Default for ShutdownConfig {
-    fn default() -> Self {
-        Self { grace_seconds: 30 }
-    }
-}
-
-impl Config {
+/// Reading and checking a [`Config`]: the schema lives in `rustqueue-api`, its loading here.
+pub trait ConfigFile: Sized {
     /// Parses TOML text (unknown keys rejected).
-    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+    fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError>;
+    /// Loads the file (if any), applies `env` overrides and validates.
+    fn load(path: Option<&Path>, env: impl Fn(&str) -> Option<String>)
+    -> Result<Self, ConfigError>;
+    /// Checks ranges and cross-field rules.
+    fn validate(&self) -> Result<(), ConfigError>;
+}
+
+impl ConfigFile for Config {
+    fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })
     }
 
-    /// Loads the file (if any), applies `env` overrides and validates.
-    pub fn load(
+    fn load(
         path: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
@@ -439,8 +86,7 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Checks ranges and cross-field rules.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         validate::validate(self)
     }
 }

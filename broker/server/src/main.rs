@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rustqueue_server::config::{Config, LogFormat};
+use rustqueue_server::config::{Config, ConfigFile, LogFormat};
 use rustqueue_server::isolation;
 
 /// RustQueue broker: NSQ V2 TCP + nsqd-compatible HTTP on durable local storage.

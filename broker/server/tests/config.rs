@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use rustqueue_server::config::{Config, ConfigError};
+use rustqueue_server::config::{Config, ConfigError, ConfigFile};
 
 mod common;
 

@@ -4,11 +4,14 @@
 //!   `/v1/registry`, `/v1/registry/head`). The broker serves these types and the operator reads
 //!   them, so both sides compile the same definitions. Versioned: every type here is the
 //!   `v1` wire shape; a breaking change gets a new module.
+//! - [`broker_config`]: the broker's TOML configuration and its environment overrides; the
+//!   broker reads it and the operator renders it from the same types.
 //! - [`labels`]: label keys, annotation keys, well-known ports and file paths that rendered
 //!   Kubernetes objects and the broker agree on.
 //! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
 //!   broker builds this crate without the feature and so never compiles `kube`.
 
+pub mod broker_config;
 pub mod contract;
 pub mod labels;
 

@@ -1,6 +1,6 @@
 //! Cross-field validation (docs/configuration.md, "Keys and defaults" gives each allowed range).
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, LimitsConfig, QueueConfig, SecurityConfig, StorageConfig};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -12,9 +12,20 @@ fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), ConfigError> {
     }
 }
 
-/// Validates `cfg`; the error names the key and the allowed range.
+/// Validates `cfg`; the error names the key and the allowed range. Rules are checked in the
+/// order of the file's tables, and the first broken one is reported.
 pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
-    let (n, q, l, s) = (&cfg.node, &cfg.queue, &cfg.limits, &cfg.storage);
+    node_and_network(cfg)?;
+    storage(&cfg.storage)?;
+    sizes(cfg)?;
+    queue(&cfg.queue)?;
+    limits(&cfg.limits, &cfg.queue)?;
+    security(&cfg.security)
+}
+
+/// `[node]` and `[network]`.
+fn node_and_network(cfg: &Config) -> Result<(), ConfigError> {
+    let n = &cfg.node;
     check((1..=65_535).contains(&n.id), || {
         format!("node.id = {} must be 1..=65535", n.id)
     })?;
@@ -35,6 +46,11 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
             cfg.network.max_deflate_level
         )
     })?;
+    Ok(())
+}
+
+/// `[storage]` levels and watermarks.
+fn storage(s: &StorageConfig) -> Result<(), ConfigError> {
     check((1..=2).contains(&s.feature_level), || {
         format!("storage.feature_level = {} must be 1 or 2", s.feature_level)
     })?;
@@ -46,6 +62,12 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
                 .into()
         },
     )?;
+    Ok(())
+}
+
+/// Message, body and segment sizes, which constrain one another.
+fn sizes(cfg: &Config) -> Result<(), ConfigError> {
+    let (q, l, s) = (&cfg.queue, &cfg.limits, &cfg.storage);
     check(
         q.max_message_bytes > 0 && q.max_message_bytes <= 100 * MIB,
         || {
@@ -67,6 +89,11 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     check(s.max_segment_bytes >= l.max_body_bytes + 64, || {
         "storage.max_segment_bytes must be >= limits.max_body_bytes + 64".into()
     })?;
+    Ok(())
+}
+
+/// `[queue]` timeouts, ack mode and dead letters.
+fn queue(q: &QueueConfig) -> Result<(), ConfigError> {
     check(q.max_message_timeout_ms >= 1_000, || {
         "queue.max_message_timeout_ms must be >= 1000".into()
     })?;
@@ -110,6 +137,11 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     check(q.max_delivery_attempts > 0 && q.max_topics > 0, || {
         "queue.max_delivery_attempts and queue.max_topics must be > 0".into()
     })?;
+    Ok(())
+}
+
+/// `[limits]`: protocol bounds and byte budgets.
+fn limits(l: &LimitsConfig, q: &QueueConfig) -> Result<(), ConfigError> {
     check(
         l.heartbeat_interval_ms >= 1_000 && l.heartbeat_interval_ms <= l.max_heartbeat_interval_ms,
         || "limits.heartbeat_interval_ms must be 1000..=limits.max_heartbeat_interval_ms".into(),
@@ -154,14 +186,19 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     check(l.auth_memory_bytes >= 4 * l.auth_response_bytes, || {
         "limits.auth_memory_bytes must be >= 4 x auth_response_bytes".into()
     })?;
-    check(!cfg.security.kodo_cleanup_enabled, || {
+    Ok(())
+}
+
+/// `[security]`: TLS files, token files and the disabled Kodo cleanup.
+fn security(sec: &SecurityConfig) -> Result<(), ConfigError> {
+    check(!sec.kodo_cleanup_enabled, || {
         "security.kodo_cleanup_enabled = true is not supported".into()
     })?;
     check(
-        !cfg.security.console_management_enabled || cfg.security.console_token_file.is_some(),
+        !sec.console_management_enabled || sec.console_token_file.is_some(),
         || "security.console_management_enabled requires security.console_token_file".into(),
     )?;
-    if let Some(tls) = &cfg.security.tls {
+    if let Some(tls) = &sec.tls {
         for (key, path) in [
             ("certificate_file", Some(&tls.certificate_file)),
             ("private_key_file", Some(&tls.private_key_file)),
@@ -179,10 +216,10 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
         )?;
     }
     for (key, p) in [
-        ("admin_token_file", &cfg.security.admin_token_file),
-        ("publish_token_file", &cfg.security.publish_token_file),
-        ("registry_token_file", &cfg.security.registry_token_file),
-        ("console_token_file", &cfg.security.console_token_file),
+        ("admin_token_file", &sec.admin_token_file),
+        ("publish_token_file", &sec.publish_token_file),
+        ("registry_token_file", &sec.registry_token_file),
+        ("console_token_file", &sec.console_token_file),
     ] {
         if let Some(p) = p {
             check(p.is_file(), || {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use rustqueue_protocol::Frame;
-use rustqueue_server::config::Config;
+use rustqueue_server::config::{Config, ConfigFile};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
