@@ -9,6 +9,8 @@
 //! - [`procstat`]: broker RSS and CPU from `/proc`.
 //! - [`broker`], [`compare`] and [`report`]: the side-by-side driver behind `make bench`.
 
+#![warn(missing_docs)]
+
 pub mod broker;
 pub mod client;
 pub mod compare;

@@ -2,7 +2,7 @@
 //! not a valid name (over 64 characters), `<topic prefix>.<crc32c(topic \0 channel) as 8
 //! hex><suffix>` truncated to 64.
 
-use rustqueue_storage::checksum::crc32c;
+use rustqueue_protocol::checksum::crc32c;
 
 use crate::types::valid_name;
 

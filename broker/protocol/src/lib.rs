@@ -8,8 +8,12 @@
 //!   byte stream into commands with their bodies (PUB/MPUB/DPUB/IDENTIFY/AUTH),
 //! - [`identify`]: IDENTIFY JSON, validation against the nsqd ranges, the negotiation reply,
 //! - [`frame`]: response/error/message frame encoding (and decoding, for clients and tests),
-//! - [`lookup`]: the nsqlookupd-compatible JSON shapes served on the HTTP port.
+//! - [`lookup`]: the nsqlookupd-compatible JSON shapes served on the HTTP port,
+//! - [`checksum`]: CRC-32C, for Snappy stream frames and dead-letter topic names.
 
+#![warn(missing_docs)]
+
+pub mod checksum;
 pub mod command;
 pub mod error;
 pub mod frame;

@@ -165,7 +165,7 @@ fn decode_snappy(
 }
 
 fn masked_crc32c(data: &[u8]) -> u32 {
-    let crc = rustqueue_storage::checksum::crc32c(&[data]);
+    let crc = rustqueue_protocol::checksum::crc32c(&[data]);
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 

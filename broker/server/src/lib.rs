@@ -5,6 +5,8 @@
 //! [`start`] binds both listeners and returns a [`Running`] handle, which the binary and the
 //! integration tests use alike.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod clients;
 pub mod compress;

@@ -12,9 +12,12 @@
 //! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
 //! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
 
+#![warn(missing_docs)]
+// Storage failures must surface as errors (and isolate storage), never as panics.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod audit;
 pub mod channel;
-pub mod checksum;
 pub mod failpoint;
 pub mod fs;
 pub mod index;

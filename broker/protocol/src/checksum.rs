@@ -1,5 +1,6 @@
 //! CRC-32C (Castagnoli), for the places that name it: the Snappy framing format's masked
-//! checksums and dead-letter topic names (docs/storage-format.md). Stored records use CRC-32 (`crc32fast`).
+//! checksums (negotiated with IDENTIFY) and dead-letter topic names
+//! (docs/storage-format.md). Stored records use CRC-32 (`crc32fast`).
 
 /// CRC-32C of the concatenated `parts`.
 pub fn crc32c(parts: &[&[u8]]) -> u32 {
