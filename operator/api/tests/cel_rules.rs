@@ -93,7 +93,7 @@ fn relaxed_sync_bytes_only_matter_in_relaxed_modes() {
 }
 
 #[test]
-fn a_valid_kodo_profile_passes() {
+fn even_a_complete_kodo_profile_is_refused_until_the_gateway_exists() {
     let mut s = spec();
     s.kodo_compatibility.enabled = true;
     s.min_brokers = 3;
@@ -103,5 +103,38 @@ fn a_valid_kodo_profile_passes() {
     s.connection_delivery_inflight_bytes = 134_217_728;
     s.node_delivery_inflight_bytes = 536_870_912;
     s.bootstrap_retention_seconds = 180;
-    assert_eq!(errors(s), "");
+    let e = errors(s);
+    assert!(
+        e.contains("kodoCompatibility.enabled is not supported by this operator yet")
+            && !e.contains("needs minBrokers"),
+        "{e}"
+    );
+}
+
+fn update_errors(old: RustQueueSpec, new: RustQueueSpec) -> String {
+    match rq(new).validate_cel_update(&rq(old)) {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+#[test]
+fn storage_can_grow_but_never_shrink_or_change_class() {
+    let sized = |size: &str| {
+        let mut s = spec();
+        s.storage_size = size.into();
+        s
+    };
+    assert_eq!(update_errors(sized("1Gi"), sized("2Gi")), "");
+    assert_eq!(
+        update_errors(sized("1Gi"), sized("1024Mi")),
+        "",
+        "same size"
+    );
+    let e = update_errors(sized("2Gi"), sized("1Gi"));
+    assert!(e.contains("storageSize cannot shrink"), "{e}");
+    let mut other = spec();
+    other.storage_class_name = "fast".into();
+    let e = update_errors(spec(), other);
+    assert!(e.contains("storageClassName cannot change"), "{e}");
 }

@@ -3,13 +3,16 @@
 //! API server.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
+use rustqueue_api::contract::{DrainRequest, headers, paths};
 use rustqueue_api::crd::{RustQueue, RustQueueStatus};
 use rustqueue_api::labels::FIELD_MANAGER;
 use serde::Serialize;
@@ -37,15 +40,100 @@ where
     Ok(())
 }
 
-/// Apply every child in order.
-pub async fn apply_children(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
-    ssa::<ConfigMap>(client, ns, &c.config_map).await?;
-    ssa::<StatefulSet>(client, ns, &c.stateful_set).await?;
-    ssa::<PodDisruptionBudget>(client, ns, &c.pdb).await?;
+/// Apply the runtime objects: what keeps clients working with the running brokers.
+pub async fn apply_runtime(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
     ssa::<ServiceAccount>(client, ns, &c.service_account).await?;
     ssa::<Role>(client, ns, &c.role).await?;
     ssa::<RoleBinding>(client, ns, &c.role_binding).await?;
     ssa::<Service>(client, ns, &c.service).await?;
+    Ok(())
+}
+
+/// Apply the broker set: its ConfigMap first (Pods mount it), the StatefulSet, the PDB.
+pub async fn apply_broker_set(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
+    ssa::<ConfigMap>(client, ns, &c.config_map).await?;
+    ssa::<StatefulSet>(client, ns, &c.stateful_set).await?;
+    ssa::<PodDisruptionBudget>(client, ns, &c.pdb).await?;
+    Ok(())
+}
+
+/// Apply the target ConfigMap (the probe mounts it) and create the probe Pod (409: it
+/// exists already, which is the cache).
+pub async fn create_probe(
+    client: &kube::Client,
+    ns: &str,
+    config_map: &ConfigMap,
+    probe: &Pod,
+) -> Result<(), Error> {
+    ssa::<ConfigMap>(client, ns, config_map).await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    match api.create(&PostParams::default(), probe).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube("create capability probe Pod", e)),
+    }
+}
+
+/// Delete a broker Pod (404 is fine: it is already gone).
+pub async fn delete_pod(client: &kube::Client, ns: &str, name: &str) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(&format!("delete Pod {name}"), e)),
+    }
+}
+
+/// Delete a broker ConfigMap no Pod mounts (404 is fine).
+pub async fn delete_config_map(client: &kube::Client, ns: &str, name: &str) -> Result<(), Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(&format!("delete ConfigMap {name}"), e)),
+    }
+}
+
+/// Grow a claim's storage request (merge patch; the API server refuses a shrink anyway).
+pub async fn patch_claim(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    size: &str,
+) -> Result<(), Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let body = serde_json::json!({"spec": {"resources": {"requests": {"storage": size}}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|e| Error::kube(&format!("grow PVC {name} to {size}"), e))?;
+    Ok(())
+}
+
+/// `POST /v1/drain` on the broker at `base` with the admin token.
+pub async fn post_drain(
+    http: &reqwest::Client,
+    pod: &str,
+    base: &str,
+    admin_token: &str,
+    request: DrainRequest,
+) -> Result<(), Error> {
+    let url = format!("{base}{}", paths::DRAIN);
+    let resp = http
+        .post(&url)
+        .header(headers::TOKEN, admin_token)
+        .json(&request)
+        .send()
+        .await
+        .map_err(|e| Error::Broker {
+            pod: pod.to_string(),
+            detail: format!("POST /v1/drain: {e}"),
+        })?;
+    if !resp.status().is_success() {
+        return Err(Error::Broker {
+            pod: pod.to_string(),
+            detail: format!("POST /v1/drain answered {}", resp.status()),
+        });
+    }
     Ok(())
 }
 

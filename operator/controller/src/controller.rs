@@ -12,15 +12,16 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use rustqueue_api::crd::{RustQueue, RustQueueSpec};
+use rustqueue_api::contract::DrainRequest;
+use rustqueue_api::crd::RustQueue;
 use rustqueue_api::labels;
 
 use crate::Error;
 use crate::apply;
 use crate::metrics::Metrics;
-use crate::observe::Observer;
-use crate::plan::{Action, Observed, Plan, auth_secret_name, plan};
-use crate::render::{BrokerInputs, Children, Owner};
+use crate::observe::{Observer, base_url};
+use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
+use crate::render::{AuthTokens, Desired, DesiredInputs, Owner};
 use crate::status::{error_status, next_status, now_rfc3339};
 
 /// Shared state of all reconciles.
@@ -35,11 +36,66 @@ pub struct Context {
     pub metrics: Metrics,
 }
 
-/// Run the controller for `namespace` until the stream ends (it does not, normally). Dropping
+/// Which namespaces the operator manages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every namespace (the default).
+    All,
+    /// These namespaces only.
+    Namespaces(Vec<String>),
+}
+
+impl Scope {
+    /// From a comma-separated list; empty means every namespace.
+    pub fn from_list(list: &str) -> Self {
+        let ns: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if ns.is_empty() {
+            Self::All
+        } else {
+            Self::Namespaces(ns)
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => f.write_str("all namespaces"),
+            Self::Namespaces(ns) => f.write_str(&ns.join(",")),
+        }
+    }
+}
+
+fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Run the controller over `scope` until the stream ends (it does not, normally). Dropping
 /// this future abandons every reconcile in flight.
-pub async fn run(ctx: Arc<Context>, namespace: String) {
+pub async fn run(ctx: Arc<Context>, scope: Scope) {
+    match scope {
+        Scope::All => run_in(ctx, None).await,
+        Scope::Namespaces(ns) => {
+            futures::future::join_all(ns.iter().map(|n| run_in(ctx.clone(), Some(n.as_str()))))
+                .await;
+        }
+    }
+}
+
+async fn run_in(ctx: Arc<Context>, namespace: Option<&str>) {
     let client = ctx.client.clone();
-    let rqs: Api<RustQueue> = Api::namespaced(client.clone(), &namespace);
     let broker_pods = watcher::Config::default().labels(&format!(
         "{}={},{}={}",
         labels::NAME,
@@ -47,32 +103,31 @@ pub async fn run(ctx: Arc<Context>, namespace: String) {
         labels::COMPONENT,
         labels::COMPONENT_BROKER
     ));
-    let ns = namespace.clone();
-    Controller::new(rqs, watcher::Config::default())
-        .owns(
-            Api::<StatefulSet>::namespaced(client.clone(), &namespace),
-            watcher::Config::default(),
-        )
-        .owns(
-            Api::<Service>::namespaced(client.clone(), &namespace),
-            watcher::Config::default(),
-        )
-        .watches(
-            Api::<Pod>::namespaced(client, &namespace),
-            broker_pods,
-            move |pod| {
-                pod.labels()
-                    .get(labels::INSTANCE)
-                    .map(|n| ObjectRef::<RustQueue>::new(n).within(&ns))
-            },
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    Controller::new(
+        api::<RustQueue>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<StatefulSet>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<Service>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .watches(api::<Pod>(&client, namespace), broker_pods, |pod| {
+        let ns = pod.namespace()?;
+        pod.labels()
+            .get(labels::INSTANCE)
+            .map(|n| ObjectRef::<RustQueue>::new(n).within(&ns))
+    })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "controller event");
+        }
+    })
+    .await;
 }
 
 fn error_policy(_rq: Arc<RustQueue>, _e: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -117,45 +172,116 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         http: &ctx.http,
         namespace: &ns,
     };
-    let observed = observer.observe(&name, &rq.spec).await?;
-    let decided = plan(&name, &rq.spec, &observed);
+    let (observed, tokens) = observer.observe(&name, &rq.spec).await?;
     let previous = rq.status.clone().unwrap_or_default();
+    let desired = Desired::render(
+        &owner,
+        &rq.spec,
+        &DesiredInputs {
+            auth_secret_name: auth_secret_name(&name, &rq.spec),
+            auth_secret_revision: match &observed.auth {
+                AuthState::Valid { revision } => revision.clone(),
+                _ => String::new(),
+            },
+            claim_template_size: observed.claim_template_size.clone(),
+            feature_level_floor: feature_floor(&observed, &previous),
+        },
+    );
+    let decided = plan(&rq.spec, &observed, &desired, &previous, unix_now());
+    let applier = Applier {
+        ctx,
+        owner: &owner,
+        desired: &desired,
+        observed: &observed,
+        tokens: tokens.as_ref(),
+    };
     for action in &decided.actions {
-        carry_out(ctx, &owner, &rq.spec, &observed, &previous, action).await?;
+        if let Err(e) = applier.carry_out(action).await {
+            applier.resume_all().await;
+            return Err(e);
+        }
     }
     write_outcome(ctx, rq, &decided).await?;
     Ok(Requeue::requeue(decided.requeue))
 }
 
-async fn carry_out(
-    ctx: &Context,
-    owner: &Owner<'_>,
-    spec: &RustQueueSpec,
-    observed: &Observed,
-    previous: &rustqueue_api::crd::RustQueueStatus,
-    action: &Action,
-) -> Result<(), Error> {
-    match action {
-        Action::CreateAuthSecret { name } => {
-            apply::create_auth_secret(&ctx.client, owner, name).await
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Carries out actions exactly as planned: renders what they name and applies it.
+struct Applier<'a> {
+    ctx: &'a Context,
+    owner: &'a Owner<'a>,
+    desired: &'a Desired,
+    observed: &'a Observed,
+    tokens: Option<&'a AuthTokens>,
+}
+
+impl Applier<'_> {
+    async fn carry_out(&self, action: &Action) -> Result<(), Error> {
+        let client = &self.ctx.client;
+        let ns = self.owner.namespace;
+        match action {
+            Action::CreateAuthSecret { name } => {
+                apply::create_auth_secret(client, self.owner, name).await
+            }
+            Action::ApplyRuntime => {
+                // Replicas only size the PDB, which the runtime subset does not apply.
+                let c = self.desired.children(self.owner, 0);
+                apply::apply_runtime(client, ns, &c).await
+            }
+            Action::ApplyBrokerSet { replicas } => {
+                let c = self.desired.children(self.owner, *replicas);
+                apply::apply_broker_set(client, ns, &c).await
+            }
+            Action::Drain { pod, goal } => {
+                let req = DrainRequest {
+                    enabled: true,
+                    freeze_deliveries: goal.freezes(),
+                };
+                self.drain(pod, req).await
+            }
+            Action::Resume { pod } => self.drain(pod, DrainRequest::resume()).await,
+            Action::DeletePod { pod } => apply::delete_pod(client, ns, pod).await,
+            Action::CreateProbePod { .. } => {
+                let c = self.desired.children(self.owner, 0);
+                apply::create_probe(client, ns, &c.config_map, &self.desired.probe(self.owner))
+                    .await
+            }
+            Action::DeleteProbePod { name } => apply::delete_pod(client, ns, name).await,
+            Action::PatchClaim { name, size } => apply::patch_claim(client, ns, name, size).await,
+            Action::DeleteConfigMap { name } => apply::delete_config_map(client, ns, name).await,
         }
-        Action::ApplyChildren {
-            replicas,
-            auth_revision,
-        } => {
-            let inputs = BrokerInputs {
-                replicas: *replicas,
-                auth_secret_name: auth_secret_name(owner.name, spec),
-                auth_secret_revision: auth_revision.clone(),
-                claim_size: observed
-                    .claim_template_size
-                    .clone()
-                    .unwrap_or_else(|| spec.storage_size.clone()),
-                feature_level_floor: previous.active_storage_feature_level.unwrap_or(1),
-            };
-            let children = Children::render(owner, spec, &inputs);
-            apply::apply_children(&ctx.client, owner.namespace, &children).await
+    }
+
+    /// After a failed action: un-drain every draining broker (best effort), so an error never
+    /// leaves a broker out of the publish path.
+    async fn resume_all(&self) {
+        for b in self.observed.brokers.iter().filter(|b| b.is_draining()) {
+            if let Err(e) = self.drain(&b.name, DrainRequest::resume()).await {
+                tracing::warn!(broker = %b.name, error = %e, "could not resume after an error");
+            }
         }
+    }
+
+    async fn drain(&self, pod: &str, req: DrainRequest) -> Result<(), Error> {
+        let broker_err = |detail: &str| Error::Broker {
+            pod: pod.to_string(),
+            detail: detail.to_string(),
+        };
+        let ip = self
+            .observed
+            .broker(pod)
+            .and_then(|b| b.ip.clone())
+            .ok_or_else(|| broker_err("no Pod IP to send the drain request to"))?;
+        let token = self
+            .tokens
+            .ok_or_else(|| broker_err("no admin token in the auth Secret"))?;
+        apply::post_drain(&self.ctx.http, pod, &base_url(&ip), &token.admin, req).await
     }
 }
 

@@ -155,6 +155,29 @@ async fn round(api: &Api<Lease>, me: &str, seen: &mut Option<Seen>) -> Result<bo
     }
 }
 
+/// Give the Lease up if this replica holds it (on shutdown), so a standby takes over at its
+/// next round instead of after the lease duration. A 409 means someone else wrote it first:
+/// nothing to release.
+pub async fn release(api: &Api<Lease>, me: &str) -> Result<bool, kube::Error> {
+    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+        return Ok(false);
+    };
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    if spec.holder_identity.as_deref() != Some(me) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.renew_time = Some(now_micro());
+    match api
+        .replace(LEASE_NAME, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Campaign forever, publishing leadership on `tx`. Any error or slow round counts as lost
 /// leadership (a leader that cannot renew must assume the standby takes over).
 pub async fn run(api: Api<Lease>, me: String, tx: watch::Sender<bool>) {

@@ -11,6 +11,7 @@
 //! controller future and with it any reconcile in flight.
 
 pub mod apply;
+pub mod calls;
 pub mod controller;
 pub mod crdgen;
 pub mod leader;
@@ -31,6 +32,14 @@ pub enum Error {
         /// The client error.
         #[source]
         source: kube::Error,
+    },
+    /// A broker's control endpoint refused or failed a request.
+    #[error("broker {pod}: {detail}")]
+    Broker {
+        /// Broker Pod.
+        pod: String,
+        /// What failed.
+        detail: String,
     },
     /// The RustQueue object lacks a namespace or UID (not from the API server).
     #[error("RustQueue {0} has no namespace or uid")]

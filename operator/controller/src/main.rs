@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use rustqueue_operator::controller::{self, Context};
+use rustqueue_operator::controller::{self, Context, Scope};
 use rustqueue_operator::metrics::{self, Metrics};
 use rustqueue_operator::{crdgen, leader, observe};
 use tokio::sync::watch;
@@ -40,8 +40,10 @@ enum Command {
     Run,
 }
 
-fn namespace() -> String {
-    std::env::var("WATCH_NAMESPACE")
+/// The operator's own namespace (where its Lease lives): `POD_NAMESPACE`, else the
+/// ServiceAccount's namespace file, else `default`.
+fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|s| !s.is_empty())
         .or_else(|| {
@@ -50,6 +52,26 @@ fn namespace() -> String {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_else(|| "default".into())
+}
+
+/// Namespaces whose RustQueues this operator manages: `WATCH_NAMESPACES` (comma-separated),
+/// empty or unset meaning every namespace.
+fn watched_namespaces() -> Scope {
+    Scope::from_list(&std::env::var("WATCH_NAMESPACES").unwrap_or_default())
+}
+
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler cannot fail");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn identity() -> String {
@@ -80,21 +102,20 @@ async fn run(http_address: SocketAddr) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connect to the API server")?;
-    let namespace = namespace();
+    let namespace = own_namespace();
+    let scope = watched_namespaces();
     let me = identity();
-    tracing::info!(%namespace, identity = %me, "starting");
+    tracing::info!(%namespace, watching = %scope, identity = %me, "starting");
     let metrics = Metrics::new();
     let mut server = tokio::spawn(metrics::serve(http_address, metrics.clone()));
 
     let (tx, mut leading) = watch::channel(false);
-    let mut election = tokio::spawn(leader::run(
-        Api::<Lease>::namespaced(client.clone(), &namespace),
-        me.clone(),
-        tx,
-    ));
+    let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
+    let mut election = tokio::spawn(leader::run(leases.clone(), me.clone(), tx));
+    let mut term = std::pin::pin!(terminated());
     let reporter = Reporter {
         controller: "rustqueue-operator".into(),
-        instance: Some(me),
+        instance: Some(me.clone()),
     };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
@@ -106,15 +127,26 @@ async fn run(http_address: SocketAddr) -> anyhow::Result<()> {
         tokio::select! {
             r = &mut server => anyhow::bail!("health server stopped: {r:?}"),
             r = &mut election => anyhow::bail!("leader election stopped: {r:?}"),
+            () = &mut term => return Ok(()),
             changed = leading.wait_for(|l| *l) => { changed.context("leader channel closed")?; }
         }
         metrics.leader.set(1);
         tracing::info!("leading: starting the controller");
         let mut lost = leading.clone();
         tokio::select! {
-            () = controller::run(ctx.clone(), namespace.clone()) => anyhow::bail!("controller stream ended"),
+            () = controller::run(ctx.clone(), scope.clone()) => anyhow::bail!("controller stream ended"),
             r = &mut server => anyhow::bail!("health server stopped: {r:?}"),
             r = &mut election => anyhow::bail!("leader election stopped: {r:?}"),
+            () = &mut term => {
+                // The controller future is dropped above: no reconcile is in flight. Stop
+                // campaigning, then hand the Lease over at once.
+                election.abort();
+                match leader::release(&leases, &me).await {
+                    Ok(released) => tracing::info!(released, "SIGTERM: Lease released, exiting"),
+                    Err(e) => tracing::warn!(error = %e, "SIGTERM: could not release the Lease"),
+                }
+                return Ok(());
+            }
             changed = lost.wait_for(|l| !*l) => { changed.context("leader channel closed")?; }
         }
         // Dropping the controller future above abandoned any reconcile in flight.

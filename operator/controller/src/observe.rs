@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::ListParams;
 use rustqueue_api::contract::{self, paths};
@@ -13,8 +14,10 @@ use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels;
 
 use crate::Error;
-use crate::plan::{AuthState, BrokerPod, Claim, Health, Observed, auth_secret_name};
-use crate::render::{broker_selector, names, tokens_from_secret};
+use crate::plan::{
+    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, auth_secret_name,
+};
+use crate::render::{AuthTokens, COMPONENT_PROBE, broker_selector, names, tokens_from_secret};
 
 /// The broker HTTP client: short timeouts, no redirects (spec/operator.md §2.1).
 pub fn broker_http_client() -> reqwest::Client {
@@ -37,8 +40,12 @@ pub struct Observer<'a> {
 }
 
 impl Observer<'_> {
-    /// Observe RustQueue `name`.
-    pub async fn observe(&self, name: &str, spec: &RustQueueSpec) -> Result<Observed, Error> {
+    /// Observe RustQueue `name`; also returns the tokens the applier needs for drains.
+    pub async fn observe(
+        &self,
+        name: &str,
+        spec: &RustQueueSpec,
+    ) -> Result<(Observed, Option<AuthTokens>), Error> {
         let ns = self.namespace;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let eligible = nodes
@@ -67,25 +74,61 @@ impl Observer<'_> {
             .get_opt(&secret_name)
             .await
             .map_err(|e| Error::kube("get auth Secret", e))?;
+        let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let config_maps = config_maps
+            .list_metadata(&selector)
+            .await
+            .map_err(|e| Error::kube("list broker ConfigMaps", e))?;
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        let class = classes
+            .get_opt(&spec.storage_class_name)
+            .await
+            .map_err(|e| Error::kube("get StorageClass", e))?;
 
-        let brokers = futures::future::join_all(pods.items.iter().map(|p| self.broker(p))).await;
+        let probe_selector = ListParams::default().labels(&format!(
+            "{}={name},{}={}",
+            labels::INSTANCE,
+            labels::COMPONENT,
+            COMPONENT_PROBE
+        ));
+        let probes = Api::<Pod>::namespaced(self.client.clone(), ns)
+            .list(&probe_selector)
+            .await
+            .map_err(|e| Error::kube("list capability probe Pods", e))?;
+        let tokens = secret.as_ref().and_then(|s| secret_tokens(&secret_name, s));
+        let registry = tokens.as_ref().map(|t| t.registry.as_str());
+        let brokers =
+            futures::future::join_all(pods.items.iter().map(|p| self.broker(p, registry))).await;
         let sts_spec = sts.map(|s| s.spec);
         let claim_template_size = sts_spec.as_ref().and_then(|s| {
             let t = s.volume_claim_templates.as_ref()?.first()?;
             let req = t.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;
             Some(req.get("storage")?.0.clone())
         });
-        Ok(Observed {
+        let observed = Observed {
             eligible_nodes: i32::try_from(eligible.items.len()).unwrap_or(i32::MAX),
             statefulset_replicas: sts_spec.map(|s| s.replicas.unwrap_or(1)),
             claim_template_size,
             brokers,
             claims: pvcs.items.iter().map(claim).collect(),
+            storage_class: match class {
+                None => StorageClassState::Missing,
+                Some(c) => StorageClassState::Present {
+                    allow_expansion: c.allow_volume_expansion == Some(true),
+                },
+            },
+            config_maps: config_maps
+                .items
+                .iter()
+                .filter_map(|c| c.metadata.name.clone())
+                .collect(),
+            probes: probes.items.iter().map(probe).collect(),
             auth: auth_state(spec, &secret_name, secret.as_ref()),
-        })
+        };
+        Ok((observed, tokens))
     }
 
-    async fn broker(&self, pod: &Pod) -> BrokerPod {
+    async fn broker(&self, pod: &Pod, registry_token: Option<&str>) -> BrokerPod {
         let status = pod.status.clone().unwrap_or_default();
         let pod_ready = status
             .conditions
@@ -101,11 +144,31 @@ impl Observer<'_> {
                 (status.phase.as_deref() == Some("Pending") && status.pod_ip.is_none())
                     .then(|| "Pending".to_string())
             });
-        let health = match status.pod_ip.as_deref() {
-            None => Health::Unreachable("no Pod IP".into()),
-            Some(ip) => self.health(ip).await,
+        let (health, drain, capabilities) = match status.pod_ip.as_deref() {
+            None => (Health::Unreachable("no Pod IP".into()), None, None),
+            Some(ip) => {
+                let base = base_url(ip);
+                let (h, d, c) = futures::join!(
+                    self.health(&base),
+                    self.get_json(&base, paths::DRAIN, registry_token),
+                    self.get_json(&base, paths::CAPABILITIES, registry_token),
+                );
+                (h, d, c)
+            }
         };
+        let spec = pod.spec.as_ref();
         BrokerPod {
+            ip: status.pod_ip.clone(),
+            image: spec
+                .and_then(|s| s.containers.iter().find(|c| c.name == "broker"))
+                .and_then(|c| c.image.clone()),
+            config_map: spec
+                .and_then(|s| s.volumes.as_ref())
+                .and_then(|v| v.iter().find(|v| v.name == "config"))
+                .and_then(|v| v.config_map.as_ref())
+                .map(|c| c.name.clone()),
+            drain,
+            capabilities,
             name: pod.metadata.name.clone().unwrap_or_default(),
             pod_ready,
             terminating: pod.metadata.deletion_timestamp.is_some(),
@@ -119,17 +182,8 @@ impl Observer<'_> {
         }
     }
 
-    async fn health(&self, ip: &str) -> Health {
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.to_string()
-        };
-        let url = format!(
-            "http://{host}:{}{}",
-            labels::BROKER_HTTP_PORT,
-            paths::HEALTH
-        );
+    async fn health(&self, base: &str) -> Health {
+        let url = format!("{base}{}", paths::HEALTH);
         let resp = match self.http.get(&url).send().await {
             Ok(r) => r,
             Err(e) => return Health::Unreachable(unreachable_reason(&e)),
@@ -142,6 +196,47 @@ impl Observer<'_> {
     }
 }
 
+impl Observer<'_> {
+    /// `GET <path>` with the registry token; `None` on any failure (the broker is then
+    /// treated as unknown, never as drained).
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        base: &str,
+        path: &str,
+        token: Option<&str>,
+    ) -> Option<T> {
+        let mut req = self.http.get(format!("{base}{path}"));
+        if let Some(t) = token {
+            req = req.header(contract::headers::TOKEN, t);
+        }
+        let resp = req.send().await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        resp.json().await.ok()
+    }
+}
+
+/// `http://<ip>:4151` (IPv6 bracketed).
+pub fn base_url(ip: &str) -> String {
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    format!("http://{host}:{}", labels::BROKER_HTTP_PORT)
+}
+
+fn secret_tokens(name: &str, secret: &Secret) -> Option<AuthTokens> {
+    let data: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    tokens_from_secret(name, &data).ok()
+}
+
 fn unreachable_reason(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "health check timed out".into()
@@ -149,6 +244,26 @@ fn unreachable_reason(e: &reqwest::Error) -> String {
         "connection refused".into()
     } else {
         "health check failed".into()
+    }
+}
+
+fn probe(pod: &Pod) -> ProbePod {
+    let status = pod.status.clone().unwrap_or_default();
+    let container = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "probe");
+    let state = container.and_then(|c| c.state.as_ref());
+    ProbePod {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        phase: status.phase.clone().unwrap_or_default(),
+        waiting: state
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone()),
+        message: state
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.message.clone()),
     }
 }
 
@@ -189,21 +304,4 @@ fn auth_state(spec: &RustQueueSpec, name: &str, secret: Option<&Secret>) -> Auth
         },
         Err(e) => AuthState::Invalid(e.to_string()),
     }
-}
-
-/// The registry token of RustQueue `name`, for authenticated contract calls.
-pub async fn registry_token(
-    client: &kube::Client,
-    namespace: &str,
-    secret_name: &str,
-) -> Result<Option<String>, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let s = secrets
-        .get_opt(secret_name)
-        .await
-        .map_err(|e| Error::kube("get auth Secret", e))?;
-    Ok(s.and_then(|s| s.data).and_then(|d| {
-        d.get("registry-token")
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-    }))
 }

@@ -75,8 +75,27 @@ pub fn next_status(
         } else {
             Some(plan.ready_brokers)
         },
-        active_storage_feature_level: previous.active_storage_feature_level.or(Some(1)),
+        active_storage_feature_level: Some(
+            previous
+                .active_storage_feature_level
+                .unwrap_or(1)
+                .max(plan.active_feature_level),
+        ),
         conditions,
+        current_operation: plan
+            .operation
+            .clone()
+            .or_else(|| previous.current_operation.clone()),
+        operation_history: plan.operation_history.clone(),
+        orphaned_pvcs: if keep_counts {
+            previous.orphaned_pvcs.clone()
+        } else {
+            plan.orphaned_pvcs.clone()
+        },
+        desired_storage_size: plan
+            .desired_storage_size
+            .clone()
+            .or_else(|| previous.desired_storage_size.clone()),
         ..previous.clone()
     };
     (status, transition)
@@ -106,6 +125,11 @@ pub fn error_status(
             })
             .collect(),
         actions: Vec::new(),
+        operation: None,
+        operation_history: previous.operation_history.clone(),
+        active_feature_level: previous.active_storage_feature_level.unwrap_or(1),
+        orphaned_pvcs: previous.orphaned_pvcs.clone(),
+        desired_storage_size: previous.desired_storage_size.clone(),
         requeue: crate::plan::REQUEUE,
     };
     next_status(previous, &plan, generation, now)
@@ -129,35 +153,39 @@ pub fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{AuthState, BrokerPod, Health, Observed, plan};
+    use crate::plan::{Observed, Plan};
+    use crate::render::{Desired, DesiredInputs, Owner};
     use rustqueue_api::crd::RustQueueSpec;
 
     fn obs(ready: bool) -> Observed {
-        Observed {
-            eligible_nodes: 1,
-            statefulset_replicas: Some(1),
-            brokers: vec![BrokerPod {
-                name: "q-0".into(),
-                pod_ready: ready,
-                terminating: false,
-                revision: None,
-                waiting: None,
-                health: if ready {
-                    Health::Ready
-                } else {
-                    Health::Unreachable("x".into())
-                },
-            }],
-            claims: vec![],
-            auth: AuthState::Valid {
-                revision: "1".into(),
-            },
-            claim_template_size: None,
+        let b = Observed::test().brokers(1).at_revision("r");
+        if ready {
+            b.build()
+        } else {
+            b.unready(0).build()
         }
     }
 
     fn spec() -> RustQueueSpec {
         RustQueueSpec::with_image("img")
+    }
+
+    fn plan(_name: &str, spec: &RustQueueSpec, obs: &Observed) -> Plan {
+        let owner = Owner {
+            name: "q",
+            namespace: "ns",
+            uid: "u",
+        };
+        let inputs = DesiredInputs {
+            auth_secret_name: "q-auth".into(),
+            auth_secret_revision: "7".into(),
+            claim_template_size: None,
+            feature_level_floor: 1,
+        };
+        let mut d = Desired::render(&owner, spec, &inputs);
+        d.revision = "r".into();
+        d.probe_pod = "q-preflight-target".into();
+        crate::plan::plan(spec, obs, &d, &RustQueueStatus::default(), 1_000)
     }
 
     #[test]
@@ -184,7 +212,7 @@ mod tests {
 
         let down = plan("q", &spec(), &obs(false));
         let (s3, t3) = next_status(&s2, &down, Some(2), "T3");
-        assert_eq!(t3.unwrap().reason, "Rolling");
+        assert_eq!(t3.unwrap().reason, "WaitingForBrokers");
         let ready = s3.condition("Ready").unwrap();
         assert_eq!(
             (ready.status, ready.last_transition_time.as_str()),
@@ -227,9 +255,12 @@ mod tests {
             [
                 "BrokersAvailable",
                 "Degraded",
+                "Maintenance",
+                "OrphanedPVCs",
                 "Progressing",
                 "Ready",
-                "StorageReady"
+                "StorageReady",
+                "Upgradeable"
             ]
         );
     }

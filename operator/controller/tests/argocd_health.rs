@@ -3,7 +3,8 @@
 
 use mlua::{Lua, LuaSerdeExt};
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
-use rustqueue_operator::plan::{AuthState, BrokerPod, Health, Observed, plan};
+use rustqueue_operator::plan::{Observed, plan};
+use rustqueue_operator::render::{Desired, DesiredInputs, Owner};
 use rustqueue_operator::status::{error_status, next_status};
 
 fn health_lua() -> String {
@@ -39,36 +40,46 @@ fn object(generation: i64, status: Option<&RustQueueStatus>) -> serde_json::Valu
     o
 }
 
-fn observed(ready: usize, nodes: i32) -> Observed {
-    Observed {
-        eligible_nodes: nodes,
-        statefulset_replicas: Some(3),
-        brokers: (0..3)
-            .map(|i| BrokerPod {
-                name: format!("q-{i}"),
-                pod_ready: i < ready,
-                terminating: false,
-                revision: None,
-                waiting: None,
-                health: if i < ready {
-                    Health::Ready
-                } else {
-                    Health::Unreachable("connection refused".into())
-                },
-            })
-            .collect(),
-        claims: vec![],
-        auth: AuthState::Valid {
-            revision: "1".into(),
-        },
+fn desired(spec: &RustQueueSpec) -> Desired {
+    let owner = Owner {
+        name: "q",
+        namespace: "ns",
+        uid: "u",
+    };
+    let inputs = DesiredInputs {
+        auth_secret_name: "q-auth".into(),
+        auth_secret_revision: "1".into(),
         claim_template_size: None,
+        feature_level_floor: 1,
+    };
+    let mut d = Desired::render(&owner, spec, &inputs);
+    d.probe_pod = "q-preflight-target".into();
+    d
+}
+
+/// Three brokers on the target revision, `ready` of them Ready, `nodes` eligible Nodes.
+fn observed(spec: &RustQueueSpec, ready: usize, nodes: i32) -> Observed {
+    let mut b = Observed::test()
+        .brokers(3)
+        .at_revision(&desired(spec).revision)
+        .nodes(nodes);
+    for i in ready..3 {
+        b = b.unready(i);
     }
+    b.build()
 }
 
 fn status_for(spec: &RustQueueSpec, obs: &Observed) -> RustQueueStatus {
+    let p = plan(
+        spec,
+        obs,
+        &desired(spec),
+        &RustQueueStatus::default(),
+        1_000,
+    );
     next_status(
         &RustQueueStatus::default(),
-        &plan("q", spec, obs),
+        &p,
         Some(2),
         "2026-11-30T05:00:00Z",
     )
@@ -82,25 +93,35 @@ fn no_status_yet_is_progressing() {
 
 #[test]
 fn all_brokers_ready_is_healthy() {
-    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let s = status_for(
+        &RustQueueSpec::with_image("rustqueue:dev"),
+        &observed(&RustQueueSpec::with_image("rustqueue:dev"), 3, 3),
+    );
     let (h, m) = health(&object(2, Some(&s)));
-    assert_eq!((h.as_str(), m.as_str()), ("Healthy", "3/3 brokers ready"));
+    assert_eq!(h, "Healthy");
+    assert!(m.starts_with("3/3 brokers ready; revision "), "{m}");
 }
 
 #[test]
 fn an_unready_broker_is_progressing_with_the_reason() {
-    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(2, 3));
+    let s = status_for(
+        &RustQueueSpec::with_image("rustqueue:dev"),
+        &observed(&RustQueueSpec::with_image("rustqueue:dev"), 2, 3),
+    );
     let (h, m) = health(&object(2, Some(&s)));
     assert_eq!(h, "Progressing");
     assert!(
-        m.starts_with("Rolling: 2/3 brokers ready; waiting for q-2"),
+        m.starts_with("WaitingForBrokers: 2/3 brokers ready; waiting for q-2"),
         "{m}"
     );
 }
 
 #[test]
 fn a_status_from_an_older_generation_is_progressing_even_if_it_says_ready() {
-    let s = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let s = status_for(
+        &RustQueueSpec::with_image("rustqueue:dev"),
+        &observed(&RustQueueSpec::with_image("rustqueue:dev"), 3, 3),
+    );
     let (h, m) = health(&object(3, Some(&s)));
     assert_eq!(h, "Progressing");
     assert!(m.contains("observe generation 3"), "{m}");
@@ -110,13 +131,16 @@ fn a_status_from_an_older_generation_is_progressing_even_if_it_says_ready() {
 fn insufficient_nodes_and_invalid_specs_are_degraded() {
     let mut spec = RustQueueSpec::with_image("rustqueue:dev");
     spec.min_brokers = 3;
-    let s = status_for(&spec, &observed(3, 1));
+    let s = status_for(&spec, &observed(&spec, 3, 1));
     let (h, m) = health(&object(2, Some(&s)));
     assert_eq!(h, "Degraded");
     assert!(m.starts_with("InsufficientNodes: 1 eligible nodes"), "{m}");
 
     spec.eligible_node_selector = "no-value".into();
-    let s = status_for(&spec, &observed(3, 3));
+    let s = status_for(
+        &spec,
+        &observed(&RustQueueSpec::with_image("rustqueue:dev"), 3, 3),
+    );
     let (h, m) = health(&object(2, Some(&s)));
     assert_eq!(h, "Degraded");
     assert!(
@@ -127,12 +151,51 @@ fn insufficient_nodes_and_invalid_specs_are_degraded() {
 
 #[test]
 fn a_failed_reconcile_is_degraded() {
-    let ok = status_for(&RustQueueSpec::with_image("rustqueue:dev"), &observed(3, 3));
+    let ok = status_for(
+        &RustQueueSpec::with_image("rustqueue:dev"),
+        &observed(&RustQueueSpec::with_image("rustqueue:dev"), 3, 3),
+    );
     let (s, _) = error_status(&ok, "apply StatefulSet q: forbidden", Some(2), "t");
     let (h, m) = health(&object(2, Some(&s)));
     assert_eq!(h, "Degraded");
     assert_eq!(
         m,
         "ReconcileError: reconciliation failed: apply StatefulSet q: forbidden"
+    );
+}
+
+#[test]
+fn a_paused_or_approval_waiting_rollout_is_suspended_with_the_revision_to_approve() {
+    let mut spec = RustQueueSpec::with_image("rustqueue:dev");
+    spec.rollout.require_canary_approval = true;
+    let d = desired(&spec);
+    // One broker (the canary) already runs the target revision; the others do not.
+    let obs = Observed::test()
+        .brokers(3)
+        .at_revision("old")
+        .revision_of(2, &d.revision)
+        .build();
+    let s = status_for(&spec, &obs);
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Suspended");
+    assert!(
+        m.contains(&format!(
+            "set spec.rollout.approvedRevision to {}",
+            d.revision
+        )),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_rollout_in_progress_is_progressing_not_healthy() {
+    let spec = RustQueueSpec::with_image("rustqueue:dev");
+    let obs = Observed::test().brokers(3).at_revision("old").build();
+    let s = status_for(&spec, &obs);
+    let (h, m) = health(&object(2, Some(&s)));
+    assert_eq!(h, "Progressing");
+    assert!(
+        m.starts_with("Rolling: draining queue-2") || m.starts_with("Rolling: draining q-2"),
+        "{m}"
     );
 }

@@ -33,75 +33,68 @@ fn the_sample_is_valid_under_the_crd_rules() {
     assert!(rustqueue_operator::plan::validate("queue", &rq.spec).is_empty());
 }
 
-fn allows(
-    rules: &[k8s_openapi::api::rbac::v1::PolicyRule],
-    group: &str,
-    resource: &str,
-    verb: &str,
-) -> bool {
-    rules.iter().any(|r| {
-        r.api_groups.iter().flatten().any(|g| g == group)
-            && r.resources.iter().flatten().any(|x| x == resource)
-            && r.verbs.iter().any(|v| v == verb)
-    })
+type Grants = std::collections::BTreeSet<(String, String, String)>;
+
+fn grants(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Grants {
+    let mut out = Grants::new();
+    for r in rules {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                for v in &r.verbs {
+                    assert!(v != "*" && res != "*", "no wildcards: {r:?}");
+                    out.insert((g.clone(), res.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn calls(table: &[&[(&str, &str, &[&str])]]) -> Grants {
+    table
+        .iter()
+        .flat_map(|t| t.iter())
+        .flat_map(|(g, r, verbs)| {
+            verbs
+                .iter()
+                .map(|v| (g.to_string(), r.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 #[test]
-fn the_role_covers_every_call_the_operator_makes() {
-    let role: Role = serde_yaml::from_str(&config("rbac/role.yaml")).unwrap();
-    let rules = role.rules.unwrap();
-    for (group, resource, verb) in [
-        ("rustqueue.io", "rustqueues", "watch"),
-        ("rustqueue.io", "rustqueues/status", "patch"),
-        ("", "secrets", "create"),
-        ("", "configmaps", "patch"),
-        ("", "serviceaccounts", "patch"),
-        ("", "services", "patch"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "persistentvolumeclaims", "list"),
-        ("apps", "statefulsets", "patch"),
-        ("apps", "statefulsets", "watch"),
-        ("policy", "poddisruptionbudgets", "patch"),
-        ("rbac.authorization.k8s.io", "roles", "patch"),
-        ("rbac.authorization.k8s.io", "rolebindings", "patch"),
-        ("discovery.k8s.io", "endpointslices", "watch"),
-        ("coordination.k8s.io", "leases", "create"),
-        ("coordination.k8s.io", "leases", "update"),
-        ("events.k8s.io", "events", "create"),
-    ] {
-        assert!(
-            allows(&rules, group, resource, verb),
-            "{verb} {group}/{resource}"
-        );
-    }
+fn the_cluster_role_grants_exactly_the_calls_the_operator_makes() {
+    use rustqueue_operator::calls::{CLUSTER, NAMESPACED};
+    let role: ClusterRole = serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
+    let granted = grants(&role.rules.unwrap());
+    let called = calls(&[NAMESPACED, CLUSTER]);
+    let unused: Vec<_> = granted.difference(&called).collect();
+    let missing: Vec<_> = called.difference(&granted).collect();
+    assert!(
+        unused.is_empty() && missing.is_empty(),
+        "granted but not called: {unused:?}; called but not granted: {missing:?}"
+    );
 }
 
 #[test]
-fn the_role_is_least_privilege() {
+fn the_namespaced_role_grants_exactly_the_lease_calls() {
+    use rustqueue_operator::calls::OWN_NAMESPACE;
     let role: Role = serde_yaml::from_str(&config("rbac/role.yaml")).unwrap();
-    let rules = role.rules.unwrap();
-    for r in &rules {
-        assert!(!r.verbs.iter().any(|v| v == "*"), "no wildcard verbs");
+    assert_eq!(grants(&role.rules.unwrap()), calls(&[OWN_NAMESPACE]));
+}
+
+#[test]
+fn the_operator_never_deletes_claims_or_secrets() {
+    use rustqueue_operator::calls::NAMESPACED;
+    let called = calls(&[NAMESPACED]);
+    for res in ["persistentvolumeclaims", "secrets", "statefulsets"] {
         assert!(
-            !r.resources.iter().flatten().any(|x| x == "*"),
-            "no wildcard resources"
-        );
-    }
-    assert!(
-        !allows(&rules, "", "secrets", "delete"),
-        "never deletes Secrets"
-    );
-    assert!(
-        !allows(&rules, "", "persistentvolumeclaims", "delete"),
-        "never deletes PVCs"
-    );
-    let cluster: ClusterRole = serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
-    for r in cluster.rules.unwrap() {
-        assert_eq!(
-            r.verbs,
-            ["get", "list", "watch"],
-            "cluster scope is read-only"
+            !called.contains(&(
+                if res == "statefulsets" { "apps" } else { "" }.to_string(),
+                res.to_string(),
+                "delete".to_string()
+            )),
+            "{res}"
         );
     }
 }
@@ -120,6 +113,12 @@ fn the_manager_runs_two_replicas_of_the_operator() {
     assert_eq!(c.image.as_deref(), Some("rustqueue:dev"));
     assert_eq!(c.command, Some(vec!["rustqueue-operator".to_string()]));
     let env = c.env.clone().unwrap();
+    let watch = env.iter().find(|e| e.name == "WATCH_NAMESPACES").unwrap();
+    assert_eq!(
+        watch.value.as_deref(),
+        Some(""),
+        "every namespace by default"
+    );
     let bind = env
         .iter()
         .find(|e| e.name == "RUSTQUEUE_OPERATOR_HTTP_ADDRESS")

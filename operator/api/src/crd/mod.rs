@@ -14,7 +14,9 @@ pub use spec::{
     BrokerResources, BrokerScheduling, KodoCompatibility, Maintenance, PublishAckMode, Rollout,
     RustQueue, RustQueueSpec, Toleration,
 };
-pub use status::{Condition, ConditionStatus, OperationStatus, RustQueueStatus};
+pub use status::{
+    Condition, ConditionStatus, OperationKind, OperationPhase, OperationStatus, RustQueueStatus,
+};
 
 /// Largest `maxMessageBytes` that fits the legacy 72 MiB v7 record bound; above it the
 /// storage feature level must be at least 2 (spec/operator.md §2.9).

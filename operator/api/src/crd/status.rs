@@ -92,16 +92,86 @@ pub struct Condition {
     pub last_transition_time: String,
 }
 
+/// What an operation does.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationKind {
+    /// Growing the broker set; waits for the new brokers to be Ready.
+    ScaleUp,
+    /// Draining the highest-ordinal broker to empty, then removing it (its PVC is kept).
+    ScaleDown,
+    /// Replacing brokers one at a time with the target pod-template revision.
+    Rollout,
+    /// A rollout to `spec.rollout.rollbackToImage`.
+    Rollback,
+    /// Draining one named broker for maintenance.
+    Maintenance,
+}
+
+impl OperationKind {
+    /// The serialised name (`Rollout`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ScaleUp => "ScaleUp",
+            Self::ScaleDown => "ScaleDown",
+            Self::Rollout => "Rollout",
+            Self::Rollback => "Rollback",
+            Self::Maintenance => "Maintenance",
+        }
+    }
+}
+
+/// Where an operation stands.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationPhase {
+    /// The target image is being probed before any broker is touched.
+    Preflight,
+    /// Waiting for brokers to become Ready before the next step.
+    WaitingForReady,
+    /// A broker is draining (publishes refused) towards its goal.
+    Draining,
+    /// A drained broker's Pod was deleted and is being recreated on its PVC.
+    Replacing,
+    /// Stopped by `spec.rollout.paused`.
+    Paused,
+    /// Stopped after the canary until `spec.rollout.approvedRevision` names the revision.
+    AwaitingCanaryApproval,
+    /// Cannot proceed until the spec or the cluster changes; nothing is disrupted.
+    Blocked,
+    /// Timed out; sticky until `spec.rollout.retryNonce` changes.
+    Failed,
+    /// Done.
+    Completed,
+}
+
+impl OperationPhase {
+    /// Phases a person must end (they never count toward `timeoutSeconds`), or final ones.
+    pub fn is_waiting_for_a_person_or_final(self) -> bool {
+        matches!(
+            self,
+            Self::Paused
+                | Self::AwaitingCanaryApproval
+                | Self::Blocked
+                | Self::Failed
+                | Self::Completed
+        )
+    }
+
+    /// Completed, Failed or Blocked: `completedAt` is stamped.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Blocked)
+    }
+}
+
 /// An operation the operator runs over several reconciles (scale, rollout, maintenance).
-#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationStatus {
     /// Stable id; a new id starts a new operation.
     pub id: String,
-    /// `ScaleUp`, `ScaleDown`, `Rollout`, `Rollback`, `Maintenance`.
-    pub kind: String,
-    /// `WaitingForReady`, `Draining`, `Replacing`, `Completed`, `Failed`, ...
-    pub phase: String,
+    /// What the operation does.
+    pub kind: OperationKind,
+    /// Where it stands.
+    pub phase: OperationPhase,
     /// What the operation acts on (a count, a Pod, an image).
     #[serde(default)]
     pub target: String,
@@ -111,7 +181,7 @@ pub struct OperationStatus {
     /// Human-readable detail.
     #[serde(default)]
     pub message: String,
-    /// RFC 3339 start.
+    /// RFC 3339 start (reset when a person resumes a paused or approval-waiting rollout).
     pub started_at: String,
     /// RFC 3339 last update.
     pub updated_at: String,

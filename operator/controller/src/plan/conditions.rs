@@ -1,18 +1,41 @@
 //! Phases and the conditions derived from a plan, in the shape `kubectl wait` and Argo CD read.
 
 use super::{Plan, StorageState};
+use crate::render::Desired;
 
 /// Summary phase of a RustQueue (`status.phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Every desired broker is Ready.
+    /// Every desired broker runs the target revision, is Ready, and no operation is pending.
     Ready,
     /// The StatefulSet is growing (or the first objects are being created).
     Scaling,
-    /// Waiting for brokers of the current set to become Ready.
+    /// A broker is down for its own reasons (no operation caused it); waiting for it.
+    WaitingForBrokers,
+    /// A rollout or rollback is replacing brokers.
     Rolling,
+    /// The rollout is held by `spec.rollout.paused`.
+    RolloutPaused,
+    /// The rollout waits for `spec.rollout.approvedRevision` after the canary.
+    RolloutAwaitingApproval,
+    /// The rollout cannot proceed (e.g. a single broker).
+    RolloutBlocked,
+    /// The rollout timed out; sticky until `spec.rollout.retryNonce` changes.
+    RolloutFailed,
+    /// The highest-ordinal broker drains before a scale-down.
+    Draining,
+    /// One broker is drained for maintenance.
+    Maintenance,
+    /// Maintenance cannot start (another broker is not Ready, or the target is unknown).
+    MaintenanceBlocked,
     /// Fewer eligible Nodes than brokers needed.
     InsufficientNodes,
+    /// The target image is being probed; no broker is touched until it passes.
+    Preflight,
+    /// The target image or a running broker cannot run the desired set.
+    PreflightBlocked,
+    /// Broker claims are growing to the requested size.
+    StorageResizing,
     /// A broker PVC contradicts the spec.
     StorageBlocked,
     /// The spec (or the Secret it names) is unusable; nothing was changed.
@@ -27,8 +50,19 @@ impl Phase {
         match self {
             Self::Ready => "Ready",
             Self::Scaling => "Scaling",
+            Self::WaitingForBrokers => "WaitingForBrokers",
             Self::Rolling => "Rolling",
+            Self::RolloutPaused => "RolloutPaused",
+            Self::RolloutAwaitingApproval => "RolloutAwaitingApproval",
+            Self::RolloutBlocked => "RolloutBlocked",
+            Self::RolloutFailed => "RolloutFailed",
+            Self::Draining => "Draining",
+            Self::Maintenance => "Maintenance",
+            Self::MaintenanceBlocked => "MaintenanceBlocked",
             Self::InsufficientNodes => "InsufficientNodes",
+            Self::Preflight => "Preflight",
+            Self::PreflightBlocked => "PreflightBlocked",
+            Self::StorageResizing => "StorageResizing",
             Self::StorageBlocked => "StorageBlocked",
             Self::InvalidSpec => "InvalidSpec",
             Self::ReconcileError => "ReconcileError",
@@ -40,9 +74,21 @@ impl Phase {
         matches!(
             self,
             Self::InsufficientNodes
+                | Self::PreflightBlocked
+                | Self::MaintenanceBlocked
+                | Self::RolloutBlocked
+                | Self::RolloutFailed
                 | Self::StorageBlocked
                 | Self::InvalidSpec
                 | Self::ReconcileError
+        )
+    }
+
+    /// Phases held by a person on purpose: neither progressing nor degraded.
+    pub fn is_held(self) -> bool {
+        matches!(
+            self,
+            Self::Maintenance | Self::RolloutPaused | Self::RolloutAwaitingApproval
         )
     }
 }
@@ -74,17 +120,81 @@ pub(super) fn derive(
     plan: &Plan,
     storage: &StorageState,
     unavailable: &[String],
+    desired: &Desired,
 ) -> Vec<ConditionSpec> {
     let phase = plan.phase;
-    let ready = phase == Phase::Ready && plan.ready_brokers >= plan.desired_brokers;
+    // Ready never overstates: the phase is Ready only when no operation is pending and every
+    // broker of the set runs the target revision; the counts and the claims are checked here.
+    let ready = phase == Phase::Ready
+        && plan.ready_brokers >= plan.desired_brokers
+        && unavailable.is_empty()
+        && *storage == StorageState::Ready;
     let degraded = phase.is_degraded();
     let p = phase.as_str();
+    let ready_message = if phase == Phase::Ready && !ready {
+        match storage {
+            StorageState::Ready => plan.message.clone(),
+            StorageState::Pending(m)
+            | StorageState::Blocked(m)
+            | StorageState::Resizing { message: m, .. } => m.clone(),
+        }
+    } else if ready {
+        format!("{}; revision {}", plan.message, desired.revision)
+    } else {
+        plan.message.clone()
+    };
+    let reason = if phase == Phase::Ready && !ready {
+        "WaitingForStorage"
+    } else {
+        p
+    };
     let mut out = vec![
-        cond("Ready", ready, p, &plan.message),
-        cond("Progressing", !ready && !degraded, p, &plan.message),
+        cond("Ready", ready, reason, &ready_message),
+        cond(
+            "Progressing",
+            !ready && !degraded && !phase.is_held(),
+            reason,
+            &ready_message,
+        ),
         cond("Degraded", degraded, p, &plan.message),
     ];
     if phase != Phase::InvalidSpec {
+        out.push(match phase {
+            Phase::Preflight => cond("Upgradeable", false, "Preflight", &plan.message),
+            Phase::PreflightBlocked => {
+                cond("Upgradeable", false, "PreflightBlocked", &plan.message)
+            }
+            _ => cond(
+                "Upgradeable",
+                true,
+                "PreflightPassed",
+                "the target image and every running broker support the desired set",
+            ),
+        });
+        out.push(if plan.orphaned_pvcs.is_empty() {
+            cond("OrphanedPVCs", false, "None", "no retained broker PVCs")
+        } else {
+            cond(
+                "OrphanedPVCs",
+                true,
+                "RetainedAfterScaleDown",
+                &format!(
+                    "kept after scale-down (delete them yourself once their data is not needed): {}",
+                    plan.orphaned_pvcs.join(", ")
+                ),
+            )
+        });
+        out.push(match phase {
+            Phase::Maintenance | Phase::MaintenanceBlocked => {
+                cond("Maintenance", true, "Requested", &plan.message)
+            }
+            _ => cond(
+                "Maintenance",
+                false,
+                "NotRequested",
+                "no broker is in maintenance",
+            ),
+        });
         out.push(if unavailable.is_empty() {
             cond(
                 "BrokersAvailable",
@@ -108,6 +218,9 @@ pub(super) fn derive(
                 "all PVCs satisfy the requested capacity",
             ),
             StorageState::Pending(m) => cond("StorageReady", false, "StorageProvisioning", m),
+            StorageState::Resizing { message, .. } => {
+                cond("StorageReady", false, "StorageResizing", message)
+            }
             StorageState::Blocked(m) => cond("StorageReady", false, "StorageBlocked", m),
         });
     }

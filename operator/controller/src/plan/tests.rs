@@ -1,357 +1,834 @@
-//! Table tests: one row per decision of `plan`.
+//! Table tests: one row per transition of `plan` (docs/operator.md lists them). Brokers run
+//! revision `a` unless a row says otherwise; the target revision is `b`.
+
+use rustqueue_api::crd::{OperationKind, OperationPhase, OperationStatus, RustQueueStatus};
 
 use super::*;
+use crate::render::{DesiredInputs, Owner};
+
+const NOW: u64 = 2_000_000_000;
 
 fn spec() -> RustQueueSpec {
-    RustQueueSpec::with_image("rustqueue:dev")
+    RustQueueSpec::with_image("rustqueue:b")
 }
 
-fn broker(name: &str, ready: bool) -> BrokerPod {
-    BrokerPod {
-        name: name.into(),
-        pod_ready: ready,
-        terminating: false,
-        revision: Some("r1".into()),
-        waiting: None,
-        health: if ready {
-            Health::Ready
-        } else {
-            Health::Unreachable("connection refused".into())
+/// The desired set of `spec` with target revision `revision`.
+fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
+    let owner = Owner {
+        name: "q",
+        namespace: "ns",
+        uid: "u",
+    };
+    let mut d = Desired::render(
+        &owner,
+        spec,
+        &DesiredInputs {
+            auth_secret_name: "q-auth".into(),
+            auth_secret_revision: "7".into(),
+            claim_template_size: None,
+            feature_level_floor: 1,
         },
+    );
+    d.revision = revision.into();
+    d.config_map = format!("q-config-{revision}");
+    d.probe_pod = "q-preflight-target".into();
+    d.feature_level = spec.storage_feature_level;
+    d
+}
+
+/// The operation a previous reconcile left for a rollout of `spec` to `b`.
+fn rollout_op(spec: &RustQueueSpec, phase: OperationPhase, started_ago: u64) -> OperationStatus {
+    let d = desired_at(spec, "b");
+    let kind = if spec.rollout.rollback_to_image.is_some() {
+        OperationKind::Rollback
+    } else {
+        OperationKind::Rollout
+    };
+    let id = operation_id(
+        kind,
+        &[&d.spec.image, &format!("b:{}", spec.rollout.retry_nonce)],
+    );
+    OperationStatus {
+        id,
+        kind,
+        phase,
+        target: d.spec.image.clone(),
+        revision: "b".into(),
+        message: "before".into(),
+        started_at: crate::status::rfc3339(NOW - started_ago),
+        updated_at: crate::status::rfc3339(NOW - started_ago),
+        completed_at: None,
+        previous_image: Some("rustqueue:a".into()),
+        current_broker: Some("q-2".into()),
     }
 }
 
-fn valid() -> AuthState {
-    AuthState::Valid {
-        revision: "7".into(),
+fn run(spec: &RustQueueSpec, obs: &Observed, previous: Option<OperationStatus>) -> Plan {
+    let status = RustQueueStatus {
+        current_operation: previous,
+        ..RustQueueStatus::default()
+    };
+    plan(spec, obs, &desired_at(spec, "b"), &status, NOW)
+}
+
+/// The actions that touch brokers, claims or sizes (not the always-applied objects).
+fn moves(p: &Plan) -> Vec<Action> {
+    p.actions
+        .iter()
+        .filter(|a| {
+            !matches!(
+                a,
+                Action::ApplyRuntime
+                    | Action::ApplyBrokerSet { .. }
+                    | Action::DeleteConfigMap { .. }
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+fn replicas(p: &Plan) -> Option<i32> {
+    p.actions.iter().find_map(|a| match a {
+        Action::ApplyBrokerSet { replicas } => Some(*replicas),
+        _ => None,
+    })
+}
+
+fn drain(pod: &str, goal: DrainGoal) -> Action {
+    Action::Drain {
+        pod: pod.into(),
+        goal,
+    }
+}
+fn resume(pod: &str) -> Action {
+    Action::Resume { pod: pod.into() }
+}
+fn delete(pod: &str) -> Action {
+    Action::DeletePod { pod: pod.into() }
+}
+use DrainGoal::{Empty, Quiesced};
+use OperationPhase as Op;
+
+struct Row {
+    what: &'static str,
+    spec: RustQueueSpec,
+    obs: Observed,
+    previous: Option<OperationStatus>,
+    phase: Phase,
+    op: Option<(OperationKind, OperationPhase)>,
+    moves: Vec<Action>,
+    replicas: Option<i32>,
+    message: &'static str,
+}
+
+fn row(what: &'static str, obs: super::builder::ObservedBuilder) -> Row {
+    Row {
+        what,
+        spec: spec(),
+        obs: obs.build(),
+        previous: None,
+        phase: Phase::Ready,
+        op: None,
+        moves: vec![],
+        replicas: None,
+        message: "",
     }
 }
 
-/// A cluster with `nodes` eligible Nodes, a StatefulSet of `sts` replicas and these Pods.
-fn observed(nodes: i32, sts: Option<i32>, brokers: Vec<BrokerPod>) -> Observed {
-    Observed {
-        eligible_nodes: nodes,
-        statefulset_replicas: sts,
-        brokers,
-        claims: Vec::new(),
-        auth: valid(),
-        claim_template_size: None,
+impl Row {
+    fn spec(mut self, f: impl FnOnce(&mut RustQueueSpec)) -> Self {
+        f(&mut self.spec);
+        self
     }
-}
-
-fn three_ready() -> Vec<BrokerPod> {
-    (0..3).map(|i| broker(&format!("q-{i}"), true)).collect()
-}
-
-fn cond<'a>(p: &'a Plan, t: &str) -> &'a ConditionSpec {
-    p.conditions.iter().find(|c| c.type_ == t).unwrap()
-}
-
-fn apply(replicas: i32) -> Action {
-    Action::ApplyChildren {
-        replicas,
-        auth_revision: "7".into(),
+    fn after(mut self, phase: OperationPhase, started_ago: u64) -> Self {
+        self.previous = Some(rollout_op(&self.spec, phase, started_ago));
+        self
     }
-}
-
-#[test]
-fn desired_brokers_is_eligible_nodes_clamped_to_min_and_max() {
-    let mut s = spec();
-    s.min_brokers = 2;
-    s.max_brokers = 4;
-    for (eligible, desired) in [(0, 2), (1, 2), (2, 2), (3, 3), (4, 4), (9, 4)] {
+    fn then(mut self, phase: Phase, op: Option<(OperationKind, OperationPhase)>) -> Self {
+        self.phase = phase;
+        self.op = op;
+        self
+    }
+    fn moves(mut self, m: Vec<Action>) -> Self {
+        self.moves = m;
+        self
+    }
+    fn replicas(mut self, r: i32) -> Self {
+        self.replicas = Some(r);
+        self
+    }
+    fn says(mut self, m: &'static str) -> Self {
+        self.message = m;
+        self
+    }
+    fn check(self) {
+        let p = run(&self.spec, &self.obs, self.previous.clone());
+        let what = self.what;
+        assert_eq!(p.phase, self.phase, "{what}: {}", p.message);
         assert_eq!(
-            desired_brokers(&s, eligible),
-            desired,
-            "eligible {eligible}"
+            p.operation.as_ref().map(|o| (o.kind, o.phase)),
+            self.op,
+            "{what}: {:?}",
+            p.operation
+        );
+        assert_eq!(moves(&p), self.moves, "{what}");
+        if let Some(r) = self.replicas {
+            assert_eq!(replicas(&p), Some(r), "{what}");
+        }
+        assert!(
+            p.message.contains(self.message),
+            "{what}: message {:?} lacks {:?}",
+            p.message,
+            self.message
         );
     }
 }
 
+const RO: OperationKind = OperationKind::Rollout;
+
 #[test]
-fn phase_table() {
-    struct Row {
-        what: &'static str,
-        spec: fn() -> RustQueueSpec,
-        obs: Observed,
-        phase: Phase,
-        actions: Vec<Action>,
-        message: &'static str,
-    }
-    let user_secret = || {
-        let mut s = spec();
-        s.registry_secret_name = Some("mine".into());
-        s
-    };
-    let blocked_claim = Claim {
-        name: "data-q-0".into(),
-        storage_class: Some("other".into()),
-        requested: Some("100Gi".into()),
-        capacity: Some("100Gi".into()),
-        bound: true,
-    };
+fn rollout_transitions() {
+    let three_a = || Observed::test().brokers(3).at_revision("a");
     let rows = vec![
-        Row {
-            what: "fresh resource: generate the auth Secret first",
-            spec,
-            obs: Observed {
-                auth: AuthState::GeneratedMissing,
-                ..observed(3, None, vec![])
-            },
-            phase: Phase::Scaling,
-            actions: vec![Action::CreateAuthSecret {
-                name: "q-auth".into(),
-            }],
-            message: "creating the auth Secret",
-        },
-        Row {
-            what: "secret exists, no StatefulSet: scale from 0",
-            spec,
-            obs: observed(3, None, vec![]),
-            phase: Phase::Scaling,
-            actions: vec![apply(3)],
-            message: "scaling from 0 to 3 brokers",
-        },
-        Row {
-            what: "new eligible node: scale up",
-            spec,
-            obs: observed(4, Some(3), three_ready()),
-            phase: Phase::Scaling,
-            actions: vec![apply(4)],
-            message: "scaling from 3 to 4 brokers",
-        },
-        Row {
-            what: "set at size, one broker not ready yet",
-            spec,
-            obs: observed(3, Some(3), {
-                let mut b = three_ready();
-                b[1] = broker("q-1", false);
-                b
-            }),
-            phase: Phase::Rolling,
-            actions: vec![apply(3)],
-            message: "2/3 brokers ready; waiting for q-1: PodNotReady (connection refused)",
-        },
-        Row {
-            what: "a broker Pod is missing (deleted, not recreated yet)",
-            spec,
-            obs: observed(3, Some(3), three_ready().into_iter().take(2).collect()),
-            phase: Phase::Rolling,
-            actions: vec![apply(3)],
-            message: "waiting for q-2: PodMissing",
-        },
-        Row {
-            what: "all brokers ready",
-            spec,
-            obs: observed(3, Some(3), three_ready()),
-            phase: Phase::Ready,
-            actions: vec![apply(3)],
-            message: "3/3 brokers ready",
-        },
-        Row {
-            what: "a node lost its label: never shrink without a drain",
-            spec,
-            obs: observed(2, Some(3), three_ready()),
-            phase: Phase::Ready,
-            actions: vec![apply(3)],
-            message: "scale-down waits for drain support",
-        },
-        Row {
-            what: "fewer eligible nodes than minBrokers",
-            spec: || {
-                let mut s = spec();
-                s.min_brokers = 3;
-                s
-            },
-            obs: observed(1, None, vec![]),
-            phase: Phase::InsufficientNodes,
-            actions: vec![apply(3)],
-            message: "1 eligible nodes; desired is 3 and minimum is 3: label more Nodes",
-        },
-        Row {
-            what: "invalid spec changes nothing",
-            spec: || {
-                let mut s = spec();
-                s.min_brokers = 9;
-                s.max_brokers = 3;
-                s
-            },
-            obs: observed(3, Some(3), three_ready()),
-            phase: Phase::InvalidSpec,
-            actions: vec![],
-            message: "invalid spec: spec.minBrokers (9) must be between 1 and spec.maxBrokers (3)",
-        },
-        Row {
-            what: "user-named Secret missing",
-            spec: user_secret,
-            obs: Observed {
-                auth: AuthState::UserMissing,
-                ..observed(3, None, vec![])
-            },
-            phase: Phase::InvalidSpec,
-            actions: vec![],
-            message: "Secret mine named by spec.registrySecretName does not exist",
-        },
-        Row {
-            what: "Secret with shared tokens",
-            spec,
-            obs: Observed {
-                auth: AuthState::Invalid(
-                    "Secret q-auth: admin-token and console-token must differ".into(),
-                ),
-                ..observed(3, Some(3), three_ready())
-            },
-            phase: Phase::InvalidSpec,
-            actions: vec![],
-            message: "must differ",
-        },
-        Row {
-            what: "claim of another StorageClass blocks before touching anything",
-            spec,
-            obs: Observed {
-                claims: vec![blocked_claim.clone()],
-                ..observed(3, Some(3), three_ready())
-            },
-            phase: Phase::StorageBlocked,
-            actions: vec![],
-            message: "PVC data-q-0 uses StorageClass other",
-        },
+        row(
+            "j. a new revision drains the highest ordinal with deliveries frozen",
+            three_a(),
+        )
+        .then(Phase::Rolling, Some((RO, Op::Draining)))
+        .moves(vec![drain("q-2", Quiesced)])
+        .says("draining q-2"),
+        row(
+            "g. the draining broker is drained again until quiesced",
+            three_a().draining(2),
+        )
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::Draining)))
+        .moves(vec![drain("q-2", Quiesced)]),
+        row(
+            "g. a quiesced broker's Pod is deleted",
+            three_a().quiesced(2),
+        )
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::Replacing)))
+        .moves(vec![delete("q-2")])
+        .says("q-2 is quiesced"),
+        row(
+            "the deleted Pod is still terminating: nothing else moves",
+            three_a().terminating(2),
+        )
+        .after(Op::Replacing, 10)
+        .then(Phase::Rolling, Some((RO, Op::Replacing))),
+        row(
+            "a. the replaced Pod does not exist yet",
+            three_a().missing(2),
+        )
+        .after(Op::Replacing, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .says("waiting for broker Pods q-2 to exist"),
+        row(
+            "c. the replaced broker is not Ready yet",
+            three_a().revision_of(2, "b").unready(2),
+        )
+        .after(Op::Replacing, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .says("waiting for q-2 (revision b) to become Ready"),
+        row(
+            "c. ... and a drain that started meanwhile is resumed",
+            three_a().revision_of(2, "b").unready(2).draining(1),
+        )
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .moves(vec![resume("q-1")]),
+        row(
+            "j. the next outdated broker once the replaced one is Ready",
+            three_a().revision_of(2, "b"),
+        )
+        .after(Op::WaitingForReady, 10)
+        .then(Phase::Rolling, Some((RO, Op::Draining)))
+        .moves(vec![drain("q-1", Quiesced)]),
+        row(
+            "d. an unexpected outage resumes our drain instead of compounding it",
+            three_a().draining(2).unready(0),
+        )
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .moves(vec![resume("q-2")])
+        .says("refusing to make another broker unavailable: q-0"),
+        row(
+            "f. two draining brokers are both resumed",
+            three_a().draining(2).draining(1),
+        )
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .moves(vec![resume("q-1"), resume("q-2")]),
+        row(
+            "e. a single broker is never rolled",
+            Observed::test().brokers(1).at_revision("a").nodes(1),
+        )
+        .then(Phase::RolloutBlocked, Some((RO, Op::Blocked)))
+        .says("needs at least two brokers"),
+        row("h. paused holds before the first broker", three_a())
+            .spec(|s| s.rollout.paused = true)
+            .then(Phase::RolloutPaused, Some((RO, Op::Paused)))
+            .says("paused"),
+        row(
+            "g before h: pausing mid-drain finishes that broker",
+            three_a().quiesced(2),
+        )
+        .spec(|s| s.rollout.paused = true)
+        .after(Op::Draining, 10)
+        .then(Phase::Rolling, Some((RO, Op::Replacing)))
+        .moves(vec![delete("q-2")]),
+        row(
+            "i. the canary waits for approval and names the revision",
+            three_a().revision_of(2, "b"),
+        )
+        .spec(|s| s.rollout.require_canary_approval = true)
+        .after(Op::WaitingForReady, 10)
+        .then(
+            Phase::RolloutAwaitingApproval,
+            Some((RO, Op::AwaitingCanaryApproval)),
+        )
+        .says("set spec.rollout.approvedRevision to b"),
+        row("i. the first (canary) broker needs no approval", three_a())
+            .spec(|s| s.rollout.require_canary_approval = true)
+            .then(Phase::Rolling, Some((RO, Op::Draining)))
+            .moves(vec![drain("q-2", Quiesced)]),
+        row(
+            "i. approval of the revision continues the rollout",
+            three_a().revision_of(2, "b"),
+        )
+        .spec(|s| {
+            s.rollout.require_canary_approval = true;
+            s.rollout.approved_revision = Some("b".into());
+        })
+        .after(Op::AwaitingCanaryApproval, 5000)
+        .then(Phase::Rolling, Some((RO, Op::Draining)))
+        .moves(vec![drain("q-1", Quiesced)]),
+        row(
+            "timeout: a stalled drain fails and is resumed",
+            three_a().draining(2),
+        )
+        .after(Op::Draining, 601)
+        .then(Phase::RolloutFailed, Some((RO, Op::Failed)))
+        .moves(vec![resume("q-2")])
+        .says("did not finish within 600s"),
+        row("failed is sticky", three_a())
+            .after(Op::Failed, 700)
+            .then(Phase::RolloutFailed, Some((RO, Op::Failed))),
+        row("a new retryNonce starts a new rollout", three_a())
+            .after(Op::Failed, 700)
+            .spec(|s| s.rollout.retry_nonce = "1".into())
+            .then(Phase::Rolling, Some((RO, Op::Draining)))
+            .moves(vec![drain("q-2", Quiesced)]),
+        row("human waits never time out", three_a().revision_of(2, "b"))
+            .spec(|s| s.rollout.paused = true)
+            .after(Op::Paused, 5000)
+            .then(Phase::RolloutPaused, Some((RO, Op::Paused))),
+        row(
+            "b. every broker on the target and Ready completes the rollout",
+            three_a().at_revision("b"),
+        )
+        .after(Op::WaitingForReady, 10)
+        .then(Phase::Ready, Some((RO, Op::Completed)))
+        .says("3/3 brokers ready"),
+        row(
+            "b. ... not before the last one is Ready",
+            three_a().at_revision("b").unready(0),
+        )
+        .after(Op::Replacing, 10)
+        .then(Phase::Rolling, Some((RO, Op::WaitingForReady)))
+        .says("waiting for q-0"),
+        row("rollbackToImage rolls as a Rollback", three_a())
+            .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:a".into()))
+            .then(
+                Phase::Rolling,
+                Some((OperationKind::Rollback, Op::Draining)),
+            )
+            .moves(vec![drain("q-2", Quiesced)]),
     ];
     for r in rows {
-        let p = plan("q", &(r.spec)(), &r.obs);
-        assert_eq!(p.phase, r.phase, "{}: {}", r.what, p.message);
-        assert_eq!(p.actions, r.actions, "{}", r.what);
-        assert!(
-            p.message.contains(r.message),
-            "{}: message {:?}",
-            r.what,
-            p.message
-        );
+        r.check();
     }
 }
 
 #[test]
-fn conditions_follow_the_phase() {
-    // (observed, Ready, Progressing, Degraded, BrokersAvailable)
-    let mut one_down = three_ready();
-    one_down[0] = broker("q-0", false);
-    let cases = [
-        (
-            observed(3, Some(3), three_ready()),
-            true,
-            false,
-            false,
-            true,
-        ),
-        (observed(3, Some(3), one_down), false, true, false, false),
-        (observed(3, None, vec![]), false, true, false, false),
-        (observed(0, None, vec![]), false, false, true, false),
+fn preflight_transitions() {
+    use super::builder::{CAPABLE, LEVEL_ONE};
+    let three_a = || Observed::test().brokers(3).at_revision("a");
+    let create = Action::CreateProbePod {
+        name: "q-preflight-target".into(),
+    };
+    let rows = vec![
+        row(
+            "the target image is probed before any broker is touched",
+            three_a().probe(None),
+        )
+        .then(Phase::Preflight, Some((RO, Op::Preflight)))
+        .moves(vec![create.clone()])
+        .says("probing image rustqueue:b"),
+        row(
+            "a fresh cluster probes first too (no operation: nothing to roll)",
+            Observed::test().probe(None),
+        )
+        .then(Phase::Preflight, None)
+        .moves(vec![create]),
+        row(
+            "the probe is still running",
+            three_a().probe(Some(("Running", None, None))),
+        )
+        .then(Phase::Preflight, Some((RO, Op::Preflight))),
+        row(
+            "an image that cannot be pulled blocks, no broker touched",
+            three_a()
+                .draining(2)
+                .probe(Some(("Pending", Some("ImagePullBackOff"), None))),
+        )
+        .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
+        .moves(vec![resume("q-2")])
+        .says("image rustqueue:b cannot be pulled (ImagePullBackOff)"),
+        row(
+            "an image whose probe fails blocks",
+            three_a().probe(Some(("Failed", None, Some("exec: rustqueued not found")))),
+        )
+        .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
+        .says("failed its capability probe (exec: rustqueued not found)"),
+        row(
+            "rollbackToImage behind the PVC reader fence is blocked",
+            three_a()
+                .capabilities(CAPABLE, 2)
+                .probe(Some(("Succeeded", None, Some(LEVEL_ONE)))),
+        )
+        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .then(
+            Phase::PreflightBlocked,
+            Some((OperationKind::Rollback, Op::Blocked)),
+        )
+        .says("PVC reader fence"),
+        row(
+            "rollbackToImage to a capable binary rolls",
+            three_a().capabilities(CAPABLE, 2),
+        )
+        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .then(
+            Phase::Rolling,
+            Some((OperationKind::Rollback, Op::Draining)),
+        )
+        .moves(vec![drain("q-2", Quiesced)]),
+        row(
+            "raising the level under old-ceiling brokers needs a capable binary first",
+            three_a().capabilities(LEVEL_ONE, 1),
+        )
+        .spec(|s| s.storage_feature_level = 2)
+        .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
+        .says("roll a capable image first, then raise storageFeatureLevel"),
+        row(
+            "raising the level beyond the target image is blocked",
+            three_a().probe(Some(("Succeeded", None, Some(LEVEL_ONE)))),
+        )
+        .spec(|s| s.storage_feature_level = 2)
+        .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
+        .says("supports storage feature levels 1..=1, level 2 is needed (requested by spec.storageFeatureLevel"),
+        row(
+            "raising the level once the binaries are capable rolls",
+            three_a().capabilities(CAPABLE, 1),
+        )
+        .spec(|s| s.storage_feature_level = 2)
+        .then(Phase::Rolling, Some((RO, Op::Draining)))
+        .moves(vec![drain("q-2", Quiesced)]),
     ];
-    for (i, (obs, ready, progressing, degraded, available)) in cases.into_iter().enumerate() {
-        let p = plan("q", &spec(), &obs);
-        assert_eq!(cond(&p, "Ready").status, ready, "case {i}");
-        assert_eq!(cond(&p, "Progressing").status, progressing, "case {i}");
-        assert_eq!(cond(&p, "Degraded").status, degraded, "case {i}");
-        assert_eq!(cond(&p, "BrokersAvailable").status, available, "case {i}");
-        assert_eq!(cond(&p, "Ready").reason, p.phase.as_str(), "case {i}");
+    for r in rows {
+        r.check();
     }
 }
 
 #[test]
-fn conditions_are_sorted_by_type_and_ready_reason_is_ready() {
-    let p = plan("q", &spec(), &observed(3, Some(3), three_ready()));
+fn probes_of_older_contracts_are_deleted() {
+    let mut obs = Observed::test().brokers(3).at_revision("b").build();
+    obs.probes.push(ProbePod {
+        name: "q-preflight-old".into(),
+        phase: "Succeeded".into(),
+        waiting: None,
+        message: None,
+    });
+    let p = run(&spec(), &obs, None);
+    assert!(p.actions.contains(&Action::DeleteProbePod {
+        name: "q-preflight-old".into()
+    }));
+    assert_eq!(p.phase, Phase::Ready);
+}
+
+#[test]
+fn cluster_transitions() {
+    let ready_b = || Observed::test().brokers(3).at_revision("b");
+    let up = OperationKind::ScaleUp;
+    let down = OperationKind::ScaleDown;
+    let mnt = OperationKind::Maintenance;
+    let maintenance = |enabled| {
+        move |s: &mut RustQueueSpec| {
+            s.maintenance = Some(rustqueue_api::crd::Maintenance {
+                broker: "q-1".into(),
+                enabled,
+            })
+        }
+    };
+    let rows = vec![
+        row(
+            "fresh resource: generate the auth Secret first",
+            Observed::test().auth(AuthState::GeneratedMissing),
+        )
+        .then(Phase::Scaling, None)
+        .moves(vec![Action::CreateAuthSecret {
+            name: "q-auth".into(),
+        }]),
+        row("no StatefulSet: scale from 0", Observed::test())
+            .then(Phase::Scaling, Some((up, Op::WaitingForReady)))
+            .replicas(3)
+            .says("scaling from 0 to 3 brokers"),
+        row("a new eligible Node: scale up", ready_b().nodes(4))
+            .then(Phase::Scaling, Some((up, Op::WaitingForReady)))
+            .replicas(4)
+            .says("scaling from 3 to 4"),
+        row("all brokers Ready on the target: Ready", ready_b())
+            .then(Phase::Ready, None)
+            .replicas(3)
+            .says("3/3 brokers ready"),
+        row(
+            "a broker down for its own reasons is not a rollout",
+            ready_b().unready(1),
+        )
+        .then(Phase::WaitingForBrokers, None)
+        .says("2/3 brokers ready; waiting for q-1: PodNotReady (connection refused)"),
+        row(
+            "a node lost its label: drain the highest ordinal to empty",
+            ready_b().nodes(2),
+        )
+        .then(Phase::Draining, Some((down, Op::Draining)))
+        .moves(vec![drain("q-2", Empty)])
+        .replicas(3)
+        .says("draining q-2 to empty"),
+        row(
+            "scale-down: the empty broker is removed, its PVC kept",
+            ready_b().nodes(2).empty(2),
+        )
+        .then(Phase::Draining, Some((down, Op::Completed)))
+        .replicas(2)
+        .says("its PVC is kept"),
+        row(
+            "scale-down waits for every other broker",
+            ready_b().nodes(2).unready(0).draining(2),
+        )
+        .then(Phase::Draining, Some((down, Op::WaitingForReady)))
+        .moves(vec![resume("q-2")])
+        .replicas(3),
+        row(
+            "fewer eligible nodes than minBrokers resumes drains",
+            ready_b().nodes(1).draining(2),
+        )
+        .spec(|s| s.min_brokers = 3)
+        .then(Phase::InsufficientNodes, None)
+        .moves(vec![resume("q-2")])
+        .says("1 eligible nodes; desired is 3 and minimum is 3"),
+        row(
+            "maintenance drains the named broker, consumers keep draining",
+            ready_b(),
+        )
+        .spec(maintenance(true))
+        .then(Phase::Maintenance, Some((mnt, Op::Draining)))
+        .moves(vec![drain("q-1", Empty)]),
+        row(
+            "maintenance completes when the broker is empty",
+            ready_b().empty(1),
+        )
+        .spec(maintenance(true))
+        .then(Phase::Maintenance, Some((mnt, Op::Completed)))
+        .moves(vec![drain("q-1", Empty)]),
+        row(
+            "maintenance needs every other broker Ready",
+            ready_b().unready(2),
+        )
+        .spec(maintenance(true))
+        .then(Phase::MaintenanceBlocked, Some((mnt, Op::Blocked)))
+        .says("waiting for q-2"),
+        row(
+            "disabling maintenance resumes the broker",
+            ready_b().empty(1),
+        )
+        .spec(maintenance(false))
+        .then(Phase::WaitingForBrokers, Some((mnt, Op::Completed)))
+        .moves(vec![resume("q-1")]),
+        row("invalid spec changes nothing", ready_b())
+            .spec(|s| {
+                s.min_brokers = 9;
+                s.max_brokers = 3;
+            })
+            .then(Phase::InvalidSpec, None)
+            .says("spec.minBrokers (9) must be between 1 and spec.maxBrokers (3)"),
+        row(
+            "user-named Secret missing",
+            Observed::test().auth(AuthState::UserMissing),
+        )
+        .spec(|s| s.registry_secret_name = Some("mine".into()))
+        .then(Phase::InvalidSpec, None)
+        .says("Secret mine named by spec.registrySecretName does not exist"),
+        row(
+            "Secret with shared tokens",
+            ready_b().auth(AuthState::Invalid(
+                "admin-token and console-token must differ".into(),
+            )),
+        )
+        .then(Phase::InvalidSpec, None)
+        .says("must differ"),
+        row(
+            "storageSize grew: every claim's request is raised",
+            ready_b().claims("local-path", "1Gi"),
+        )
+        .spec(|s| s.storage_size = "2Gi".into())
+        .then(Phase::StorageResizing, None)
+        .moves(
+            ["data-q-0", "data-q-1", "data-q-2"]
+                .map(|n| Action::PatchClaim {
+                    name: n.into(),
+                    size: "2Gi".into(),
+                })
+                .to_vec(),
+        )
+        .says("waiting for PVC expansion to 2Gi"),
+        row(
+            "grown requests wait for the capacity",
+            ready_b()
+                .claims("local-path", "2Gi")
+                .claim(0, |c| c.capacity = Some("1Gi".into())),
+        )
+        .spec(|s| s.storage_size = "2Gi".into())
+        .then(Phase::StorageResizing, None)
+        .says("waiting for PVC expansion to 2Gi: data-q-0"),
+        row(
+            "a class without expansion blocks growth and says so",
+            ready_b()
+                .claims("local-path", "1Gi")
+                .storage_class(StorageClassState::Present {
+                    allow_expansion: false,
+                }),
+        )
+        .spec(|s| s.storage_size = "2Gi".into())
+        .then(Phase::StorageBlocked, None)
+        .says("StorageClass local-path does not allow volume expansion"),
+        row(
+            "a missing StorageClass is named, not waited for",
+            Observed::test().storage_class(StorageClassState::Missing),
+        )
+        .then(Phase::StorageBlocked, None)
+        .says("StorageClass local-path does not exist"),
+        row(
+            "a shrink is refused without touching a claim",
+            ready_b().claims("local-path", "2Gi"),
+        )
+        .spec(|s| s.storage_size = "1Gi".into())
+        .then(Phase::StorageBlocked, None)
+        .says("storage shrink to 1Gi is forbidden"),
+        row(
+            "a claim of another StorageClass blocks and resumes drains",
+            ready_b().claims("other", "100Gi").draining(0),
+        )
+        .then(Phase::StorageBlocked, None)
+        .moves(vec![resume("q-0")])
+        .says("PVC data-q-0 uses StorageClass other"),
+    ];
+    for r in rows {
+        r.check();
+    }
+}
+
+#[test]
+fn invalid_spec_and_blocked_storage_apply_nothing_to_the_broker_set() {
+    let mut bad = spec();
+    bad.min_brokers = 0;
+    let p = run(&bad, &Observed::test().brokers(3).build(), None);
+    assert!(p.actions.is_empty());
+    let p = run(
+        &spec(),
+        &Observed::test().brokers(3).claims("other", "100Gi").build(),
+        None,
+    );
+    assert_eq!(p.actions, vec![Action::ApplyRuntime], "runtime only");
+}
+
+#[test]
+fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
+    let s = spec();
+    let grown = run(
+        &s,
+        &Observed::test()
+            .brokers(3)
+            .at_revision("b")
+            .nodes(4)
+            .build(),
+        None,
+    );
+    let op = grown.operation.clone();
+    let waiting = Observed::test()
+        .brokers(4)
+        .at_revision("b")
+        .unready(3)
+        .build();
+    let p = run(&s, &waiting, op.clone());
+    assert_eq!(p.phase, Phase::Scaling, "{}", p.message);
+    assert!(p.message.contains("waiting for q-3"), "{}", p.message);
+    let done = run(
+        &s,
+        &Observed::test().brokers(4).at_revision("b").build(),
+        p.operation,
+    );
+    assert_eq!(done.phase, Phase::Ready);
+    assert_eq!(done.operation.unwrap().phase, Op::Completed);
+}
+
+#[test]
+fn the_operation_keeps_its_id_and_start_across_reconciles() {
+    let s = spec();
+    let three = Observed::test().brokers(3).at_revision("a");
+    let first = run(&s, &three.clone().build(), None).operation.unwrap();
+    let second = run(&s, &three.draining(2).build(), Some(first.clone()))
+        .operation
+        .unwrap();
+    assert_eq!(first.id, second.id);
+    assert_eq!(first.started_at, second.started_at);
+    assert_eq!(second.previous_image.as_deref(), Some("rustqueue:a"));
+    assert_eq!(second.current_broker.as_deref(), Some("q-2"));
+    assert_eq!(second.revision, "b");
+}
+
+#[test]
+fn ready_needs_the_target_revision_the_size_and_the_claims() {
+    let s = spec();
+    let cond = |p: &Plan, t: &str| p.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+    let ok = run(
+        &s,
+        &Observed::test().brokers(3).at_revision("b").build(),
+        None,
+    );
+    assert!(cond(&ok, "Ready").status);
+    assert!(cond(&ok, "Ready").message.contains("revision b"));
+    let rolling = run(&s, &Observed::test().brokers(3).build(), None);
+    assert!(!cond(&rolling, "Ready").status);
+    assert!(cond(&rolling, "Progressing").status);
+    let small = Observed::test()
+        .brokers(3)
+        .at_revision("b")
+        .claims("local-path", "100Gi")
+        .claim(1, |c| c.capacity = Some("50Gi".into()))
+        .build();
+    let p = run(&s, &small, None);
+    assert!(
+        !cond(&p, "Ready").status,
+        "a claim below the size is not Ready"
+    );
+    let failed = run(
+        &s,
+        &Observed::test().brokers(3).build(),
+        Some(rollout_op(&s, Op::Failed, 700)),
+    );
+    assert!(cond(&failed, "Degraded").status);
+    assert!(!cond(&failed, "Progressing").status);
+    let paused = run(
+        &{
+            let mut s = spec();
+            s.rollout.paused = true;
+            s
+        },
+        &Observed::test().brokers(3).build(),
+        None,
+    );
+    assert!(!cond(&paused, "Progressing").status && !cond(&paused, "Degraded").status);
+}
+
+#[test]
+fn conditions_are_sorted_by_type() {
+    let p = run(
+        &spec(),
+        &Observed::test().brokers(3).at_revision("b").build(),
+        None,
+    );
     let types: Vec<&str> = p.conditions.iter().map(|c| c.type_).collect();
     assert_eq!(
         types,
         [
             "BrokersAvailable",
             "Degraded",
+            "Maintenance",
+            "OrphanedPVCs",
             "Progressing",
             "Ready",
-            "StorageReady"
+            "StorageReady",
+            "Upgradeable"
         ]
     );
-    assert_eq!(cond(&p, "Ready").reason, "Ready");
-    assert_eq!(cond(&p, "BrokersAvailable").reason, "AllReady");
-    assert_eq!(cond(&p, "StorageReady").reason, "CapacityReady");
 }
 
 #[test]
-fn invalid_spec_is_degraded_with_the_validation_message() {
-    let mut s = spec();
-    s.eligible_node_selector = "a=b,c=d".into();
-    let p = plan("q", &s, &observed(3, Some(3), three_ready()));
-    let d = cond(&p, "Degraded");
-    assert!(d.status);
-    assert_eq!(d.reason, "InvalidSpec");
-    assert!(d.message.contains("exactly one key=value"), "{}", d.message);
-    assert!(!cond(&p, "Ready").status);
+fn config_maps_no_pod_mounts_are_deleted_but_the_target_and_mounted_ones_stay() {
+    let obs = Observed::test()
+        .brokers(3)
+        .at_revision("b")
+        .broker(0, |b| b.config_map = Some("q-config-b".into()))
+        .config_maps(&[
+            "q-config-a",
+            "q-config-b",
+            "q-config-old",
+            "q-config",
+            "other-config-x",
+        ])
+        .build();
+    let p = run(&spec(), &obs, None);
+    let deleted: Vec<&str> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeleteConfigMap { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, ["q-config-old", "q-config"]);
 }
 
 #[test]
-fn a_draining_broker_is_unavailable_with_its_reason() {
-    let mut b = three_ready();
-    b[2].health = Health::NotReady(NotReadyReason::Draining);
-    let p = plan("q", &spec(), &observed(3, Some(3), b));
-    assert_eq!(p.ready_brokers, 2);
-    let avail = cond(&p, "BrokersAvailable");
-    assert_eq!(
-        (avail.status, avail.reason.as_str()),
-        (false, "PodsUnavailable")
-    );
-    assert_eq!(avail.message, "q-2: draining");
+fn orphaned_claims_are_those_at_or_above_the_desired_count() {
+    let obs = Observed::test()
+        .brokers(3)
+        .at_revision("b")
+        .claims("local-path", "100Gi")
+        .nodes(2)
+        .empty(2)
+        .build();
+    assert_eq!(run(&spec(), &obs, None).orphaned_pvcs, ["data-q-2"]);
 }
 
 #[test]
-fn pod_ready_alone_is_not_enough_and_terminating_pods_do_not_count() {
-    let mut b = three_ready();
-    b[0].health = Health::Unreachable("timeout".into());
-    b[1].terminating = true;
-    let p = plan("q", &spec(), &observed(3, Some(3), b));
-    assert_eq!(p.ready_brokers, 1);
-    assert!(p.message.contains("q-0: timeout") && p.message.contains("q-1: terminating"));
-}
-
-#[test]
-fn waiting_reasons_from_the_kubelet_are_reported() {
-    let mut b = three_ready();
-    b[1] = BrokerPod {
-        waiting: Some("ImagePullBackOff".into()),
-        ..broker("q-1", false)
+fn the_feature_floor_comes_from_status_and_running_brokers() {
+    let mut obs = Observed::test().brokers(1).build();
+    let prev = RustQueueStatus {
+        active_storage_feature_level: Some(2),
+        ..RustQueueStatus::default()
     };
-    let p = plan("q", &spec(), &observed(3, Some(3), b));
-    assert_eq!(
-        cond(&p, "BrokersAvailable").message,
-        "q-1: ImagePullBackOff"
-    );
-}
-
-#[test]
-fn unbound_claims_leave_storage_not_ready_without_blocking() {
-    let obs = Observed {
-        claims: vec![Claim {
-            name: "data-q-0".into(),
-            storage_class: Some("local-path".into()),
-            requested: Some("100Gi".into()),
-            capacity: None,
-            bound: false,
-        }],
-        ..observed(3, Some(3), three_ready())
-    };
-    let p = plan("q", &spec(), &obs);
-    assert_eq!(p.phase, Phase::Ready);
-    let s = cond(&p, "StorageReady");
-    assert_eq!(
-        (s.status, s.reason.as_str()),
-        (false, "StorageProvisioning")
-    );
-}
-
-#[test]
-fn pods_outside_the_target_set_do_not_count_as_ready() {
-    let mut b = three_ready();
-    b.push(broker("q-7", true));
-    b.push(broker("other-0", true));
-    let p = plan("q", &spec(), &observed(3, Some(3), b));
-    assert_eq!(p.ready_brokers, 3);
+    assert_eq!(feature_floor(&obs, &prev), 2);
+    obs.brokers[0].capabilities = Some(rustqueue_api::contract::Capabilities {
+        binary: rustqueue_api::contract::BinaryCapabilities {
+            binary_version: "x".into(),
+            data_format: 7,
+            minimum_reader_feature_level: 1,
+            maximum_reader_feature_level: 3,
+            maximum_writer_feature_level: 3,
+            maximum_message_bytes: 1,
+            maximum_batch_bytes: 1,
+        },
+        storage: rustqueue_api::contract::StorageCapabilities {
+            data_format: 7,
+            active_writer_feature_level: 3,
+            minimum_reader_feature_level: 1,
+            generation: 1,
+        },
+    });
+    assert_eq!(feature_floor(&obs, &prev), 3);
+    assert_eq!(feature_floor(&obs, &RustQueueStatus::default()), 3);
 }

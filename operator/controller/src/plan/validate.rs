@@ -61,6 +61,12 @@ pub fn validate(name: &str, spec: &RustQueueSpec) -> Vec<String> {
                 .into(),
         );
     }
+    if spec.kodo_compatibility.enabled {
+        errs.push(
+            "spec.kodoCompatibility.enabled is not supported by this operator yet (no Kodo Gateway to publish through): set it to false"
+                .into(),
+        );
+    }
     if spec.kodo_compatibility.cleanup_enabled {
         errs.push("spec.kodoCompatibility.cleanupEnabled must stay false".into());
     }
@@ -143,6 +149,10 @@ mod tests {
             (
                 |s| s.node_delivery_inflight_bytes = 1 << 20,
                 "at least twice",
+            ),
+            (
+                |s| s.kodo_compatibility.enabled = true,
+                "kodoCompatibility.enabled is not supported",
             ),
             (
                 |s| s.kodo_compatibility.cleanup_enabled = true,

@@ -202,7 +202,7 @@ pub fn config_map(owner: &Owner<'_>, toml: &str) -> ConfigMap {
     typed(serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": owner.metadata(&names::config_map(owner.name), labels::COMPONENT_BROKER),
+        "metadata": owner.metadata(&names::config_map(owner.name, toml), labels::COMPONENT_BROKER),
         "data": { labels::CONFIG_FILE: toml },
     }))
 }
@@ -313,7 +313,13 @@ mod tests {
     #[test]
     fn config_map_holds_the_toml_under_its_file_name() {
         let cm = config_map(&owner(), "x = 1\n");
-        assert_eq!(cm.metadata.name.as_deref(), Some("queue-config"));
+        let name = cm.metadata.name.clone().unwrap();
+        assert!(name.starts_with("queue-config-") && name.len() == "queue-config-".len() + 10);
+        assert_ne!(
+            config_map(&owner(), "x = 2\n").metadata.name,
+            Some(name),
+            "one per config"
+        );
         assert_eq!(cm.data.unwrap()["rustqueue.toml"], "x = 1\n");
     }
 }

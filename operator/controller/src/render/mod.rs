@@ -6,7 +6,9 @@
 //! [`Children::in_apply_order`].
 
 mod config;
+mod desired;
 mod policy;
+mod probe;
 mod rbac;
 mod revision;
 mod secret;
@@ -25,7 +27,9 @@ use rustqueue_api::labels;
 use serde::de::DeserializeOwned;
 
 pub use config::{EffectiveLimits, broker_toml, config_map};
+pub use desired::{Desired, DesiredInputs};
 pub use policy::pod_disruption_budget;
+pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
 pub use rbac::{role, role_binding, service_account};
 pub use revision::pod_template_revision;
 pub use secret::{AuthTokens, TokenError, auth_secret, generate_tokens, tokens_from_secret};
@@ -69,9 +73,16 @@ impl Owner<'_> {
 
 /// Names of the children of RustQueue `n`.
 pub mod names {
-    /// Broker config map.
-    pub fn config_map(n: &str) -> String {
-        format!("{n}-config")
+    /// Broker config map of one config: named by its content, so a config is never edited
+    /// in place and a Pod restart reads the config of the revision it was created with.
+    pub fn config_map(n: &str, toml: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(toml.as_bytes());
+        format!("{n}-config-{}", hex::encode(&digest[..5]))
+    }
+    /// Prefix of every broker config map name.
+    pub fn config_map_prefix(n: &str) -> String {
+        format!("{n}-config-")
     }
     /// Generated auth Secret.
     pub fn auth_secret(n: &str) -> String {

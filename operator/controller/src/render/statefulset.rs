@@ -113,7 +113,7 @@ pub fn stateful_set(
             },
         }],
         "volumes": [
-            {"name": "config", "configMap": {"name": names::config_map(n)}},
+            {"name": "config", "configMap": {"name": names::config_map(n, toml)}},
             {"name": "auth", "secret": {"secretName": inputs.auth_secret_name}},
         ],
     });

@@ -1,0 +1,66 @@
+//! Every Kubernetes API call the operator makes, as (API group, resource, verb). The RBAC in
+//! `config/rbac` must grant exactly these: `tests/config_manifests.rs` compares the two, so a
+//! new call without its permission (or a permission nothing uses) fails the build's tests.
+//!
+//! Server-side apply of an object that may not exist yet needs both `create` and `patch`.
+
+/// Namespaced calls, in every namespace the operator manages (`ClusterRole`).
+pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
+    // controller: the RustQueue watch; status: merge of the status subresource.
+    ("rustqueue.io", "rustqueues", &["list", "watch"]),
+    ("rustqueue.io", "rustqueues/status", &["patch"]),
+    // observe: broker and probe Pods (and the controller's Pod watch); apply: DeletePod,
+    // CreateProbePod, DeleteProbePod.
+    ("", "pods", &["list", "watch", "create", "delete"]),
+    // observe: broker claims; apply: PatchClaim.
+    ("", "persistentvolumeclaims", &["list", "patch"]),
+    // observe: the auth Secret; apply: CreateAuthSecret.
+    ("", "secrets", &["get", "create"]),
+    // observe: broker ConfigMaps; apply: ApplyBrokerSet (SSA), DeleteConfigMap.
+    ("", "configmaps", &["list", "create", "patch", "delete"]),
+    // controller: owns Services; apply: ApplyRuntime (SSA).
+    ("", "services", &["list", "watch", "create", "patch"]),
+    // apply: ApplyRuntime (SSA).
+    ("", "serviceaccounts", &["create", "patch"]),
+    // observe: get; controller: owns; apply: ApplyBrokerSet (SSA).
+    (
+        "apps",
+        "statefulsets",
+        &["get", "list", "watch", "create", "patch"],
+    ),
+    // apply: ApplyBrokerSet (SSA).
+    ("policy", "poddisruptionbudgets", &["create", "patch"]),
+    // apply: ApplyRuntime (SSA).
+    ("rbac.authorization.k8s.io", "roles", &["create", "patch"]),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        &["create", "patch"],
+    ),
+    // Not called: held so the operator may grant it to the brokers' runtime Role.
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        &["get", "list", "watch"],
+    ),
+    // apply: record_transition (the Event recorder creates, then patches a series).
+    ("events.k8s.io", "events", &["create", "patch"]),
+];
+
+/// Cluster-scoped reads (`ClusterRole`).
+pub const CLUSTER: &[(&str, &str, &[&str])] = &[
+    // observe: eligible Nodes (metadata list).
+    ("", "nodes", &["list"]),
+    // observe: the StorageClass of the claims (allowVolumeExpansion).
+    ("storage.k8s.io", "storageclasses", &["get"]),
+];
+
+/// Calls in the operator's own namespace only (`Role`).
+pub const OWN_NAMESPACE: &[(&str, &str, &[&str])] = &[
+    // leader: get, create, replace (update); release on SIGTERM is a replace too.
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    ),
+];

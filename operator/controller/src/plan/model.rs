@@ -1,0 +1,293 @@
+//! What `plan` reads ([`Observed`]) and what it decides ([`Action`], [`Plan`]).
+
+use std::time::Duration;
+
+use rustqueue_api::contract::{Capabilities, DrainStatus, NotReadyReason};
+use rustqueue_api::crd::OperationStatus;
+
+use super::conditions::{ConditionSpec, Phase};
+
+/// The state of the auth Secret the brokers mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthState {
+    /// Present with three distinct tokens; `revision` is its resourceVersion.
+    Valid {
+        /// Secret resourceVersion (part of the pod-template revision).
+        revision: String,
+    },
+    /// The operator-generated Secret does not exist yet.
+    GeneratedMissing,
+    /// The user-named Secret does not exist.
+    UserMissing,
+    /// Present but its tokens are missing, blank or shared.
+    Invalid(String),
+}
+
+/// What the broker's `/v1/health` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// 200 ready.
+    Ready,
+    /// 503 with a reason.
+    NotReady(NotReadyReason),
+    /// Pod has no IP yet, or the request failed.
+    Unreachable(String),
+}
+
+/// One broker Pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerPod {
+    /// Pod name.
+    pub name: String,
+    /// Pod IP, once assigned.
+    pub ip: Option<String>,
+    /// Kubelet readiness (condition Ready=True).
+    pub pod_ready: bool,
+    /// Has a deletionTimestamp.
+    pub terminating: bool,
+    /// Value of the revision annotation.
+    pub revision: Option<String>,
+    /// Image of the broker container.
+    pub image: Option<String>,
+    /// Why the container is not running, if the kubelet says (`ImagePullBackOff`, ...), or
+    /// the Pod phase when unscheduled.
+    pub waiting: Option<String>,
+    /// The broker's own readiness.
+    pub health: Health,
+    /// `GET /v1/drain`, when the broker answered.
+    pub drain: Option<DrainStatus>,
+    /// `GET /v1/capabilities`, when the broker answered.
+    pub capabilities: Option<Capabilities>,
+    /// The ConfigMap its config volume mounts.
+    pub config_map: Option<String>,
+}
+
+impl BrokerPod {
+    /// Ready for traffic: Pod Ready, not terminating, and the broker says ready.
+    pub fn is_ready(&self) -> bool {
+        self.pod_ready && !self.terminating && self.health == Health::Ready
+    }
+
+    /// The broker reports a drain (publishes refused).
+    pub fn is_draining(&self) -> bool {
+        self.drain.is_some_and(|d| d.draining)
+    }
+
+    /// Runs `revision`.
+    pub fn runs(&self, revision: &str) -> bool {
+        self.revision.as_deref() == Some(revision)
+    }
+
+    /// Why it is not ready, for messages.
+    pub fn why_not_ready(&self) -> String {
+        if self.terminating {
+            return "terminating".into();
+        }
+        if let Some(w) = &self.waiting {
+            return w.clone();
+        }
+        match &self.health {
+            Health::NotReady(r) => r.as_str().into(),
+            Health::Unreachable(e) if !self.pod_ready => format!("PodNotReady ({e})"),
+            Health::Unreachable(e) => e.clone(),
+            Health::Ready => "PodNotReady".into(),
+        }
+    }
+}
+
+/// One broker PVC as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// PVC name (`data-<n>-<ordinal>`).
+    pub name: String,
+    /// `spec.storageClassName`.
+    pub storage_class: Option<String>,
+    /// `spec.resources.requests.storage`.
+    pub requested: Option<String>,
+    /// `status.capacity.storage`.
+    pub capacity: Option<String>,
+    /// `status.phase == Bound`.
+    pub bound: bool,
+}
+
+/// A capability probe Pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbePod {
+    /// Pod name (carries the contract fingerprint).
+    pub name: String,
+    /// `status.phase`.
+    pub phase: String,
+    /// Waiting reason of the probe container (`ImagePullBackOff`, ...).
+    pub waiting: Option<String>,
+    /// Termination message of the probe container (the capabilities JSON on success).
+    pub message: Option<String>,
+}
+
+/// The StorageClass named by the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageClassState {
+    /// It does not exist.
+    Missing,
+    /// It exists; whether claims of it may grow.
+    Present {
+        /// `allowVolumeExpansion`.
+        allow_expansion: bool,
+    },
+}
+
+/// Everything `plan` needs to know about the cluster, read fresh on every reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// Nodes carrying the eligible label (readiness ignored: the label is membership intent).
+    pub eligible_nodes: i32,
+    /// `spec.replicas` of the broker StatefulSet; `None` when it does not exist.
+    pub statefulset_replicas: Option<i32>,
+    /// Broker Pods of this RustQueue.
+    pub brokers: Vec<BrokerPod>,
+    /// Broker PVCs of this RustQueue.
+    pub claims: Vec<Claim>,
+    /// The StorageClass of `spec.storageClassName`.
+    pub storage_class: StorageClassState,
+    /// Broker ConfigMaps of this RustQueue (names).
+    pub config_maps: Vec<String>,
+    /// Capability probe Pods of this RustQueue.
+    pub probes: Vec<ProbePod>,
+    /// The auth Secret.
+    pub auth: AuthState,
+    /// Storage request of the existing StatefulSet's claim template (immutable once created).
+    pub claim_template_size: Option<String>,
+}
+
+impl Observed {
+    /// The broker Pod `name`.
+    pub fn broker(&self, name: &str) -> Option<&BrokerPod> {
+        self.brokers.iter().find(|b| b.name == name)
+    }
+
+    /// Highest storage feature level any running broker reports as active.
+    pub fn active_feature_level(&self) -> Option<u32> {
+        self.brokers
+            .iter()
+            .filter_map(|b| b.capabilities.as_ref())
+            .map(|c| c.storage.active_writer_feature_level)
+            .max()
+    }
+}
+
+/// How far a drain must go before the broker may be disrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainGoal {
+    /// Publishes refused and deliveries frozen with nothing in flight; the backlog stays on
+    /// the PVC (rollout: the Pod comes back on the same PVC).
+    Quiesced,
+    /// Publishes refused, consumers keep draining until nothing is stored (scale-down,
+    /// maintenance).
+    Empty,
+}
+
+impl DrainGoal {
+    /// Whether `status` satisfies the goal. A broker that does not report the freeze must be
+    /// fully drained.
+    pub fn reached(self, status: &DrainStatus) -> bool {
+        let empty = status.empty || status.drained;
+        match self {
+            Self::Quiesced => {
+                status.draining && ((status.delivery_frozen && status.quiesced) || empty)
+            }
+            Self::Empty => status.draining && empty,
+        }
+    }
+
+    /// `freeze_deliveries` of the drain request.
+    pub fn freezes(self) -> bool {
+        self == Self::Quiesced
+    }
+}
+
+/// A change the applier must make. The applier decides nothing: every name and number is here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create the operator-generated auth Secret with fresh tokens (never overwrite).
+    CreateAuthSecret {
+        /// Secret name.
+        name: String,
+    },
+    /// Apply what keeps clients working with the running brokers: ServiceAccount, Role,
+    /// RoleBinding and the broker Service.
+    ApplyRuntime,
+    /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
+    /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.
+    ApplyBrokerSet {
+        /// StatefulSet replicas.
+        replicas: i32,
+    },
+    /// `POST /v1/drain {enabled: true, freeze_deliveries: goal == Quiesced}`.
+    Drain {
+        /// Broker Pod.
+        pod: String,
+        /// What the drain waits for.
+        goal: DrainGoal,
+    },
+    /// `POST /v1/drain {enabled: false}`.
+    Resume {
+        /// Broker Pod.
+        pod: String,
+    },
+    /// Delete a drained broker Pod; the StatefulSet recreates it from the target template on
+    /// the same PVC.
+    DeletePod {
+        /// Broker Pod.
+        pod: String,
+    },
+    /// Grow a claim's `spec.resources.requests.storage`.
+    PatchClaim {
+        /// PVC name.
+        name: String,
+        /// New request.
+        size: String,
+    },
+    /// Apply the target ConfigMap and create the capability probe Pod of the target.
+    CreateProbePod {
+        /// Pod name.
+        name: String,
+    },
+    /// Delete a probe Pod of an older contract.
+    DeleteProbePod {
+        /// Pod name.
+        name: String,
+    },
+    /// Delete a broker ConfigMap no Pod mounts and the target does not use.
+    DeleteConfigMap {
+        /// ConfigMap name.
+        name: String,
+    },
+}
+
+/// The decision of one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Summary phase.
+    pub phase: Phase,
+    /// Human-readable summary.
+    pub message: String,
+    /// Broker target.
+    pub desired_brokers: i32,
+    /// Ready brokers of the target set.
+    pub ready_brokers: i32,
+    /// Conditions to write (merged with the previous ones by the status writer).
+    pub conditions: Vec<ConditionSpec>,
+    /// Changes to make, in order.
+    pub actions: Vec<Action>,
+    /// The operation after this reconcile (`None`: keep the previous one as it is).
+    pub operation: Option<OperationStatus>,
+    /// Earlier operations, newest last (at most 20).
+    pub operation_history: Vec<OperationStatus>,
+    /// Storage feature level floor after this reconcile.
+    pub active_feature_level: u32,
+    /// PVCs of ordinals at or above the desired count.
+    pub orphaned_pvcs: Vec<String>,
+    /// The size broker claims should have (`spec.storageSize`).
+    pub desired_storage_size: Option<String>,
+    /// When to look again if nothing changes.
+    pub requeue: Duration,
+}
