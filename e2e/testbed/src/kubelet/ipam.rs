@@ -3,11 +3,15 @@
 //! without configuring anything per Pod. Each testbed claims one
 //! `<block>` with an exclusive `flock` on a file under the temp dir, so testbeds running at the
 //! same time (parallel tests, several test binaries) never hand out the same address; the lock
-//! dies with the process.
+//! dies with the process. The lock file is removed when the block is given back, so the lock
+//! directory does not fill up run after run: a claimer that locked a file another one has just
+//! removed notices (the path no longer names the locked file) and tries again.
 
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -18,6 +22,7 @@ use crate::Error;
 #[derive(Debug)]
 pub(crate) struct Ipam {
     block: u8,
+    lock_path: PathBuf,
     _lock: Flock<File>,
     state: Mutex<State>,
 }
@@ -41,15 +46,10 @@ impl Ipam {
         for i in 0..256usize {
             let block = ((seed + i) % 256) as u8;
             let path = dir.join(format!("{block}.lock"));
-            let file = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| Error::io("opening", &path, e))?;
-            if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            if let Some(lock) = try_lock(&path)? {
                 return Ok(Ipam {
                     block,
+                    lock_path: path,
                     _lock: lock,
                     state: Mutex::new(State {
                         used: BTreeSet::new(),
@@ -85,6 +85,37 @@ impl Ipam {
     }
 }
 
+impl Drop for Ipam {
+    fn drop(&mut self) {
+        // Removed while still locked; the lock goes with the file handle right after.
+        let _ = std::fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Locks `path` (creating it) unless another testbed holds it. A lock on a file that was removed
+/// (by its previous owner, between our open and our lock) does not count.
+fn try_lock(path: &Path) -> Result<Option<Flock<File>>, Error> {
+    for _ in 0..8 {
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("opening", path, e))?;
+        let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            return Ok(None);
+        };
+        let held = lock
+            .metadata()
+            .map_err(|e| Error::io("inspecting", path, e))?;
+        match std::fs::metadata(path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(Some(lock)),
+            _ => continue, // removed or replaced meanwhile: lock the current file instead
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +134,15 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_released_block_leaves_no_lock_file_behind() {
+        let ipam = Ipam::claim().unwrap();
+        let path = ipam.lock_path.clone();
+        assert!(path.exists());
+        drop(ipam);
+        assert!(!path.exists(), "{} is left behind", path.display());
     }
 
     #[test]
