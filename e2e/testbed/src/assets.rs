@@ -37,6 +37,14 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
+/// The pinned `kubectl` (`K8S_VERSION`) that `scripts/deps.sh kubectl` installs; it may not
+/// exist yet.
+pub fn kubectl_path() -> PathBuf {
+    cache_dir()
+        .join(format!("kubectl-{}", k8s_version()))
+        .join("bin/kubectl")
+}
+
 /// The directory holding `etcd`, `kube-apiserver`, `kube-controller-manager` and
 /// `kube-scheduler`; errors when they are not there.
 pub fn bin_dir() -> Result<PathBuf, Error> {

@@ -52,6 +52,24 @@ pub enum Error {
         /// The end of its log file.
         log_tail: String,
     },
+    /// An external tool the testbed needs is not installed.
+    #[error("{tool} not found at {path}: run `{install}`")]
+    MissingTool {
+        /// The tool.
+        tool: &'static str,
+        /// Where it was expected.
+        path: PathBuf,
+        /// The command that installs it.
+        install: &'static str,
+    },
+    /// Pushing an image into the testbed's registry failed.
+    #[error("image {reference}: {message}")]
+    Image {
+        /// The image reference.
+        reference: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Building the kube client from the generated kubeconfig failed.
     #[error("kube client: {0}")]
     Kubeconfig(String),

@@ -39,8 +39,10 @@ mod error;
 mod images;
 pub mod kubelet;
 pub mod netns;
+pub mod oci;
 mod pki;
 mod process;
+pub mod registry;
 pub mod storage;
 pub mod testserver;
 
@@ -53,7 +55,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;
 
-pub use assets::{cache_dir, etcd_version, k8s_version, pinned};
+pub use assets::{cache_dir, etcd_version, k8s_version, kubectl_path, pinned};
 pub use error::Error;
 pub use images::{Image, ImageTable};
 
@@ -84,6 +86,9 @@ pub struct TestbedOptions {
     pub images: ImageTable,
     /// Keep the work directory (logs, etcd data) after teardown, for debugging.
     pub keep_dir: bool,
+    /// Images pushed into the testbed's registry at start: reference (as Pods name it, e.g.
+    /// `rustqueue:dev`) and a `docker save` tarball or single-image OCI layout.
+    pub registry_images: Vec<(String, PathBuf)>,
 }
 
 impl Default for TestbedOptions {
@@ -92,6 +97,7 @@ impl Default for TestbedOptions {
             nodes: Vec::new(),
             images: ImageTable::default(),
             keep_dir: std::env::var_os("RUSTQUEUE_TESTBED_KEEP").is_some(),
+            registry_images: Vec::new(),
         }
         .nodes(3)
     }
@@ -129,6 +135,16 @@ impl TestbedOptions {
         self
     }
 
+    /// Pushes an image archive (`docker save` tarball, e.g. from `make images`, or a
+    /// single-image OCI layout) into the testbed's registry as `reference`; Pods naming it are
+    /// pulled and run from their own root filesystem (see [`oci`]). A reference also mapped
+    /// with [`TestbedOptions::image`] runs from that directory instead.
+    pub fn registry_image(mut self, reference: &str, archive: impl Into<PathBuf>) -> Self {
+        self.registry_images
+            .push((reference.to_string(), archive.into()));
+        self
+    }
+
     /// Makes `testbed/tiny:1` available: `dir` must hold the `rustqueue-testbed` binary (whose
     /// `serve` subcommand is the tiny server).
     pub fn tiny_image_dir(self, dir: impl Into<PathBuf>) -> Self {
@@ -147,6 +163,7 @@ pub struct Testbed {
     dir: Option<tempfile::TempDir>,
     dir_path: PathBuf,
     control_plane: ControlPlane,
+    registry: Option<registry::Registry>,
     groups: ProcessGroups,
     kubelet: Arc<kubelet::Kubelet>,
     tasks: Vec<JoinHandle<()>>,
@@ -193,6 +210,26 @@ impl Testbed {
                 return Err(e);
             }
         };
+        // The registry runs whenever crane is installed; images to push require it.
+        let registry = if opts.registry_images.is_empty() && !registry::crane_path().exists() {
+            None
+        } else {
+            match registry::Registry::start(&dir_path, &groups).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    groups.kill_all();
+                    return Err(e);
+                }
+            }
+        };
+        if let Some(r) = &registry {
+            for (reference, archive) in &opts.registry_images {
+                if let Err(e) = r.push(archive, reference).await {
+                    groups.kill_all();
+                    return Err(e);
+                }
+            }
+        }
         let kubeconfig = control_plane.admin_kubeconfig.clone();
         let client = client_from_kubeconfig(&kubeconfig).await?;
         let node_names = opts.nodes.iter().map(|n| n.name.clone()).collect();
@@ -204,6 +241,7 @@ impl Testbed {
             apiserver_port: control_plane.apiserver_port,
             groups: groups.clone(),
             serving: pki.kubelet_serving.clone(),
+            registry: registry.as_ref().map(|r| r.host().to_string()),
         })?);
         let mut bed = Testbed {
             client: client.clone(),
@@ -212,6 +250,7 @@ impl Testbed {
             dir: Some(tmp),
             dir_path,
             control_plane,
+            registry,
             groups,
             kubelet: kubelet.clone(),
             tasks: Vec::new(),
@@ -244,6 +283,13 @@ impl Testbed {
     /// The API server's address (inside the testbed's network namespace).
     pub fn apiserver_addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.control_plane.apiserver_port))
+    }
+
+    /// `host:port` of the testbed's OCI registry (inside its network namespace), when one runs
+    /// (crane installed). It also serves every `docker.io` reference (`rustqueue:dev` is
+    /// `library/rustqueue:dev` there).
+    pub fn registry(&self) -> Option<&str> {
+        self.registry.as_ref().map(|r| r.host())
     }
 
     /// Path of the admin kubeconfig (also usable with `kubectl --kubeconfig`).
@@ -364,6 +410,9 @@ impl Testbed {
         }
         self.kubelet.kill_all();
         self.control_plane.stop(&self.groups);
+        if let Some(r) = &mut self.registry {
+            r.stop(&self.groups);
+        }
         self.groups.kill_all();
         self.kubelet.remove_mountpoints();
         if let Some(d) = self.dir.take() {

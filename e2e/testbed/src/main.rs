@@ -29,6 +29,11 @@ enum Cmd {
         /// `rustqueue:dev=<target>/release` with the workspace's release binaries.
         #[arg(long = "image")]
         images: Vec<String>,
+        /// Image archive pushed into the testbed's registry, `reference=path` (repeatable), e.g.
+        /// `rustqueue:dev=target/images/rustqueue.tar` from `make images`. Pods naming it run
+        /// from the image (unless `--image` maps the same reference to a directory).
+        #[arg(long = "registry-image")]
+        registry_images: Vec<String>,
     },
     /// The tiny test server (image `testbed/tiny:1`).
     Serve {
@@ -82,13 +87,25 @@ fn main() -> anyhow::Result<()> {
             nodes,
             labels,
             images,
+            registry_images,
         } => {
             let mut opts = TestbedOptions::default().nodes(nodes);
             for l in &labels {
                 let (k, v) = l.split_once('=').context("--label expects key=value")?;
                 opts = opts.node_label(k, v);
             }
-            opts = opts.image("rustqueue:dev", Image::dir(default_release_dir()));
+            for r in &registry_images {
+                let (reference, path) = r
+                    .split_once('=')
+                    .context("--registry-image expects reference=path")?;
+                opts = opts.registry_image(reference, std::path::absolute(path)?);
+            }
+            if !registry_images
+                .iter()
+                .any(|r| r.starts_with("rustqueue:dev="))
+            {
+                opts = opts.image("rustqueue:dev", Image::dir(default_release_dir()));
+            }
             for i in &images {
                 let (reference, image) = parse_image(i)?;
                 opts = opts.image(&reference, image);
@@ -130,15 +147,23 @@ async fn up(opts: TestbedOptions, host_listener: std::net::TcpListener) -> anyho
     let host_kubeconfig = bed.dir().join("kubeconfig-host");
     std::fs::write(&host_kubeconfig, kubeconfig)?;
     println!("{}", host_kubeconfig.display());
+    // The machine's own kubectl may be older than the cluster: name the pinned one.
+    let kubectl = rustqueue_testbed::kubectl_path();
+    let kubectl_note = if kubectl.exists() {
+        String::new()
+    } else {
+        " (not installed yet: scripts/deps.sh kubectl)".to_string()
+    };
     eprintln!(
         "testbed up in {:.1}s: Kubernetes {} on nodes {}; work dir {}\n\
-         try: kubectl --kubeconfig {} get nodes\n\
+         try: {}{kubectl_note} --kubeconfig {} get nodes\n\
          Pods live in the testbed's own network namespace; to reach a Pod IP run commands under\n\
          `nsenter --net=/proc/{}/ns/net`.\nCtrl-C tears it down.",
         started.elapsed().as_secs_f64(),
         rustqueue_testbed::k8s_version(),
         bed.node_names().join(", "),
         bed.dir().display(),
+        kubectl.display(),
         host_kubeconfig.display(),
         std::process::id(),
     );

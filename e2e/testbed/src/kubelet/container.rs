@@ -6,6 +6,13 @@
 //! file) at its mountPath inside the private mount namespace, then `exec`s the program, so the
 //! process we track *is* the container's main process and every mount disappears with it.
 //! Each run is its own process group, so SIGTERM/SIGKILL reach its children too.
+//!
+//! A container from an OCI image ([`image_command`]) gets its own root filesystem: an overlay
+//! of the unpacked image (read-only lower layer, shared) and a per-run upper directory, with
+//! `/proc`, a minimal `/dev`, `/sys` (read-only), the volumes, `/etc/hosts` and
+//! `/etc/hostname` mounted in it; `readOnlyRootFilesystem` remounts it read-only; then
+//! `setpriv` (bounding set, `no_new_privs`) and `chroot --userspec --groups` exec the
+//! entrypoint inside it as the container's user. No shell from the image is used.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +39,118 @@ done
 shift
 exec "$@"
 "#;
+
+/// Builds the container's root, mounts into it, then execs the rest. Arguments: hostname,
+/// lower, upper, work, root, `ro|rw`, mount count, per mount `src dst ro|rw`, `--`, argv.
+const IMAGE_SCRIPT: &str = r#"set -e
+hostname "$1" 2>/dev/null || true
+root=$5 ro=$6
+mount -t overlay overlay -o "lowerdir=$2,upperdir=$3,workdir=$4" "$root"
+shift 6
+mkdir -p "$root/proc" "$root/dev" "$root/sys" "$root/etc"
+mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
+mount -t tmpfs -o nosuid,mode=0755,size=65536k tmpfs "$root/dev"
+for d in null zero full random urandom tty; do
+  touch "$root/dev/$d"
+  mount --bind "/dev/$d" "$root/dev/$d"
+done
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
+mkdir -p "$root/dev/shm"
+mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=65536k shm "$root/dev/shm"
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys" 2>/dev/null || true
+n=$1
+shift
+while [ "$n" -gt 0 ]; do
+  t="$root$2"
+  if [ -d "$1" ]; then
+    mkdir -p "$t"
+  else
+    mkdir -p "$(dirname "$t")"
+    [ -e "$t" ] || : >"$t"
+  fi
+  mount --bind "$1" "$t"
+  if [ "$3" = ro ]; then mount -o remount,bind,ro "$t"; fi
+  shift 3
+  n=$((n - 1))
+done
+if [ "$ro" = ro ]; then mount -o remount,bind,ro "$root"; fi
+shift
+exec "$@"
+"#;
+
+/// The per-run root filesystem of an image container.
+#[derive(Debug, Clone)]
+pub(crate) struct RootFs {
+    /// The unpacked image (overlay lower layer).
+    pub(crate) image: PathBuf,
+    /// Per-run directory holding `upper`, `work` and the mountpoint `root`.
+    pub(crate) run_dir: PathBuf,
+    pub(crate) read_only: bool,
+}
+
+impl RootFs {
+    pub(crate) fn root(&self) -> PathBuf {
+        self.run_dir.join("root")
+    }
+}
+
+/// Builds the command for one run of an image container; `exec` is the privilege-dropping
+/// prefix (`setpriv ... -- chroot ... <root>`) followed by the argv inside the image.
+pub(crate) fn image_command(
+    hostname: &str,
+    rootfs: &RootFs,
+    mounts: &[Mount],
+    exec: &[String],
+    env: &BTreeMap<String, String>,
+    log: std::fs::File,
+) -> Result<tokio::process::Command, String> {
+    let (upper, work, root) = (
+        rootfs.run_dir.join("upper"),
+        rootfs.run_dir.join("work"),
+        rootfs.root(),
+    );
+    for d in [&upper, &work, &root] {
+        std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+    }
+    let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+    ])
+    .arg(IMAGE_SCRIPT)
+    .arg("sh")
+    .arg(hostname)
+    .arg(&rootfs.image)
+    .arg(&upper)
+    .arg(&work)
+    .arg(&root)
+    .arg(if rootfs.read_only { "ro" } else { "rw" })
+    .arg(mounts.len().to_string());
+    for m in mounts {
+        cmd.arg(&m.src)
+            .arg(&m.dst)
+            .arg(if m.read_only { "ro" } else { "rw" });
+    }
+    cmd.arg("--").args(exec);
+    cmd.env_clear()
+        .envs(env)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0)
+        .kill_on_drop(false);
+    Ok(cmd)
+}
 
 /// One bind mount inside the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,16 +245,27 @@ pub(crate) fn command(
 }
 
 /// Argv that runs `argv` inside the mount and UTS namespaces of process `pid` (exec probes,
-/// preStop hooks).
-pub(crate) fn nsenter(pid: u32, argv: &[String]) -> Vec<String> {
+/// preStop hooks); for an image container also in its root directory, working directory and
+/// user (`as_user`: uid, gid).
+pub(crate) fn nsenter(pid: u32, as_user: Option<(u32, u32)>, argv: &[String]) -> Vec<String> {
     let mut out = vec![
         "nsenter".to_string(),
         "-t".into(),
         pid.to_string(),
         "-m".into(),
         "-u".into(),
-        "--".into(),
     ];
+    if let Some((uid, gid)) = as_user {
+        out.extend([
+            "-r".into(),
+            "-w".into(),
+            "-S".into(),
+            uid.to_string(),
+            "-G".into(),
+            gid.to_string(),
+        ]);
+    }
+    out.push("--".into());
     out.extend(argv.iter().cloned());
     out
 }

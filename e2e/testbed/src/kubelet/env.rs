@@ -238,6 +238,18 @@ fn resource_field(container: &Container, resource: &str) -> String {
     }
 }
 
+/// An OCI image's `ENV` (`KEY=value` entries) as a map; the container's own env is applied
+/// over it.
+pub(crate) fn image_env(config: &crate::oci::RuntimeConfig) -> BTreeMap<String, String> {
+    config
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 //!   heartbeat task ──► Node status + kube-node-lease Lease every 10 s
 //! ```
 
+mod api;
 mod container;
 mod env;
 mod ipam;
@@ -17,6 +18,7 @@ mod node;
 mod pod;
 mod probe;
 mod run;
+mod security;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -43,8 +45,10 @@ pub(crate) struct Config {
     pub(crate) nodes: Vec<NodeSpec>,
     pub(crate) apiserver_port: u16,
     pub(crate) groups: ProcessGroups,
-    #[allow(dead_code)] // the kubelet HTTPS endpoint (logs proxy) is not served yet
+    /// Serving certificate of the kubelet API (`kubectl logs` through the API server).
     pub(crate) serving: CertPair,
+    /// `host:port` of the testbed's registry, when one runs.
+    pub(crate) registry: Option<String>,
 }
 
 /// Key of a container's logs: namespace, pod name, container name.
@@ -54,6 +58,8 @@ type LogKey = (String, String, String);
 pub struct Kubelet {
     cfg: Config,
     ipam: ipam::Ipam,
+    /// OCI images pulled from the registry, unpacked once per digest.
+    pulled: crate::oci::Store,
     node_names: BTreeSet<String>,
     workers: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
     mountpoints: Mutex<Vec<PathBuf>>,
@@ -65,6 +71,7 @@ impl Kubelet {
         let node_names = cfg.nodes.iter().map(|n| n.name.clone()).collect();
         Ok(Kubelet {
             ipam: ipam::Ipam::claim()?,
+            pulled: crate::oci::Store::new(cfg.dir.join("images"), cfg.registry.clone()),
             node_names,
             cfg,
             workers: Mutex::new(HashMap::new()),
@@ -75,7 +82,8 @@ impl Kubelet {
 
     /// Registers the Nodes, then starts the heartbeat and the Pod watch.
     pub(crate) async fn spawn(self: Arc<Self>) -> Result<Vec<JoinHandle<()>>, Error> {
-        let port = 10250;
+        let port = api::PORT;
+        let api = api::serve(self.clone()).await?;
         node::register(&self.cfg.client, &self.cfg.nodes, port).await?;
         let me = self.clone();
         let heartbeat = tokio::spawn(async move {
@@ -90,7 +98,7 @@ impl Kubelet {
         });
         let me = self.clone();
         let pods = tokio::spawn(async move { me.watch_pods().await });
-        Ok(vec![heartbeat, pods])
+        Ok(vec![api, heartbeat, pods])
     }
 
     async fn watch_pods(self: Arc<Self>) {

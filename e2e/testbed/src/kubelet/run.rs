@@ -15,6 +15,7 @@ use super::container;
 use super::env;
 use super::pod::now;
 use super::probe::{self, ProbeState};
+use super::security;
 use super::volumes::Sources;
 use crate::ImageTable;
 use crate::process::{group_alive, signal_group};
@@ -72,6 +73,27 @@ pub(crate) struct Ctr {
     liveness: ProbeState,
     startup: ProbeState,
     started_ok: bool,
+    /// `registry/repository@digest` of the image the last run used (OCI images only).
+    image_id: Option<String>,
+    /// uid and gid of an OCI image container (exec probes and hooks enter its root as them).
+    image_user: Option<(u32, u32)>,
+    /// When the last image pull failed (the status shows `ImagePullBackOff` after a moment).
+    pull_failed_at: Option<Instant>,
+    pull_failures: u32,
+}
+
+/// How long a failed pull shows `ErrImagePull` before the back-off shows `ImagePullBackOff`.
+const ERR_IMAGE_PULL_SHOWN: Duration = Duration::from_secs(3);
+
+/// What a run executes: a program from the image table (host root) or an OCI image's.
+enum Prepared {
+    Host(Vec<String>),
+    Image {
+        pulled: Box<crate::oci::Pulled>,
+        id: security::Identity,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
 }
 
 impl Ctr {
@@ -92,6 +114,10 @@ impl Ctr {
             liveness: ProbeState::default(),
             startup: ProbeState::default(),
             started_ok: false,
+            image_id: None,
+            image_user: None,
+            pull_failed_at: None,
+            pull_failures: 0,
         }
     }
 
@@ -125,6 +151,17 @@ impl Ctr {
             && (self.spec.readiness_probe.is_none() || self.readiness.ok)
     }
 
+    /// A failed pull: `ErrImagePull` now, `ImagePullBackOff` while waiting for the next try
+    /// (1 s doubling, capped like restarts).
+    fn fail_pull(&mut self, reason: &str, message: String) {
+        self.pull_failures += 1;
+        self.pull_failed_at = Some(Instant::now());
+        let backoff = (ERR_IMAGE_PULL_SHOWN
+            + Duration::from_secs(1u64 << self.pull_failures.min(3)))
+        .min(MAX_BACKOFF);
+        self.fail_start(reason, message, backoff);
+    }
+
     fn fail_start(&mut self, reason: &str, message: String, retry: Duration) {
         tracing::debug!(container = %self.spec.name, reason, %message, "container not started");
         self.waiting = Some((reason.to_string(), message));
@@ -151,13 +188,48 @@ impl Ctr {
             v.iter().flatten().map(|s| env::expand(s, &env)).collect()
         };
         let image = self.spec.image.clone().unwrap_or_default();
-        let argv = match ctx.k.cfg.images.resolve(
-            &image,
-            &expand(&self.spec.command),
-            &expand(&self.spec.args),
-        ) {
-            Ok(a) => a,
-            Err(e) => return self.fail_start(e.reason, e.message, Duration::from_secs(5)),
+        let (command, args) = (expand(&self.spec.command), expand(&self.spec.args));
+        let plan = if ctx.k.cfg.images.get(&image).is_some() {
+            match ctx.k.cfg.images.resolve(&image, &command, &args) {
+                Ok(a) => Prepared::Host(a),
+                Err(e) => return self.fail_start(e.reason, e.message, Duration::from_secs(5)),
+            }
+        } else {
+            let policy = self
+                .spec
+                .image_pull_policy
+                .clone()
+                .unwrap_or_else(|| crate::oci::default_pull_policy(&image).to_string());
+            let pulled = match ctx.k.pulled.get(&image, &policy).await {
+                Ok(p) => p,
+                Err(e) => return self.fail_pull(e.reason, e.message),
+            };
+            self.pull_failures = 0;
+            self.pull_failed_at = None;
+            let id = match security::identity(ctx.pod, &self.spec, &pulled) {
+                Ok(id) => id,
+                Err(m) => {
+                    return self.fail_start(
+                        "CreateContainerConfigError",
+                        m,
+                        Duration::from_secs(2),
+                    );
+                }
+            };
+            let mut image_env = env::image_env(&pulled.config);
+            image_env.extend(env.clone());
+            let argv = match image_argv(&pulled, &command, &args, &image_env) {
+                Ok(a) => a,
+                Err(m) => {
+                    return self.fail_start("CreateContainerError", m, Duration::from_secs(2));
+                }
+            };
+            Prepared::Image {
+                pulled: Box::new(pulled),
+                id,
+                argv,
+                env: image_env,
+            }
         };
         let n = self.runs;
         let term_file = ctx
@@ -173,21 +245,45 @@ impl Ctr {
                 std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
             }
             std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
-            let mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
-            for m in &mounts {
-                ctx.k
-                    .ensure_mountpoint(&m.dst, m.src.is_file())
-                    .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
-            }
+            let mut mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
             let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
-            container::command(
-                ctx.hostname,
-                &mounts,
-                &argv,
-                &env,
-                self.spec.working_dir.as_deref(),
-                log,
-            )
+            match &plan {
+                Prepared::Host(argv) => {
+                    for m in &mounts {
+                        ctx.k
+                            .ensure_mountpoint(&m.dst, m.src.is_file())
+                            .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
+                    }
+                    container::command(
+                        ctx.hostname,
+                        &mounts,
+                        argv,
+                        &env,
+                        self.spec.working_dir.as_deref(),
+                        log,
+                    )
+                }
+                Prepared::Image {
+                    pulled,
+                    id,
+                    argv,
+                    env,
+                } => {
+                    mounts.extend(etc_files(ctx)?);
+                    let rootfs = container::RootFs {
+                        image: pulled.rootfs.clone(),
+                        run_dir: ctx
+                            .dir
+                            .join("rootfs")
+                            .join(format!("{}-{n}", self.spec.name)),
+                        read_only: id.read_only_root,
+                    };
+                    let mut exec = id.setpriv_args();
+                    exec.extend(id.chroot_args(&rootfs.root()));
+                    exec.extend(argv.iter().cloned());
+                    container::image_command(ctx.hostname, &rootfs, &mounts, &exec, env, log)
+                }
+            }
         })();
         let mut cmd = match prepared {
             Ok(c) => c,
@@ -209,6 +305,23 @@ impl Ctr {
         let name = ctx.pod.metadata.name.clone().unwrap_or_default();
         ctx.k
             .record_log((ns, name, self.spec.name.clone()), log_file.clone());
+        let (argv, env) = match plan {
+            Prepared::Host(argv) => {
+                self.image_id = None;
+                self.image_user = None;
+                (argv, env)
+            }
+            Prepared::Image {
+                pulled,
+                id,
+                argv,
+                env,
+            } => {
+                self.image_id = Some(pulled.image_id);
+                self.image_user = Some((id.uid, id.gid));
+                (argv, env)
+            }
+        };
         tracing::debug!(container = %self.spec.name, pid, ?argv, "container started");
         if self.runs > 0 {
             self.restarts += 1;
@@ -348,9 +461,17 @@ impl Ctr {
         let ports = self.spec.ports.clone().unwrap_or_default();
         let exec_for = |p: &k8s_openapi::api::core::v1::Probe| {
             let cmd = p.exec.as_ref()?.command.clone().unwrap_or_default();
-            let image = self.spec.image.clone().unwrap_or_default();
-            let argv = images.resolve(&image, &cmd, &[]).ok()?;
-            Some((container::nsenter(r.pid, &argv), r.env.clone()))
+            let argv = match self.image_user {
+                Some(_) => cmd,
+                None => {
+                    let image = self.spec.image.clone().unwrap_or_default();
+                    images.resolve(&image, &cmd, &[]).ok()?
+                }
+            };
+            Some((
+                container::nsenter(r.pid, self.image_user, &argv),
+                r.env.clone(),
+            ))
         };
         let started = r.started;
         let mut kill = None;
@@ -417,11 +538,18 @@ impl Ctr {
             ..Default::default()
         };
         let exec = hook.exec.as_ref().and_then(|e| {
-            let image = self.spec.image.clone().unwrap_or_default();
-            let argv = images
-                .resolve(&image, e.command.as_deref().unwrap_or_default(), &[])
-                .ok()?;
-            Some((container::nsenter(r.pid, &argv), r.env.clone()))
+            let cmd = e.command.clone().unwrap_or_default();
+            let argv = match self.image_user {
+                Some(_) => cmd,
+                None => {
+                    let image = self.spec.image.clone().unwrap_or_default();
+                    images.resolve(&image, &cmd, &[]).ok()?
+                }
+            };
+            Some((
+                container::nsenter(r.pid, self.image_user, &argv),
+                r.env.clone(),
+            ))
         });
         if let Some(sleep) = &hook.sleep {
             tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(budget)).await;
@@ -437,7 +565,17 @@ impl Ctr {
         } else if let Some(t) = &self.terminated {
             json!({"terminated": t})
         } else if let Some((reason, msg)) = &self.waiting {
-            json!({"waiting": {"reason": reason, "message": msg}})
+            let backing_off = reason == "ErrImagePull"
+                && self
+                    .pull_failed_at
+                    .is_some_and(|t| t.elapsed() >= ERR_IMAGE_PULL_SHOWN);
+            if backing_off {
+                let image = self.spec.image.clone().unwrap_or_default();
+                json!({"waiting": {"reason": "ImagePullBackOff",
+                                   "message": format!("Back-off pulling image {image:?}: {msg}")}})
+            } else {
+                json!({"waiting": {"reason": reason, "message": msg}})
+            }
         } else {
             let mut w = json!({"reason": waiting_reason});
             if let Some(m) = message {
@@ -449,7 +587,7 @@ impl Ctr {
         let mut s = json!({
             "name": self.spec.name,
             "image": image,
-            "imageID": format!("testbed://{image}"),
+            "imageID": self.image_id.clone().unwrap_or_else(|| format!("testbed://{image}")),
             "ready": self.ready(),
             "started": self.run.is_some() && self.started_ok,
             "restartCount": self.restarts,
@@ -461,4 +599,81 @@ impl Ctr {
         }
         s
     }
+}
+
+/// Kubernetes' command/args rules over the image's ENTRYPOINT and CMD, with `argv[0]` checked
+/// against the image (looked up on the container's `PATH` inside the image when relative).
+fn image_argv(
+    pulled: &crate::oci::Pulled,
+    command: &[String],
+    args: &[String],
+    env: &BTreeMap<String, String>,
+) -> Result<Vec<String>, String> {
+    let cfg = &pulled.config;
+    let mut argv: Vec<String> = match (command.is_empty(), args.is_empty()) {
+        (false, _) => command.iter().chain(args).cloned().collect(),
+        (true, false) => cfg
+            .entrypoint
+            .iter()
+            .flatten()
+            .chain(args)
+            .cloned()
+            .collect(),
+        (true, true) => cfg
+            .entrypoint
+            .iter()
+            .flatten()
+            .chain(cfg.cmd.iter().flatten())
+            .cloned()
+            .collect(),
+    };
+    let Some(first) = argv.first_mut() else {
+        return Err(
+            "no command specified: the container has no command and the image no \
+                    entrypoint"
+                .into(),
+        );
+    };
+    let inside = |p: &str| pulled.rootfs.join(p.trim_start_matches('/'));
+    if first.contains('/') {
+        if !inside(first).exists() {
+            return Err(format!("executable {first:?} not found in the image"));
+        }
+    } else {
+        let path = env.get("PATH").cloned().unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        });
+        let found = path
+            .split(':')
+            .map(|d| format!("{}/{first}", d.trim_end_matches('/')))
+            .find(|p| inside(p).is_file())
+            .ok_or_else(|| format!("executable file {first:?} not found in $PATH ({path})"))?;
+        *first = found;
+    }
+    Ok(argv)
+}
+
+/// `/etc/hosts` and `/etc/hostname` for an image container (the kubelet manages both).
+fn etc_files(ctx: &StartCtx<'_>) -> Result<Vec<container::Mount>, String> {
+    let hosts = ctx.dir.join("etc-hosts");
+    let hostname = ctx.dir.join("etc-hostname");
+    let text = format!(
+        "# Kubernetes-managed hosts file (testbed).\n127.0.0.1\tlocalhost\n::1\tlocalhost\n{}\t{}\n",
+        ctx.ip, ctx.hostname
+    );
+    std::fs::write(&hosts, text).map_err(|e| format!("{}: {e}", hosts.display()))?;
+    std::fs::write(&hostname, format!("{}\n", ctx.hostname))
+        .map_err(|e| format!("{}: {e}", hostname.display()))?;
+    Ok(vec![
+        container::Mount {
+            src: hosts,
+            dst: PathBuf::from("/etc/hosts"),
+            read_only: false,
+        },
+        container::Mount {
+            src: hostname,
+            dst: PathBuf::from("/etc/hostname"),
+            read_only: false,
+        },
+    ])
 }

@@ -275,6 +275,12 @@ pub(crate) async fn prepare(
         ns: pod.metadata.namespace.clone().unwrap_or_default(),
         ip,
     };
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group)
+        .map(|g| g as u32);
     let mut out = Sources::new();
     for v in pod
         .spec
@@ -288,6 +294,21 @@ pub(crate) async fn prepare(
             .volume(v, &dir)
             .await
             .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+        if v.empty_dir.is_some() && fs_group.is_none() {
+            // A real kubelet creates emptyDirs world-writable: any user may use them.
+            std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| format!("volume {:?}: chmod: {e}", v.name))?;
+        }
+        if let Some(group) = fs_group.filter(|_| v.host_path.is_none()) {
+            // File-backed volumes are rewritten on every resync: give them over every time.
+            let file_backed = v.empty_dir.is_none() && v.persistent_volume_claim.is_none();
+            let read_only = file_backed
+                || v.persistent_volume_claim
+                    .as_ref()
+                    .is_some_and(|c| c.read_only == Some(true));
+            super::security::apply_fs_group(&src, group, read_only, file_backed)
+                .map_err(|e| format!("volume {:?}: fsGroup: {e}", v.name))?;
+        }
         out.insert(v.name.clone(), src);
     }
     Ok(out)

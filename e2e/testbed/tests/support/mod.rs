@@ -117,3 +117,96 @@ pub fn host_mounts_mentioning(needle: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The tiny server as an OCI image, `testbed/tiny-oci:1`, pushed into the testbed's registry:
+/// the `rustqueue-testbed` binary, the shared libraries `ldd` names (copied from this
+/// machine), `/etc/passwd` with nonroot 65532, entrypoint `rustqueue-testbed serve`, user
+/// 65532:65532. No shell. Returns the manifest digest.
+pub async fn push_tiny_oci_image(bed: &Testbed) -> String {
+    let reg = bed
+        .registry()
+        .expect("the testbed runs a registry (scripts/deps.sh crane)");
+    let crane = rustqueue_testbed::registry::crane_path();
+    let work = tempfile::tempdir().expect("tempdir");
+    let root = work.path().join("root");
+    let bin = Path::new(env!("CARGO_BIN_EXE_rustqueue-testbed"));
+    let put = |src: &Path, dst: &str| {
+        let target = root.join(dst.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(src, &target).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    };
+    put(bin, "/usr/local/bin/rustqueue-testbed");
+    let ldd = std::process::Command::new("ldd")
+        .arg(bin)
+        .output()
+        .expect("ldd");
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+    {
+        put(&std::fs::canonicalize(lib).unwrap(), lib);
+    }
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532::/home/nonroot:/sbin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\nnonroot:x:65532:\n").unwrap();
+    let layer = work.path().join("layer.tar");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let crane = crane.to_str().unwrap();
+    run(&[
+        "tar",
+        "--numeric-owner",
+        "-C",
+        root.to_str().unwrap(),
+        "-cf",
+        layer.to_str().unwrap(),
+        ".",
+    ]);
+    let base = format!("{reg}/testbed/tiny-oci:layers");
+    let image = format!("{reg}/{TINY_OCI}");
+    run(&[
+        crane,
+        "append",
+        "--insecure",
+        "--oci-empty-base",
+        "-f",
+        layer.to_str().unwrap(),
+        "-t",
+        &base,
+    ]);
+    run(&[
+        crane,
+        "mutate",
+        "--insecure",
+        &base,
+        "--entrypoint",
+        "/usr/local/bin/rustqueue-testbed",
+        "--cmd",
+        "serve",
+        "--user",
+        "65532:65532",
+        "-e",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        "-t",
+        &image,
+    ]);
+    run(&[crane, "digest", "--insecure", &image])
+}
+
+/// The tiny server's OCI image reference (a `docker.io` name the testbed registry serves).
+pub const TINY_OCI: &str = "testbed/tiny-oci:1";
