@@ -2,8 +2,11 @@
 //!
 //! The binary reads levels `1..=MAX_STORAGE_FEATURE_LEVEL` and writes up to the same ceiling.
 //! The ceiling is a build-time option, `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL` (1 or 2, default
-//! 2), so tests can build an "older" binary. The data directory's `COMPATIBILITY` file is read
-//! with `rustqueue-storage`'s own types; [`preflight`] refuses a directory behind this binary's
+//! 2), so tests can build an "older" binary. A process can also lower it at run time with the
+//! environment variable [`MAX_FEATURE_LEVEL_ENV`] (a testing/compatibility knob): the binary
+//! then reports and enforces the lower ceiling the way an older release would, so one build
+//! can play both sides of an upgrade. The data directory's `COMPATIBILITY` file is read with
+//! `rustqueue-storage`'s own types; [`preflight`] refuses a directory behind this binary's
 //! rollback fence before the engine opens it.
 
 use std::path::Path;
@@ -18,6 +21,10 @@ pub const MIN_STORAGE_FEATURE_LEVEL: u32 = 1;
 /// Highest storage feature level this build reads and writes (the storage crate's build-time
 /// ceiling, so the reported and the enforced level are one constant).
 pub const MAX_STORAGE_FEATURE_LEVEL: u32 = rustqueue_storage::MAX_FEATURE_LEVEL as u32;
+
+/// Environment variable that lowers the feature-level ceiling at run time (1 up to the build's
+/// ceiling). See docs/configuration.md.
+pub const MAX_FEATURE_LEVEL_ENV: &str = "RUSTQUEUE_MAX_FEATURE_LEVEL";
 
 /// The binary version reported everywhere (`RUSTQUEUE_BUILD_VERSION` at build time, else the
 /// crate version).
@@ -53,16 +60,47 @@ pub enum CapabilityError {
     /// `COMPATIBILITY` could not be read.
     #[error("reading COMPATIBILITY: {0}")]
     Read(String),
+    /// [`MAX_FEATURE_LEVEL_ENV`] is not a level this build can be lowered to.
+    #[error(
+        "{MAX_FEATURE_LEVEL_ENV}={0:?} is not a feature level in {MIN_STORAGE_FEATURE_LEVEL}..={MAX_STORAGE_FEATURE_LEVEL}"
+    )]
+    InvalidCeiling(String),
 }
 
-/// What this binary supports, given the configured size limits.
+/// The ceiling this process reports and enforces: the build's, or the lower one
+/// [`MAX_FEATURE_LEVEL_ENV`] sets.
+pub fn ceiling() -> Result<u32, CapabilityError> {
+    ceiling_from(std::env::var(MAX_FEATURE_LEVEL_ENV).ok().as_deref())
+}
+
+fn ceiling_from(value: Option<&str>) -> Result<u32, CapabilityError> {
+    let Some(v) = value else {
+        return Ok(MAX_STORAGE_FEATURE_LEVEL);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(l) if (MIN_STORAGE_FEATURE_LEVEL..=MAX_STORAGE_FEATURE_LEVEL).contains(&l) => Ok(l),
+        _ => Err(CapabilityError::InvalidCeiling(v.to_owned())),
+    }
+}
+
+/// What this binary supports, given the configured size limits and the [`ceiling`]. An invalid
+/// [`MAX_FEATURE_LEVEL_ENV`] reports the lowest level (and [`preflight`] refuses to start).
 pub fn binary(max_message_bytes: u64, max_batch_bytes: u64) -> BinaryCapabilities {
+    let ceiling = ceiling().unwrap_or(MIN_STORAGE_FEATURE_LEVEL);
+    binary_with_ceiling(ceiling, max_message_bytes, max_batch_bytes)
+}
+
+fn binary_with_ceiling(
+    ceiling: u32,
+    max_message_bytes: u64,
+    max_batch_bytes: u64,
+) -> BinaryCapabilities {
     BinaryCapabilities {
         binary_version: BINARY_VERSION.to_owned(),
         data_format: DATA_FORMAT,
         minimum_reader_feature_level: MIN_STORAGE_FEATURE_LEVEL,
-        maximum_reader_feature_level: MAX_STORAGE_FEATURE_LEVEL,
-        maximum_writer_feature_level: MAX_STORAGE_FEATURE_LEVEL,
+        maximum_reader_feature_level: ceiling,
+        maximum_writer_feature_level: ceiling,
         maximum_message_bytes: max_message_bytes,
         maximum_batch_bytes: max_batch_bytes,
     }
@@ -85,14 +123,15 @@ pub fn read_storage(data_path: &Path) -> Result<Option<StorageCapabilities>, Cap
     }))
 }
 
-/// Refuses to start when the configured level is beyond this binary or the directory is
-/// behind its rollback fence. Lowering the active level is refused by the storage layer
-/// itself when the engine opens the directory.
+/// Refuses to start when [`MAX_FEATURE_LEVEL_ENV`] is invalid, the configured level is beyond
+/// this binary or the directory is behind its rollback fence. Lowering the active level is
+/// refused by the storage layer itself when the engine opens the directory.
 pub fn preflight(
     data_path: &Path,
     configured_level: u32,
     binary: &BinaryCapabilities,
 ) -> Result<(), CapabilityError> {
+    ceiling()?;
     if configured_level < binary.minimum_reader_feature_level
         || configured_level > binary.maximum_writer_feature_level
     {
@@ -146,6 +185,43 @@ mod tests {
         assert_eq!(b.minimum_reader_feature_level, 1);
         assert_eq!((b.maximum_message_bytes, b.maximum_batch_bytes), (100, 200));
         assert_eq!(b.data_format, 7);
+    }
+
+    #[test]
+    fn the_ceiling_can_only_be_lowered_at_run_time() {
+        assert_eq!(ceiling_from(None).unwrap(), MAX_STORAGE_FEATURE_LEVEL);
+        assert_eq!(ceiling_from(Some("1")).unwrap(), 1);
+        assert_eq!(
+            ceiling_from(Some(&MAX_STORAGE_FEATURE_LEVEL.to_string())).unwrap(),
+            MAX_STORAGE_FEATURE_LEVEL
+        );
+        for bad in ["0", "3", "two", ""] {
+            let err = ceiling_from(Some(bad)).unwrap_err();
+            assert!(
+                matches!(err, CapabilityError::InvalidCeiling(_)),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains(MAX_FEATURE_LEVEL_ENV), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_lowered_ceiling_is_reported_and_enforced_like_an_older_build() {
+        let old = binary_with_ceiling(1, 10, 20);
+        assert_eq!(old.maximum_reader_feature_level, 1);
+        assert_eq!(old.maximum_writer_feature_level, 1);
+        assert_eq!(old.minimum_reader_feature_level, 1);
+        let dir = tempfile::tempdir().unwrap();
+        preflight(dir.path(), 1, &old).unwrap();
+        assert!(matches!(
+            preflight(dir.path(), 2, &old).unwrap_err(),
+            CapabilityError::LevelOutOfRange { level: 2, max: 1 }
+        ));
+        write_compat(dir.path(), 2, 2);
+        assert!(matches!(
+            preflight(dir.path(), 1, &old).unwrap_err(),
+            CapabilityError::BehindReaderFence { needed: 2, max: 1 }
+        ));
     }
 
     #[test]
