@@ -129,61 +129,8 @@ impl Session {
             .heartbeat()
             .map_or_else(far_future, |h| Instant::now() + h);
         loop {
-            // Decode and run every complete command already buffered. Consecutive
-            // FIN/REQ/TOUCH run concurrently so their channel-WAL fsyncs share group commits.
-            let mut carry = None;
-            loop {
-                if carry.is_none() && self.acks_full() {
-                    // Leave further commands buffered until a FIN/REQ group commit settles.
-                    break;
-                }
-                let cmd = match carry.take() {
-                    Some(cmd) => cmd,
-                    None => match self.decode_next() {
-                        Ok(Some(cmd)) => cmd,
-                        Ok(None) => break,
-                        Err(e) => {
-                            self.fatal(&e);
-                            return Ok(());
-                        }
-                    },
-                };
-                let had_hb = self.heartbeat();
-                let next = if acks::is_ack(&cmd) {
-                    let mut batch = vec![cmd];
-                    let mut decode_error = None;
-                    let room = acks::MAX_PENDING - self.pending_acks.len();
-                    while batch.len() < room {
-                        match self.decode_next() {
-                            Ok(Some(c)) if acks::is_ack(&c) => batch.push(c),
-                            Ok(Some(c)) => {
-                                carry = Some(c);
-                                break;
-                            }
-                            Ok(None) => break,
-                            Err(e) => {
-                                decode_error = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    let next = self.ack_batch(batch).await?;
-                    if let Some(e) = decode_error {
-                        self.fatal(&e);
-                        return Ok(());
-                    }
-                    next
-                } else {
-                    self.execute(cmd).await?
-                };
-                if let Next::Close = next {
-                    return Ok(());
-                }
-                if self.heartbeat() != had_hb {
-                    next_heartbeat = self
-                        .heartbeat()
-                        .map_or_else(far_future, |h| Instant::now() + h);
-                }
+            if let Next::Close = self.run_buffered(&mut next_heartbeat).await? {
+                return Ok(());
             }
             if self.client_waits_on_buffer() {
                 self.flush_now().await?;
@@ -194,20 +141,9 @@ impl Session {
                 self.conn.flush().await?;
                 return Ok(());
             }
-            if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
-                self.command_started.get_or_insert_with(Instant::now);
-            }
-            let limit = if self.commands_seen == 0 {
-                handshake
-            } else {
-                command_timeout
-            };
             // While acks are full the buffered commands wait on us, not on the client.
             let blocked = self.acks_full();
-            let command_deadline = match self.command_started {
-                Some(t) if !blocked => t + limit,
-                _ => far_future(),
-            };
+            let command_deadline = self.command_deadline(blocked, handshake, command_timeout);
             let flush_at = self.flush_at.unwrap_or_else(far_future);
             let reserve = self
                 .decoder
@@ -263,6 +199,69 @@ impl Session {
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Decodes and runs every complete command already buffered. Consecutive FIN/REQ/TOUCH
+    /// run concurrently so their channel-WAL fsyncs share group commits. A changed heartbeat
+    /// interval moves `next_heartbeat`.
+    async fn run_buffered(&mut self, next_heartbeat: &mut Instant) -> std::io::Result<Next> {
+        let mut carry = None;
+        loop {
+            if carry.is_none() && self.acks_full() {
+                // Leave further commands buffered until a FIN/REQ group commit settles.
+                break;
+            }
+            let cmd = match carry.take() {
+                Some(cmd) => cmd,
+                None => match self.decode_next() {
+                    Ok(Some(cmd)) => cmd,
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.fatal(&e);
+                        return Ok(Next::Close);
+                    }
+                },
+            };
+            let had_hb = self.heartbeat();
+            let next = if acks::is_ack(&cmd) {
+                let (next, rest) = self.ack_run(cmd).await?;
+                carry = rest;
+                next
+            } else {
+                self.execute(cmd).await?
+            };
+            if let Next::Close = next {
+                return Ok(Next::Close);
+            }
+            if self.heartbeat() != had_hb {
+                *next_heartbeat = self
+                    .heartbeat()
+                    .map_or_else(far_future, |h| Instant::now() + h);
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    /// When a command that has started must be complete: the handshake limit before the
+    /// first command, the command timeout after; never while acks block reading.
+    fn command_deadline(
+        &mut self,
+        blocked: bool,
+        handshake: Duration,
+        command_timeout: Duration,
+    ) -> Instant {
+        if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
+            self.command_started.get_or_insert_with(Instant::now);
+        }
+        let limit = if self.commands_seen == 0 {
+            handshake
+        } else {
+            command_timeout
+        };
+        match self.command_started {
+            Some(t) if !blocked => t + limit,
+            _ => far_future(),
         }
     }
 

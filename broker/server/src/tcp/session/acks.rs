@@ -34,6 +34,38 @@ pub(super) type PendingAck = Pin<
 >;
 
 impl Session {
+    /// Runs `first` together with the FIN/REQ/TOUCH decoded right behind it (as many as the
+    /// pending-ack room allows); returns what follows and the first other command decoded.
+    pub(super) async fn ack_run(
+        &mut self,
+        first: Command,
+    ) -> std::io::Result<(Next, Option<Command>)> {
+        let mut batch = vec![first];
+        let mut carry = None;
+        let mut decode_error = None;
+        let room = MAX_PENDING - self.pending_acks.len();
+        while batch.len() < room {
+            match self.decode_next() {
+                Ok(Some(c)) if is_ack(&c) => batch.push(c),
+                Ok(Some(c)) => {
+                    carry = Some(c);
+                    break;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    decode_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let next = self.ack_batch(batch).await?;
+        if let Some(e) = decode_error {
+            self.fatal(&e);
+            return Ok((Next::Close, None));
+        }
+        Ok((next, carry))
+    }
+
     /// Applies a run of acks in command order. FIN and REQ take effect in memory at once (the
     /// RDY slot frees, nothing is redelivered) and their WAL fsyncs are left to complete in
     /// the background, so delivery never waits on a disk flush: NSQ sends no reply to FIN or
