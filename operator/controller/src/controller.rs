@@ -292,6 +292,24 @@ async fn write_outcome(ctx: &Context, rq: &RustQueue, decided: &Plan) -> Result<
     if status != previous {
         apply::write_status(&ctx.client, rq, &status).await?;
     }
+    let key = |s: &rustqueue_api::crd::RustQueueStatus| {
+        s.current_operation
+            .as_ref()
+            .map(|o| (o.id.clone(), o.phase))
+    };
+    if key(&status) != key(&previous)
+        && let Some(op) = &status.current_operation
+    {
+        tracing::info!(
+            rustqueue = %rq.name_any(),
+            operation = %op.id,
+            kind = op.kind.as_str(),
+            phase = ?op.phase,
+            broker = op.current_broker.as_deref().unwrap_or(""),
+            message = %op.message,
+            "RustQueue operation transitioned"
+        );
+    }
     if let Some(t) = transition {
         tracing::info!(rustqueue = %rq.name_any(), phase = %t.reason, message = %t.note, "phase changed");
         apply::record_transition(&ctx.recorder, rq, &t).await;
