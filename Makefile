@@ -130,3 +130,38 @@ e2e-operator: deps-k8s ## the operator scenario on the testbed (kubectl apply -k
 fuzz-smoke: ## run each protocol decoder fuzz target (command, identify, mpub) for FUZZ_SECONDS (10)
 	scripts/fuzz-smoke.sh
 
+# --- OCI images and the testbed's small conveniences: see docs/images.md and docs/e2e.md --------
+# Images are assembled without a Docker daemon from real Debian packages with crane (pinned in
+# scripts/versions.env); images/Dockerfile builds the same layout for people with Docker.
+IMAGES_TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
+IMAGE_TAG ?= dev
+export IMAGE_TAG
+
+.PHONY: images
+images: ## OCI images of rustqueued and rustqueue-operator (release builds, no Docker): OCI layout + docker-save tarballs in target/images
+	scripts/deps.sh crane
+	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator --bins
+	scripts/build-images.sh --bin-dir $(IMAGES_TARGET)/release --out $(IMAGES_TARGET)/images
+
+.PHONY: images-test
+images-test: images ## inspect the images: user 65532, entrypoint, no shell, runs from the image alone; prints sizes
+	scripts/test-images.sh --out $(IMAGES_TARGET)/images
+
+test: images-test
+
+# The testbed runs Pods from OCI images pulled from its own registry (crane registry serve).
+.PHONY: deps-crane
+deps-crane: ## install the pinned crane (image plumbing, the testbed's registry)
+	scripts/deps.sh crane
+
+unit: deps-crane
+e2e-testbed: deps-crane
+e2e-operator: deps-crane
+
+# `up` from the very build `make test` made: the same packages and features as `unit`, so
+# nothing recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features).
+TESTBED_TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
+.PHONY: testbed-up
+testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="--nodes 5 ..."); prints the pinned kubectl's commands; Ctrl-C tears down
+	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
+	$(TESTBED_TARGET)/debug/rustqueue-testbed up $(TESTBED_ARGS)
