@@ -7,9 +7,12 @@
 //! - a **process kubelet** ([`kubelet`]) that registers N Nodes, keeps their status and Leases
 //!   fresh and runs every Pod bound to them as local processes (one private mount namespace per
 //!   container, volumes bind-mounted, env resolved, a per-Pod IP `10.244.x.y`, probes,
-//!   restarts, graceful termination);
+//!   restarts, graceful termination) and serves the kubelet API for `kubectl logs`;
 //! - a **volume provisioner** ([`storage`]) behind the default StorageClass [`STORAGE_CLASS`]
-//!   (host directories, `allowVolumeExpansion: true`).
+//!   (host directories, `allowVolumeExpansion: true`);
+//! - a local **OCI registry** ([`registry`], crane's) that Pods' images are pulled from and
+//!   run as real images ([`oci`]: own root filesystem, the Pod's securityContext), beside
+//!   directory-mapped images ([`Image`]) that run in the host's root.
 //!
 //! ```no_run
 //! # fn demo() -> Result<(), rustqueue_testbed::Error> {
