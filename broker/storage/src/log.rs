@@ -18,11 +18,13 @@ use std::sync::Arc;
 use crate::failpoint::crash_failpoint;
 use crate::fs::{Fs, FsFile};
 use crate::record::{self, HEADER_LEN, RecordHeader};
-use crate::{Fault, StorageError, index, io_err, meta};
+use crate::{Fault, StorageError, io_err, meta};
 
+pub(crate) mod index;
 mod oldest;
 mod pages;
 mod scan;
+pub mod scrub;
 mod sealed;
 #[cfg(test)]
 mod tests;
@@ -542,15 +544,15 @@ impl TopicLog {
     }
 
     /// The sealed (immutable) segments, pinned for a scrub.
-    pub fn sealed_segments(&self) -> Vec<crate::scrub::SealedSegment> {
+    pub fn sealed_segments(&self) -> Vec<scrub::SealedSegment> {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
-            .map(|s| crate::scrub::SealedSegment {
+            .map(|s| scrub::SealedSegment {
                 path: s.path.clone(),
                 file: s.file.clone(),
                 len: s.len,
-                index: s.summary.clone().map(|summary| crate::scrub::SealedIndex {
+                index: s.summary.clone().map(|summary| scrub::SealedIndex {
                     fs: self.fs.clone(),
                     path: segment_path(&self.dir, s.base, "rqidx"),
                     segment_base: s.base,

@@ -1,8 +1,8 @@
 //! The bounded cache of sealed-segment metadata pages, shared by every log of a process.
 //!
-//! A sealed segment keeps only its [`index::Summary`](crate::index::Summary) in memory; the
+//! A sealed segment keeps only its [`index::Summary`](crate::log::index::Summary) in memory; the
 //! per-message [`Entry`] values are read from its `.rqidx` one page
-//! ([`PAGE_ENTRIES`](crate::index::PAGE_ENTRIES) entries) at a time and kept here, least
+//! ([`PAGE_ENTRIES`](crate::log::index::PAGE_ENTRIES) entries) at a time and kept here, least
 //! recently used first out, within a byte bound. The cache lock is a leaf: it is held only to
 //! look up, insert or drop pages, never across I/O or while taking another lock, so readers
 //! that hold a topic's log lock can use it without any lock-order risk.

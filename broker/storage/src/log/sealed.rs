@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::index;
 use super::{Entry, Segment, TopicLog, find, segment_path};
-use crate::{StorageError, index, io_err, meta};
+use crate::{StorageError, io_err, meta};
 
 impl TopicLog {
     /// Sealed segments: every segment but the last.

@@ -3,8 +3,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::Mutex;
 
+use super::index::PAGE_ENTRIES;
 use super::*;
-use crate::index::PAGE_ENTRIES;
 use crate::simfs::SimFs;
 
 fn append(log: &mut TopicLog, id: u64, body: &[u8]) -> u64 {

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::index::{self, Summary};
 use crate::fs::{Fs, FsFile};
-use crate::index::{self, Summary};
 use crate::record::{self, HEADER_LEN};
 use crate::{StorageError, io_err};
 
