@@ -96,13 +96,15 @@ pub fn encode_header(h: &RecordHeader, payload: &[&[u8]]) -> [u8; HEADER_LEN] {
     b
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// The big-endian `u64` at `at` (records and the sealed-segment index share the layout rule).
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_be_bytes(a)
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The big-endian `u32` at `at`.
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_be_bytes(a)

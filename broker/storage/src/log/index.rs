@@ -18,6 +18,7 @@ use std::io;
 
 use crate::fs::FsFile;
 use crate::log::Entry;
+use crate::record::{u32_at, u64_at};
 
 const MAGIC: &[u8; 4] = b"RQI7";
 const VERSION: u8 = 2;
@@ -143,18 +144,6 @@ pub fn encode(
     out.extend_from_slice(&dir);
     out.extend_from_slice(&body);
     (out, summary)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(a)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_be_bytes(a)
 }
 
 /// Reads and validates the header and page directory of the index in `file` for a segment
