@@ -5,22 +5,21 @@
 //! 2), so tests can build an "older" binary. A process can also lower it at run time with the
 //! environment variable [`MAX_FEATURE_LEVEL_ENV`] (a testing/compatibility knob): the binary
 //! then reports and enforces the lower ceiling the way an older release would, so one build
-//! can play both sides of an upgrade. The data directory's `COMPATIBILITY` file is read with
-//! `rustqueue-storage`'s own types; [`preflight`] refuses a directory behind this binary's
+//! can play both sides of an upgrade. The data directory's `COMPATIBILITY` file is read through
+//! the engine ([`Engine::read_compatibility`]); [`preflight`] refuses a directory behind this binary's
 //! rollback fence before the engine opens it.
 
 use std::path::Path;
 
 use rustqueue_api::contract::{BinaryCapabilities, DATA_FORMAT, StorageCapabilities};
-use rustqueue_storage::RealFs;
-use rustqueue_storage::meta::{self, Compatibility};
+use rustqueue_engine::Engine;
 
 /// Lowest storage feature level any build reads.
 pub const MIN_STORAGE_FEATURE_LEVEL: u32 = 1;
 
 /// Highest storage feature level this build reads and writes (the storage crate's build-time
 /// ceiling, so the reported and the enforced level are one constant).
-pub const MAX_STORAGE_FEATURE_LEVEL: u32 = rustqueue_storage::MAX_FEATURE_LEVEL as u32;
+pub const MAX_STORAGE_FEATURE_LEVEL: u32 = rustqueue_engine::MAX_FEATURE_LEVEL as u32;
 
 /// Environment variable that lowers the feature-level ceiling at run time (1 up to the build's
 /// ceiling). See docs/configuration.md.
@@ -109,12 +108,11 @@ fn binary_with_ceiling(
 /// Reads the directory's `COMPATIBILITY` file; `Ok(None)` when it does not exist yet (a
 /// fresh directory, created at level 1 on first open).
 pub fn read_storage(data_path: &Path) -> Result<Option<StorageCapabilities>, CapabilityError> {
-    let path = data_path.join("COMPATIBILITY");
-    if !path.exists() {
+    let Some(c) =
+        Engine::read_compatibility(data_path).map_err(|e| CapabilityError::Read(e.to_string()))?
+    else {
         return Ok(None);
-    }
-    let c: Compatibility =
-        meta::read_json(&RealFs, &path).map_err(|e| CapabilityError::Read(e.to_string()))?;
+    };
     Ok(Some(StorageCapabilities {
         data_format: c.data_format,
         active_writer_feature_level: u32::from(c.active_writer_feature_level),
@@ -156,6 +154,8 @@ pub fn preflight(
 
 #[cfg(test)]
 mod tests {
+    use rustqueue_engine::Compatibility;
+
     use super::*;
 
     fn write_compat(dir: &Path, active: u8, min_reader: u8) {
@@ -165,14 +165,18 @@ mod tests {
             minimum_reader_feature_level: min_reader,
             generation: 3,
         };
-        meta::write_json(&RealFs, &dir.join("COMPATIBILITY"), &c).unwrap();
+        std::fs::write(
+            dir.join("COMPATIBILITY"),
+            serde_json::to_vec_pretty(&c).unwrap(),
+        )
+        .unwrap();
     }
 
     #[test]
     fn the_reported_ceiling_is_the_one_storage_enforces() {
         assert_eq!(
             MAX_STORAGE_FEATURE_LEVEL,
-            u32::from(rustqueue_storage::MAX_FEATURE_LEVEL)
+            u32::from(rustqueue_engine::MAX_FEATURE_LEVEL)
         );
         assert!((1..=2).contains(&MAX_STORAGE_FEATURE_LEVEL));
     }
