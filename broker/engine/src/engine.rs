@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rustqueue_storage::log::PageCache;
 use rustqueue_storage::meta::Compatibility;
 use rustqueue_storage::{Fs, RealFs, StorageError, Store, StoreOptions};
 
@@ -49,13 +50,15 @@ impl Engine {
         if cfg.max_segment_bytes < 4_096 && cfg.max_segment_bytes < cfg.max_message_bytes {
             return Err(ConfigError::SegmentTooSmall.into());
         }
-        // One bound for the whole process: every topic log pages through the shared cache.
-        rustqueue_storage::log::PageCache::shared()
-            .set_capacity(usize::try_from(cfg.message_index_cache_bytes).unwrap_or(usize::MAX));
+        // One bound for the engine: every topic log, durable or ephemeral, pages through it.
+        let page_cache = Arc::new(PageCache::new(
+            usize::try_from(cfg.message_index_cache_bytes).unwrap_or(usize::MAX),
+        ));
         let opts = StoreOptions {
             node_id: cfg.node_id,
             feature_level: cfg.feature_level,
             max_segment_bytes: cfg.max_segment_bytes,
+            page_cache,
         };
         let path = cfg.data_path.clone();
         let (store, recovered) = tokio::task::spawn_blocking(move || Store::open(fs, &path, opts))
@@ -101,6 +104,12 @@ impl Engine {
             cfg,
         });
         Ok(Engine { inner })
+    }
+
+    /// The byte bound of the sealed-segment index page cache
+    /// (`storage.message_index_cache_bytes`), shared by every topic of this engine.
+    pub fn index_cache_capacity(&self) -> u64 {
+        self.inner.store.page_cache().capacity() as u64
     }
 
     /// The `COMPATIBILITY` file of a data directory, read before opening it (capabilities

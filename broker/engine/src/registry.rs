@@ -226,6 +226,7 @@ impl Registry {
                 Fault::default(),
                 EPHEMERAL_SEGMENT_BYTES,
                 1,
+                self.store.page_cache().clone(),
             )?
         } else {
             let log = self.store.create_topic(&manifest)?;

@@ -186,6 +186,7 @@ fn store_opts() -> StoreOptions {
         node_id: 1,
         feature_level: 1,
         max_segment_bytes: 1_024,
+        page_cache: Default::default(),
     }
 }
 

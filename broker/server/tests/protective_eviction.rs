@@ -125,6 +125,7 @@ async fn eviction_deletes_the_oldest_segments_with_audit_and_channels_resume_aft
             node_id: 1,
             feature_level: 1,
             max_segment_bytes: 4_160,
+            page_cache: Default::default(),
         };
         let (store, topics) = Store::open(Arc::new(RealFs), dir.path(), opts).unwrap();
         let t = topics.into_iter().next().unwrap();

@@ -22,6 +22,7 @@ fn opts(messages: u64) -> StoreOptions {
         node_id: 1,
         feature_level: 1,
         max_segment_bytes: (messages * per_message) / 100 + 4_096,
+        page_cache: Default::default(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! Positions are per topic, 1-based and never reused; every message has an [`Entry`] of
 //! metadata so readers fetch a body with one positional read. The active segment's entries
 //! stay in memory; a sealed segment keeps only a small [`index::Summary`] and its entries are
-//! paged in from its index on demand through a bounded, shared [`PageCache`] (`sealed.rs`), so
+//! paged in from its index on demand through a bounded [`PageCache`] shared by the store's logs (`sealed.rs`), so
 //! opening a log reads a header per sealed segment, not an entry per message. Appends become durable
 //! only after [`TopicLog::sync`] (or after a [`SyncHandle`] synced outside the log lock and
 //! handed back to [`TopicLog::mark_synced`], as the engine does so appends and readers are not
@@ -109,20 +109,8 @@ fn parse_name(name: &str) -> Option<(u64, &str)> {
 
 impl TopicLog {
     /// Opens (recovering) or creates the log in `dir`; `min_next_position` comes from the
-    /// manifest. Sealed metadata pages go to the process-wide [`PageCache::shared`].
+    /// manifest. Sealed metadata pages go to `cache`, which every log of one store shares.
     pub fn open(
-        fs: Arc<dyn Fs>,
-        dir: &Path,
-        fault: Fault,
-        max_segment_bytes: u64,
-        min_next_position: u64,
-    ) -> Result<TopicLog, StorageError> {
-        let cache = PageCache::shared();
-        Self::open_with_cache(fs, dir, fault, max_segment_bytes, min_next_position, cache)
-    }
-
-    /// [`TopicLog::open`] with a chosen page cache.
-    pub fn open_with_cache(
         fs: Arc<dyn Fs>,
         dir: &Path,
         fault: Fault,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::channel::ChannelState;
 use crate::fs::Fs;
-use crate::log::TopicLog;
+use crate::log::{PageCache, TopicLog};
 use crate::meta::{
     self, BrokerMeta, Compatibility, FORMAT_VERSION, FormatFile, ID_BLOCK, MAX_SEQUENCE, Manifest,
     hex, unhex,
@@ -45,6 +45,10 @@ pub struct StoreOptions {
     pub feature_level: u8,
     /// Segment rotation size.
     pub max_segment_bytes: u64,
+    /// The bounded cache of sealed-segment index pages every topic log of this store shares
+    /// (`storage.message_index_cache_bytes`); `Default::default()` bounds it at
+    /// [`DEFAULT_CACHE_BYTES`](crate::log::DEFAULT_CACHE_BYTES).
+    pub page_cache: Arc<PageCache>,
 }
 
 /// A recovered durable channel.
@@ -94,6 +98,11 @@ fn incompatible(msg: String) -> StorageError {
 }
 
 impl Store {
+    /// The index page cache this store's topic logs share (see [`StoreOptions::page_cache`]).
+    pub fn page_cache(&self) -> &Arc<PageCache> {
+        &self.opts.page_cache
+    }
+
     /// Opens and recovers `root`.
     pub fn open(
         fs: Arc<dyn Fs>,
@@ -273,6 +282,7 @@ impl Store {
             self.fault.clone(),
             self.opts.max_segment_bytes,
             manifest.next_position,
+            self.opts.page_cache.clone(),
         )?;
         let cdir = dir.join("channels");
         fs.create_dir_all(&cdir)
@@ -426,6 +436,7 @@ impl Store {
                 self.fault.clone(),
                 self.opts.max_segment_bytes,
                 manifest.next_position,
+                self.opts.page_cache.clone(),
             )
         })();
         self.fault.guard(r)

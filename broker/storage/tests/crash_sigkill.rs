@@ -20,6 +20,7 @@ fn opts() -> StoreOptions {
         node_id: 41,
         feature_level: 1,
         max_segment_bytes: 256,
+        page_cache: Default::default(),
     }
 }
 

@@ -47,6 +47,7 @@ fn opts() -> StoreOptions {
         node_id: 7,
         feature_level: 1,
         max_segment_bytes: 600,
+        page_cache: Default::default(),
     }
 }
 

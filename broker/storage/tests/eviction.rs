@@ -17,6 +17,7 @@ fn opts() -> StoreOptions {
         node_id: 3,
         feature_level: 1,
         max_segment_bytes: 200,
+        page_cache: Default::default(),
     }
 }
 

@@ -12,6 +12,7 @@ fn opts(seg: u64) -> StoreOptions {
         node_id: 3,
         feature_level: 1,
         max_segment_bytes: seg,
+        page_cache: Default::default(),
     }
 }
 
@@ -247,6 +248,7 @@ fn a_100_mib_message_round_trips_through_a_real_segment() {
         node_id: 3,
         feature_level: 2,
         max_segment_bytes: 256 << 20,
+        page_cache: Default::default(),
     };
     let (store, _) = Store::open(Arc::new(RealFs), dir.path(), o.clone()).unwrap();
     let mut log = store.create_topic(&manifest()).unwrap();

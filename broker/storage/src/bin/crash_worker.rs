@@ -37,6 +37,7 @@ fn run(scenario: &str, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         node_id: 41,
         feature_level: 1,
         max_segment_bytes: 256,
+        page_cache: Default::default(),
     };
     let (store, mut topics) = Store::open(Arc::new(RealFs), dir, opts)?;
     let mut topic = topics.pop().ok_or("fixture has no topic")?;

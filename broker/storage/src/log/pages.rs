@@ -1,4 +1,8 @@
-//! The bounded cache of sealed-segment metadata pages, shared by every log of a process.
+//! The bounded cache of sealed-segment metadata pages, shared by every log of one store.
+//!
+//! The engine creates one handle from `storage.message_index_cache_bytes` and hands it to the
+//! store ([`StoreOptions::page_cache`](crate::StoreOptions::page_cache)), which passes it to
+//! every [`TopicLog`](super::TopicLog) it opens.
 //!
 //! A sealed segment keeps only its [`index::Summary`](crate::log::index::Summary) in memory; the
 //! per-message [`Entry`] values are read from its `.rqidx` one page
@@ -9,11 +13,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::Entry;
 
-/// Default bound of the shared cache (`storage.message_index_cache_bytes` in docs/configuration.md).
+/// Default bound of a store's cache (`storage.message_index_cache_bytes` in docs/configuration.md).
 pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 /// Bytes charged for one cached page beyond its entries (map nodes, `Arc` header).
@@ -37,6 +41,13 @@ pub struct PageCache {
     lru: Mutex<Lru>,
 }
 
+impl Default for PageCache {
+    /// A cache bounded by [`DEFAULT_CACHE_BYTES`].
+    fn default() -> PageCache {
+        PageCache::new(DEFAULT_CACHE_BYTES)
+    }
+}
+
 impl std::fmt::Debug for PageCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageCache")
@@ -57,15 +68,6 @@ impl PageCache {
             capacity: AtomicUsize::new(capacity),
             lru: Mutex::new(Lru::default()),
         }
-    }
-
-    /// The process-wide cache every [`TopicLog::open`](super::TopicLog::open) uses,
-    /// bounded by [`DEFAULT_CACHE_BYTES`] until [`PageCache::set_capacity`] changes it.
-    pub fn shared() -> Arc<PageCache> {
-        static SHARED: OnceLock<Arc<PageCache>> = OnceLock::new();
-        SHARED
-            .get_or_init(|| Arc::new(PageCache::new(DEFAULT_CACHE_BYTES)))
-            .clone()
     }
 
     /// Changes the bound (pages beyond it are dropped now).

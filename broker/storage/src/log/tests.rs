@@ -20,7 +20,15 @@ fn append(log: &mut TopicLog, id: u64, body: &[u8]) -> u64 {
 #[test]
 fn appends_made_while_a_sync_runs_stay_counted_as_unsynced() {
     let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
-    let mut log = TopicLog::open(fs, Path::new("/t"), Fault::default(), 1 << 20, 1).unwrap();
+    let mut log = TopicLog::open(
+        fs,
+        Path::new("/t"),
+        Fault::default(),
+        1 << 20,
+        1,
+        Default::default(),
+    )
+    .unwrap();
     for id in 1..=3 {
         append(&mut log, id, b"abc");
     }
@@ -44,8 +52,15 @@ fn appends_made_while_a_sync_runs_stay_counted_as_unsynced() {
 fn append_needs_io_only_to_start_or_seal_a_segment() {
     let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
     let record = HEADER_LEN as u64 + record::payload_len([1000usize]);
-    let mut log =
-        TopicLog::open(fs, Path::new("/t"), Fault::default(), 4 * record + 10, 1).unwrap();
+    let mut log = TopicLog::open(
+        fs,
+        Path::new("/t"),
+        Fault::default(),
+        4 * record + 10,
+        1,
+        Default::default(),
+    )
+    .unwrap();
     for id in 1..=4 {
         assert!(!log.append_needs_io(record), "record {id} fits");
         append(&mut log, id, &[7u8; 1000]);
@@ -197,7 +212,7 @@ fn build(
 
 fn open(fs: Arc<dyn Fs>, per_segment: usize, batch: usize, cache: &Arc<PageCache>) -> TopicLog {
     let max = per_segment as u64 * record_len(batch, 1) + 10;
-    TopicLog::open_with_cache(fs, Path::new(DIR), Fault::default(), max, 1, cache.clone()).unwrap()
+    TopicLog::open(fs, Path::new(DIR), Fault::default(), max, 1, cache.clone()).unwrap()
 }
 
 /// A small deterministic generator (xorshift).
@@ -405,7 +420,7 @@ fn two_logs_sharing_one_tiny_cache_from_two_threads_each_see_only_their_own_entr
     let max = per_segment as u64 * record_len(batch, 1) + 10;
     let mut logs = Vec::new();
     for (dir, id_base) in [("/a", 0u64), ("/b", 1 << 40)] {
-        let mut log = TopicLog::open_with_cache(
+        let mut log = TopicLog::open(
             fs.clone(),
             Path::new(dir),
             Fault::default(),
