@@ -327,7 +327,10 @@ fn scale_down(c: &Context<'_>) -> Outcome {
         match c.obs.broker(&target) {
             Some(b) if !b.drain.is_some_and(|s| DrainGoal::Empty.reached(&s)) => (
                 OperationPhase::Draining,
-                format!("draining {target} to empty before removing it (its PVC is kept)"),
+                format!(
+                    "draining {target} to empty before removing it (its PVC is kept): {}; consumers must finish its backlog",
+                    b.drain_progress()
+                ),
                 vec![Action::Drain {
                     pod: target.clone(),
                     goal: DrainGoal::Empty,
@@ -434,7 +437,8 @@ fn maintenance(c: &Context<'_>) -> Option<Outcome> {
         (
             OperationPhase::Draining,
             format!(
-                "{target} is draining for maintenance: publishes refused, consumers keep draining its backlog"
+                "{target} is draining for maintenance: publishes refused, consumers keep draining its backlog ({})",
+                b.drain_progress()
             ),
         )
     };

@@ -73,6 +73,17 @@ impl BrokerPod {
         self.drain.is_some_and(|d| d.draining)
     }
 
+    /// What its drain still waits for, for messages (`12 stored, 3 in flight`).
+    pub fn drain_progress(&self) -> String {
+        match &self.drain {
+            Some(d) => format!(
+                "{} stored, {} waiting, {} in flight",
+                d.stored_messages, d.depth, d.in_flight
+            ),
+            None => "drain status unknown".into(),
+        }
+    }
+
     /// Runs `revision`.
     pub fn runs(&self, revision: &str) -> bool {
         self.revision.as_deref() == Some(revision)

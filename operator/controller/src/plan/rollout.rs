@@ -301,8 +301,9 @@ fn replace(step: &StepFn<'_>, b: &BrokerPod) -> (Step, Vec<Action>) {
             step(
                 OperationPhase::Draining,
                 format!(
-                    "draining {} (publishes refused, deliveries frozen) until nothing is in flight",
-                    b.name
+                    "draining {} (publishes refused, deliveries frozen) until nothing is in flight: {}",
+                    b.name,
+                    b.drain_progress()
                 ),
                 Some(b.name.as_str()),
             ),
