@@ -165,3 +165,15 @@ TESTBED_TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="--nodes 5 ..."); prints the pinned kubectl's commands; Ctrl-C tears down
 	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
 	$(TESTBED_TARGET)/debug/rustqueue-testbed up $(TESTBED_ARGS)
+
+# --- Service networking and cluster DNS in the testbed: see docs/e2e.md ------------------------
+# kube-proxy (part of the k8s multi-call binary) runs in nftables mode and needs `nft`; CoreDNS
+# (pinned in scripts/versions.env) is built from its Go module with the kubernetes plugin.
+.PHONY: deps-cluster-net
+deps-cluster-net: ## install CoreDNS and nftables (the testbed's cluster DNS, kube-proxy's tool)
+	scripts/deps.sh coredns nftables
+
+unit: deps-cluster-net
+e2e-testbed: deps-cluster-net
+e2e-operator: deps-cluster-net
+testbed-up: deps-cluster-net

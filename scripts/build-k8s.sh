@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane used by the e2e testbed (e2e/testbed) from the Go module
-# proxy: etcd, kube-apiserver, kube-controller-manager and kube-scheduler at the versions pinned
-# in scripts/versions.env (K8S_VERSION, ETCD_VERSION).
+# proxy: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy at the
+# versions pinned in scripts/versions.env (K8S_VERSION, ETCD_VERSION).
 #
-# All four live in ONE multi-call Go binary (`k8s`, dispatching on argv[0] or on its first
+# All five live in ONE multi-call Go binary (`k8s`, dispatching on argv[0] or on its first
 # argument, like the old hyperkube): they share nearly every package, so one compile and one link
 # instead of four keeps the cold build within budget on a 2-core machine. The per-component names
 # are symlinks to it.
@@ -13,13 +13,15 @@
 # published v0.<minor>.<patch> tag. etcd comes from go.etcd.io/etcd/server/v3 required by the
 # local module (its own replace lines do not apply there).
 #
-# Output: $RUSTQUEUE_CACHE/k8s-$K8S_VERSION/bin/{k8s,etcd,kube-apiserver,kube-controller-manager,
-# kube-scheduler}; finished installs carry a .done stamp and are skipped.
+# Output: $RUSTQUEUE_CACHE/k8s-$K8S_VERSION-$K8S_BUILD/bin/{k8s,etcd,kube-apiserver,
+# kube-controller-manager,kube-scheduler,kube-proxy}; finished installs carry a .done stamp and are
+# skipped. K8S_BUILD names the set of components: adding one changes it, so the next run builds
+# the binary once beside the old one (the Go build cache keeps that rebuild to the new packages).
 # Usage: scripts/build-k8s.sh [--force]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-name="k8s-$K8S_VERSION"
+name="k8s-$K8S_VERSION-$K8S_BUILD"
 dest="$RUSTQUEUE_CACHE/$name"
 if [ "${1:-}" != "--force" ] && cached "$name"; then
   log "$name already built: $dest/bin"
@@ -80,6 +82,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
@@ -100,8 +103,10 @@ func main() {
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
 	case "kube-scheduler":
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "kube-proxy":
+		os.Exit(cli.Run(proxy.NewProxyCommand()))
 	default:
-		fmt.Fprintf(os.Stderr, "usage: k8s {etcd|kube-apiserver|kube-controller-manager|kube-scheduler} [flags]\n")
+		fmt.Fprintf(os.Stderr, "usage: k8s {etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy} [flags]\n")
 		os.Exit(2)
 	}
 }
@@ -118,7 +123,7 @@ ldflags="$ldflags -X $version_pkg.gitTreeState=clean"
 (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dest/bin/k8s" .)
 
 log "[4/4] linking component names and checking versions ($(elapsed))"
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
   ln -sf k8s "$dest/bin/$c"
 done
 # (no `| head`: with pipefail a SIGPIPE would fail the build after all the work)

@@ -1,5 +1,5 @@
 //! Where the control-plane binaries are: `$RUSTQUEUE_K8S_BIN`, else
-//! `$RUSTQUEUE_CACHE/k8s-<K8S_VERSION>/bin` (default cache `~/.cache/rustqueue`), as built by
+//! `$RUSTQUEUE_CACHE/k8s-<K8S_VERSION>-<K8S_BUILD>/bin` (default cache `~/.cache/rustqueue`), as built by
 //! `scripts/build-k8s.sh`. The version comes from `scripts/versions.env`, read at compile time so
 //! the crate and the build script cannot disagree.
 
@@ -45,13 +45,13 @@ pub fn kubectl_path() -> PathBuf {
         .join("bin/kubectl")
 }
 
-/// The directory holding `etcd`, `kube-apiserver`, `kube-controller-manager` and
-/// `kube-scheduler`; errors when they are not there.
+/// The directory holding `etcd`, `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`
+/// and `kube-proxy` (`k8s-<K8S_VERSION>-<K8S_BUILD>`); errors when they are not there.
 pub fn bin_dir() -> Result<PathBuf, Error> {
     let dir = match std::env::var_os("RUSTQUEUE_K8S_BIN") {
         Some(d) => PathBuf::from(d),
         None => cache_dir()
-            .join(format!("k8s-{}", k8s_version()))
+            .join(format!("k8s-{}-{}", k8s_version(), pinned("K8S_BUILD")))
             .join("bin"),
     };
     let complete = [
@@ -59,6 +59,7 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
         "kube-apiserver",
         "kube-controller-manager",
         "kube-scheduler",
+        "kube-proxy",
     ]
     .iter()
     .all(|b| dir.join(b).exists());

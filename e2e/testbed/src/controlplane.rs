@@ -151,7 +151,10 @@ impl ControlPlane {
                 "--advertise-address=127.0.0.1".into(),
                 // a loopback advertise address is refused by the endpoint reconcilers
                 "--endpoint-reconciler-type=none".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                format!(
+                    "--service-cluster-ip-range={}",
+                    crate::network::SERVICE_CIDR
+                ),
                 "--allow-privileged=true".into(),
                 "--authorization-mode=RBAC".into(),
                 format!("--client-ca-file={}", p("ca.crt")),

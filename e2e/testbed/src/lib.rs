@@ -10,6 +10,9 @@
 //!   restarts, graceful termination) and serves the kubelet API for `kubectl logs`;
 //! - a **volume provisioner** ([`storage`]) behind the default StorageClass [`STORAGE_CLASS`]
 //!   (host directories, `allowVolumeExpansion: true`);
+//! - **Service networking and cluster DNS** ([`network`]): upstream kube-proxy (nftables mode)
+//!   routes ClusterIPs to Pod IPs, and CoreDNS answers `cluster.local` names on
+//!   [`network::CLUSTER_DNS`], which every Pod's `/etc/resolv.conf` names;
 //! - a local **OCI registry** ([`registry`], crane's) that Pods' images are pulled from and
 //!   run as real images ([`oci`]: own root filesystem, the Pod's securityContext), beside
 //!   directory-mapped images ([`Image`]) that run in the host's root.
@@ -42,6 +45,7 @@ mod error;
 mod images;
 pub mod kubelet;
 pub mod netns;
+pub mod network;
 pub mod oci;
 mod pki;
 mod process;
@@ -167,6 +171,7 @@ pub struct Testbed {
     dir_path: PathBuf,
     control_plane: ControlPlane,
     registry: Option<registry::Registry>,
+    network: Option<network::ClusterNetwork>,
     groups: ProcessGroups,
     kubelet: Arc<kubelet::Kubelet>,
     tasks: Vec<JoinHandle<()>>,
@@ -234,6 +239,9 @@ impl Testbed {
             }
         }
         let kubeconfig = control_plane.admin_kubeconfig.clone();
+        // Service routing and cluster DNS run whenever CoreDNS is installed (started once the
+        // Nodes exist: kube-proxy reads its Node).
+        let cluster_network = network::coredns_path().exists();
         let client = client_from_kubeconfig(&kubeconfig).await?;
         let node_names = opts.nodes.iter().map(|n| n.name.clone()).collect();
         let kubelet = Arc::new(kubelet::Kubelet::new(kubelet::Config {
@@ -245,6 +253,7 @@ impl Testbed {
             groups: groups.clone(),
             serving: pki.kubelet_serving.clone(),
             registry: registry.as_ref().map(|r| r.host().to_string()),
+            cluster_dns: cluster_network.then(|| network::CLUSTER_DNS.to_string()),
         })?);
         let mut bed = Testbed {
             client: client.clone(),
@@ -254,6 +263,7 @@ impl Testbed {
             dir_path,
             control_plane,
             registry,
+            network: None,
             groups,
             kubelet: kubelet.clone(),
             tasks: Vec::new(),
@@ -268,6 +278,19 @@ impl Testbed {
             .push(storage::Provisioner::new(client.clone(), bed.dir_path.join("volumes")).spawn());
         storage::install_storage_class(&client).await?;
         bed.wait_nodes_ready(Duration::from_secs(60)).await?;
+        if cluster_network {
+            let node = bed.node_names.first().cloned().unwrap_or_default();
+            bed.network = Some(
+                network::ClusterNetwork::start(
+                    &bin,
+                    &bed.dir_path,
+                    &bed.kubeconfig,
+                    &node,
+                    &bed.groups,
+                )
+                .await?,
+            );
+        }
         bed.wait_default_service_account("default", Duration::from_secs(60))
             .await?;
         tracing::info!(
@@ -412,6 +435,9 @@ impl Testbed {
             t.abort();
         }
         self.kubelet.kill_all();
+        if let Some(n) = &mut self.network {
+            n.stop(&self.groups);
+        }
         self.control_plane.stop(&self.groups);
         if let Some(r) = &mut self.registry {
             r.stop(&self.groups);

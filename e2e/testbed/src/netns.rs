@@ -68,7 +68,7 @@ pub fn in_private_network() -> bool {
     only_lo && std::net::TcpListener::bind("10.244.255.254:0").is_ok()
 }
 
-fn ip(args: &[&str]) -> Result<(), Error> {
+pub(crate) fn ip(args: &[&str]) -> Result<(), Error> {
     let bin = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
         .into_iter()
         .find(|p| Path::new(p).exists())

@@ -4,6 +4,8 @@
 //!
 //! - `GET /healthz` → `ok`; `GET /whoami` → the Pod name (`$POD_NAME`, else `$HOSTNAME`)
 //! - `PUT /data/{key}` stores the body durably (write + fsync); `GET /data/{key}` reads it
+//! - `GET /resolve/{name}` → the IPv4 addresses the Pod's resolver (its `/etc/resolv.conf`,
+//!   search paths included) gives for `name`, sorted, one a line; 404 when it resolves nothing
 //!
 //! It exits cleanly on SIGTERM, printing `tiny: shutting down`.
 
@@ -57,6 +59,22 @@ async fn fetch(State(dir): State<PathBuf>, Path(key): Path<String>) -> Result<Ve
         .map_err(|_| StatusCode::NOT_FOUND)
 }
 
+async fn resolve(Path(name): Path<String>) -> Result<String, StatusCode> {
+    let addrs = tokio::net::lookup_host((name.as_str(), 0))
+        .await
+        .map_err(|_| StatusCode::NOT_FOUND)?;
+    let mut ips: Vec<String> = addrs
+        .filter(|a| a.is_ipv4())
+        .map(|a| a.ip().to_string())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    if ips.is_empty() {
+        return Err(StatusCode::NOT_FOUND);
+    }
+    Ok(ips.iter().map(|ip| format!("{ip}\n")).collect())
+}
+
 /// Serves until SIGTERM or SIGINT.
 pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> std::io::Result<()> {
     std::fs::create_dir_all(&data_dir)?;
@@ -67,6 +85,7 @@ pub async fn serve(listen: SocketAddr, data_dir: PathBuf) -> std::io::Result<()>
         .route("/healthz", get(|| async { "ok" }))
         .route("/whoami", get(move || async move { who }))
         .route("/data/{key}", get(fetch).put(put))
+        .route("/resolve/{name}", get(resolve))
         .with_state(data_dir);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!("tiny: listening on {listen}");

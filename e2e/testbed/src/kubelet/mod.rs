@@ -49,6 +49,9 @@ pub(crate) struct Config {
     pub(crate) serving: CertPair,
     /// `host:port` of the testbed's registry, when one runs.
     pub(crate) registry: Option<String>,
+    /// The cluster DNS server every `ClusterFirst` Pod's `/etc/resolv.conf` names, when one
+    /// runs (see [`crate::network`]).
+    pub(crate) cluster_dns: Option<String>,
 }
 
 /// Key of a container's logs: namespace, pod name, container name.

@@ -246,6 +246,7 @@ impl Ctr {
             }
             std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
             let mut mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
+            mounts.extend(resolv_conf(ctx)?);
             let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
             match &plan {
                 Prepared::Host(argv) => {
@@ -651,6 +652,35 @@ fn image_argv(
         *first = found;
     }
     Ok(argv)
+}
+
+/// `/etc/resolv.conf` naming the cluster DNS, for a Pod whose dnsPolicy is `ClusterFirst` (the
+/// default) while cluster DNS runs; other policies keep the image's (or host's) file, as the
+/// testbed has no other resolver to offer.
+fn resolv_conf(ctx: &StartCtx<'_>) -> Result<Option<container::Mount>, String> {
+    if ctx.k.cfg.cluster_dns.is_none() {
+        return Ok(None);
+    }
+    let spec = ctx.pod.spec.as_ref();
+    let policy = spec.and_then(|s| s.dns_policy.as_deref());
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let cluster_first = match policy {
+        None | Some("ClusterFirst") => !host_network,
+        Some("ClusterFirstWithHostNet") => true,
+        Some(_) => false,
+    };
+    if !cluster_first {
+        return Ok(None);
+    }
+    let ns = ctx.pod.metadata.namespace.as_deref().unwrap_or("default");
+    let path = ctx.dir.join("etc-resolv.conf");
+    std::fs::write(&path, crate::network::resolv_conf(ns))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(container::Mount {
+        src: path,
+        dst: PathBuf::from("/etc/resolv.conf"),
+        read_only: false,
+    }))
 }
 
 /// `/etc/hosts` and `/etc/hostname` for an image container (the kubelet manages both).
