@@ -1,8 +1,10 @@
 //! Helpers for the Kubernetes scenario tests: run the pinned `kubectl` and the official pynsq
 //! client (both installed by `scripts/deps.sh`), wait on conditions and run named steps.
 
+pub mod ledger;
 pub mod steps;
 pub mod tools;
+pub mod unready;
 
 use std::fmt::Debug;
 use std::future::Future;
