@@ -36,16 +36,24 @@ pub async fn the_operator_installs_from_config_default(c: &Cluster) {
     );
 }
 
-/// The sample (with the testbed's StorageClass through a kustomize overlay, the way a user
-/// adapts it) is applied and `kubectl wait --for=condition=Ready` returns with 3 Ready brokers.
+/// The sample, adapted to the testbed through a kustomize overlay the way a user adapts it to
+/// their cluster, is applied and `kubectl wait --for=condition=Ready` returns with 3 Ready
+/// brokers. The overlay names the testbed's StorageClass and lifts the disk watermarks: a
+/// testbed volume is a directory on the shared host disk (no quota), so the brokers' disk
+/// guard would measure other work's files there, not the claim.
 pub async fn the_sample_becomes_ready_for_kubectl_wait(c: &Cluster) {
     let overlay = c.scratch.path().join("sample");
     std::fs::create_dir_all(&overlay).unwrap();
+    let ops = serde_json::json!([
+        {"op": "replace", "path": "/spec/storageClassName", "value": STORAGE_CLASS},
+        {"op": "add", "path": "/spec/diskHighWatermarkPercent", "value": 100},
+        {"op": "add", "path": "/spec/diskLowWatermarkPercent", "value": 99},
+    ]);
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
             "resources:\n  - {}\npatches:\n  - target: {{kind: RustQueue, name: queue}}\n    \
-             patch: '[{{\"op\": \"replace\", \"path\": \"/spec/storageClassName\", \"value\": \"{STORAGE_CLASS}\"}}]'\n",
+             patch: '{ops}'\n",
             relative_to(&overlay, &repo_root().join("config/samples"))
         ),
     )

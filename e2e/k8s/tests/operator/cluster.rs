@@ -38,6 +38,56 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// A second name for the workspace build: a new image to roll to.
+pub const NEXT: &str = "rustqueue:next";
+/// The workspace build lowered to feature level 1 (`RUSTQUEUE_MAX_FEATURE_LEVEL=1`), the way
+/// an older release reports and enforces its ceiling.
+pub const LEVEL1: &str = "rustqueue:level1";
+/// A release whose broker exits at once, even for the capability probe.
+pub const BROKEN: &str = "rustqueue:broken";
+/// A release that passes the capability probe but whose broker exits until the file
+/// [`FLAKY_FIXED`] exists in the scratch dir (a bad release, fixed in place).
+pub const FLAKY: &str = "rustqueue:flaky";
+/// See [`FLAKY`].
+pub const FLAKY_FIXED: &str = "flaky-fixed";
+
+/// The extra images: directories holding a `rustqueued` wrapper script around the workspace
+/// build (the testbed resolves `command[0]` in the image's directory; its env comes from the
+/// Pod, so a release's own settings live in the wrapper).
+fn images(scratch: &Path) -> Vec<(&'static str, Image)> {
+    let real = bin_dir().join("rustqueued");
+    let real = real.display();
+    let fixed = scratch.join(FLAKY_FIXED);
+    let fixed = fixed.display();
+    let scripts = [
+        (
+            LEVEL1,
+            format!("RUSTQUEUE_MAX_FEATURE_LEVEL=1 exec {real} \"$@\""),
+        ),
+        (BROKEN, "echo 'broken release' >&2; exit 1".to_owned()),
+        (
+            FLAKY,
+            format!(
+                "case \"$*\" in *--capabilities-output*) exec {real} \"$@\";; esac\n\
+                 [ -e {fixed} ] || {{ echo 'flaky release: not fixed yet' >&2; exit 1; }}\n\
+                 exec {real} \"$@\""
+            ),
+        ),
+    ];
+    let mut out = vec![(NEXT, Image::dir(bin_dir()))];
+    for (name, body) in scripts {
+        let dir = scratch.join(name.replace(':', "-"));
+        std::fs::create_dir_all(&dir).expect("image dir");
+        let script = dir.join("rustqueued");
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("wrapper script");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod wrapper");
+        out.push((name, Image::dir(dir)));
+    }
+    out
+}
+
 /// The testbed and the handles every step uses.
 pub struct Cluster {
     pub bed: Testbed,
@@ -51,13 +101,17 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a 3-Node testbed whose image table holds the workspace build as `rustqueue:dev`.
+    /// Starts a 3-Node testbed whose image table holds the workspace build as `rustqueue:dev`
+    /// and the other "releases" of [`images`].
     pub async fn start() -> Cluster {
         let scratch = tempfile::tempdir().expect("scratch dir");
-        let opts = TestbedOptions::default()
+        let mut opts = TestbedOptions::default()
             .nodes(3)
             .node_label("rustqueue.io/eligible", "true")
             .image("rustqueue:dev", Image::dir(bin_dir()));
+        for (name, image) in images(scratch.path()) {
+            opts = opts.image(name, image);
+        }
         let bed = Testbed::start(opts).await.expect("testbed starts");
         let client = bed.client();
         let kc = bed.kubeconfig_path().to_path_buf();
@@ -199,6 +253,20 @@ impl Cluster {
         String::from_utf8(s.data.expect("Secret data")[key].0.clone()).expect("utf-8 token")
     }
 
+    /// `GET http://<pod>:4151<path>` with the registry token, as JSON.
+    pub async fn broker_get(&self, pod: &str, path: &str) -> Value {
+        let ip = self.pod_ip(pod).await;
+        let token = self.token("registry-token").await;
+        let resp = reqwest::Client::new()
+            .get(format!("http://{ip}:4151{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {pod} {path}: {e}"));
+        let text = resp.text().await.unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {pod} {path}: {e}: {text}"))
+    }
+
     /// The kubeconfig path.
     pub fn kubeconfig(&self) -> &Path {
         &self.kc
@@ -229,6 +297,16 @@ impl Rq {
         &self.0["status"]
     }
 
+    /// `status.phase` ("" when unset).
+    pub fn phase(&self) -> &str {
+        self.status()["phase"].as_str().unwrap_or_default()
+    }
+
+    /// `status.message` ("" when unset).
+    pub fn message(&self) -> &str {
+        self.status()["message"].as_str().unwrap_or_default()
+    }
+
     /// `status.readyBrokers`.
     pub fn ready_brokers(&self) -> Option<i64> {
         self.status()["readyBrokers"].as_i64()
@@ -251,6 +329,19 @@ impl Rq {
     pub fn is_ready(&self) -> bool {
         self.condition_true("Ready")
             && self.status()["observedGeneration"].as_i64() == self.generation()
+    }
+
+    /// `status.currentOperation` (`null` when none).
+    pub fn operation(&self) -> &Value {
+        &self.status()["currentOperation"]
+    }
+
+    /// `status.operationHistory`.
+    pub fn history(&self) -> Vec<Value> {
+        self.status()["operationHistory"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 

@@ -7,11 +7,21 @@
 
 mod basics;
 mod cluster;
+mod failures;
+mod levels;
+mod maintenance;
+mod rollout;
+mod storage;
 
 use rustqueue_e2e::steps::step;
 
 use basics::*;
 use cluster::Cluster;
+use failures::*;
+use levels::*;
+use maintenance::*;
+use rollout::*;
+use storage::*;
 
 /// Runs `f(args)` as the step named `f`.
 macro_rules! step {
@@ -20,8 +30,10 @@ macro_rules! step {
     };
 }
 
+const DEV: &str = "rustqueue:dev";
+
 #[test]
-fn operator_runs_the_sample_cluster_and_survives_pod_and_leader_loss() {
+fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
     // The testbed's private network namespace: Pod IPs are reachable from this test.
     rustqueue_testbed::netns::isolated_runtime()
         .expect("private network namespace")
@@ -40,5 +52,24 @@ fn operator_runs_the_sample_cluster_and_survives_pod_and_leader_loss() {
             .await;
             step!(phase_transitions_are_recorded_as_events(&c)).await;
             step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
+
+            let t = step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c))
+                .await;
+            eprintln!(
+                "3-broker rollout: first applied object {:.1}s, Ready {:.1}s",
+                t.first_applied.as_secs_f64(),
+                t.ready.as_secs_f64()
+            );
+            step!(paused_and_canary_rollouts_wait_for_a_human(&c, DEV)).await;
+            step!(an_image_that_cannot_start_is_blocked_by_preflight(&c, DEV)).await;
+            step!(a_timed_out_rollout_fails_until_a_new_retry_nonce(&c)).await;
+            step!(a_feature_level_activates_only_after_a_capable_binary(
+                &c, DEV
+            ))
+            .await;
+            step!(a_rollback_is_fenced_by_the_active_level(&c)).await;
+            step!(a_standby_continues_the_leaders_rollout(&c, DEV)).await;
+            step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
+            step!(claims_grow_with_storage_size_and_never_shrink(&c)).await;
         });
 }
