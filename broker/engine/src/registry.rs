@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rustqueue_storage::meta::Manifest;
-use rustqueue_storage::simfs::SimFs;
-use rustqueue_storage::{ChannelState, ChannelWal, Fault, RecoveredTopic, Store, TopicLog};
+use rustqueue_storage::{ChannelState, ChannelWal, Fault, MemFs, RecoveredTopic, Store, TopicLog};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::channel::{ChanState, Channel, WalReq, wal_worker};
@@ -219,7 +218,7 @@ impl Registry {
         }
         let manifest = Manifest::new(name);
         let log = if ephemeral {
-            let mem = Arc::new(SimFs::new());
+            let mem = Arc::new(MemFs::new());
             TopicLog::open(
                 mem,
                 std::path::Path::new("/ephemeral"),

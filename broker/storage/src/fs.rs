@@ -1,8 +1,9 @@
 //! The one I/O seam of the storage crate.
 //!
 //! Every byte the store reads or writes goes through [`Fs`] and [`FsFile`], so tests can swap
-//! the real file system ([`RealFs`]) for a simulated one ([`crate::simfs::SimFs`]) that loses
-//! unsynced data, tears the last write or fails any operation on purpose.
+//! the real file system ([`RealFs`]) for a simulated one (`simfs::SimFs`, feature
+//! `test-support`) that loses unsynced data, tears the last write or fails any operation on
+//! purpose, and ephemeral topics can run on memory ([`crate::MemFs`]).
 
 use std::any::Any;
 use std::fs::{File, OpenOptions};

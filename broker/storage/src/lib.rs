@@ -8,7 +8,9 @@
 //!   └─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
 //! ```
 //!
-//! All file I/O goes through [`fs::Fs`]; [`simfs::SimFs`] simulates crashes and failures.
+//! All file I/O goes through [`fs::Fs`]: [`RealFs`] for durable data, [`MemFs`] for logs that
+//! never outlive the process (`#ephemeral` topics). Tests (feature `test-support`) add
+//! `simfs::SimFs`, which simulates crashes and failures.
 //! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
 //! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
 
@@ -21,8 +23,10 @@ pub mod channel;
 pub mod failpoint;
 pub mod fs;
 pub mod log;
+pub mod memfs;
 pub mod meta;
 pub mod record;
+#[cfg(any(test, feature = "test-support"))]
 pub mod simfs;
 pub mod store;
 pub mod wal;
@@ -36,6 +40,7 @@ pub use channel::{ChannelCommand, ChannelState};
 pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
 pub use log::{AppendBatch, Entry, OldestSegment, TopicLog, scrub};
+pub use memfs::MemFs;
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use wal::ChannelWal;
 
