@@ -13,19 +13,19 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rustqueue_engine::{ClientInfo, Consumer, ConsumerOptions, Delivery};
-use rustqueue_protocol::identify::{IdentifyRequest, IdentifyResponse, Negotiated, negotiate};
+use rustqueue_protocol::identify::Negotiated;
 use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, frame};
 use tokio::time::{Instant, sleep_until};
 
 use crate::auth::AuthState;
 use crate::clients::{ClientStats, SessionState as State};
-use crate::compress::Compression;
 use crate::state::Shared;
 use crate::tcp::conn::Conn;
 use crate::tcp::errors;
 
 mod acks;
 mod auth;
+mod identify;
 
 /// What the loop does after a command.
 enum Next {
@@ -423,73 +423,6 @@ impl Session {
             }
             Command::Cls => self.close_wait().await,
         }
-    }
-
-    async fn identify(&mut self, body: &[u8]) -> std::io::Result<Next> {
-        if self.commands_seen != 1 || self.state != State::Init {
-            return self
-                .fail(ProtocolError::invalid("cannot IDENTIFY in current state"))
-                .await;
-        }
-        let parsed =
-            IdentifyRequest::parse(body).and_then(|req| negotiate(&req, &self.shared.identify));
-        let n = match parsed {
-            Ok(n) => n,
-            Err(e) => return self.fail(e).await,
-        };
-        self.params = n.clone();
-        self.stats.update(|f| {
-            f.client_id = n.client_id.clone();
-            f.hostname = n.hostname.clone();
-            f.user_agent = n.user_agent.clone();
-            f.sample_rate = n.sample_rate;
-            f.snappy = n.snappy;
-            f.deflate = n.deflate_level.is_some();
-        });
-        if n.feature_negotiation {
-            let reply = IdentifyResponse::new(&n, &self.shared.identify).to_json();
-            self.conn.response(&reply);
-        } else {
-            self.conn.response(frame::OK);
-        }
-        self.flush_now().await?;
-        if n.tls {
-            let Some(cfg) = self.shared.tls.clone() else {
-                return Ok(Next::Close);
-            };
-            if let Err(e) = self.conn.upgrade_tls(cfg).await {
-                tracing::debug!(peer = %self.peer, "TLS handshake failed: {e}");
-                return Ok(Next::Close);
-            }
-            self.stats.update(|f| f.tls = true);
-            self.conn.response(frame::OK);
-            self.flush_now().await?;
-        }
-        // A plaintext client on a TLS-required broker is refused at its next command,
-        // after the compression upgrade, so the error frame is readable (like nsqd).
-        let upgrade = if n.snappy {
-            Some(self.conn.upgrade_compression(Compression::snappy))
-        } else {
-            n.deflate_level.map(|level| {
-                self.conn
-                    .upgrade_compression(|| Compression::deflate(level))
-            })
-        };
-        match upgrade {
-            None => {}
-            Some(Ok(())) => {
-                self.conn.response(frame::OK);
-                self.flush_now().await?;
-            }
-            Some(Err(e)) => {
-                let err = ProtocolError::new(
-                    ErrorCode::IdentifyFailed,
-                    format!("compression upgrade failed: {e}"),
-                );
-                return self.fail(err).await;
-            }
-        }
-        Ok(Next::Continue)
     }
 
     async fn subscribe(&mut self, topic: String, channel: String) -> std::io::Result<Next> {
