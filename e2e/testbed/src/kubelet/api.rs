@@ -2,7 +2,10 @@
 //! `pods/log` to `https://<Node InternalIP>:<kubelet port>/containerLogs/<ns>/<pod>/<container>`,
 //! so the process kubelet serves that over TLS (the testbed's kubelet serving certificate) on
 //! `127.0.0.1:10250`, the address and port every testbed Node reports. `previous`, `tailLines`
-//! and `limitBytes` are honoured; `follow` returns what is written so far.
+//! and `limitBytes` are honoured; `follow` returns what is written so far. `/configz` reports
+//! the kubelet configuration fields the testbed has (`clusterDNS`, `clusterDomain`), in the
+//! shape a real kubelet's has (`{"kubeletconfig": {...}}`, reached through the API server's
+//! `nodes/<name>/proxy/configz`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +38,7 @@ pub(crate) async fn serve(k: Arc<Kubelet>) -> Result<JoinHandle<()>, Error> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route("/configz", get(configz))
         .with_state(k);
     Ok(tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -78,6 +82,19 @@ async fn container_logs(
         q.get("tailLines").and_then(|v| v.parse().ok()),
         q.get("limitBytes").and_then(|v| v.parse().ok()),
     ))
+}
+
+async fn configz(State(k): State<Arc<Kubelet>>) -> axum::Json<serde_json::Value> {
+    let dns: Vec<&str> = k.cfg.cluster_dns.iter().map(String::as_str).collect();
+    axum::Json(serde_json::json!({
+        "kubeletconfig": {
+            "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "clusterDNS": dns,
+            "clusterDomain": crate::network::CLUSTER_DOMAIN,
+            "port": PORT,
+        }
+    }))
 }
 
 /// `tailLines` then `limitBytes`, as the kubelet applies them.
