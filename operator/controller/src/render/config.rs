@@ -1,18 +1,21 @@
-//! The broker ConfigMap: `rustqueue.toml` with the keys of spec/broker.md §8.2, derived from
-//! the spec (spec/operator.md §3). Listener addresses, node identity and the data path come
-//! from the Pod's environment instead, because they differ per Pod.
+//! The broker ConfigMap: `rustqueue.toml` in the broker's own schema
+//! ([`rustqueue_api::broker_config`], every key in docs/configuration.md), derived from the
+//! spec. Listener addresses and node identity come from the Pod's environment instead, because
+//! they differ per Pod.
+
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use rustqueue_api::broker_config::{BrokerConfig, LogFormat, TlsConfig};
 use rustqueue_api::crd::{MAX_MESSAGE_BYTES_CEILING, RustQueueSpec};
 use rustqueue_api::labels;
-use toml::{Table, Value};
 
 use super::{BrokerInputs, Owner, names, typed};
 
 const MIB: u64 = 1024 * 1024;
 
-/// Byte limits after raising them to what the stored data may need (spec/operator.md §2.3.1):
-/// a connection must be able to deliver the largest message that may be on disk, and a node
+/// Byte limits after raising them to what the stored data may need (docs/operator.md): a
+/// connection must be able to deliver the largest message that may be on disk, and a node
 /// must be able to serve two such connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EffectiveLimits {
@@ -60,136 +63,79 @@ impl EffectiveLimits {
     }
 }
 
-fn int(v: u64) -> Value {
-    Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+fn token_file(scope: &str) -> Option<PathBuf> {
+    Some(PathBuf::from(format!("{}/{scope}", labels::SECRETS_DIR)))
 }
 
-fn token_file(scope: &str) -> Value {
-    Value::String(format!("{}/{scope}", labels::SECRETS_DIR))
-}
-
-/// The broker TOML for `spec`.
-pub fn broker_toml(owner: &Owner<'_>, spec: &RustQueueSpec, inputs: &BrokerInputs) -> String {
+/// The broker configuration for `spec`, as the one schema `rustqueued` reads
+/// ([`BrokerConfig`]): every key the spec does not set keeps the broker's default.
+pub fn broker_config(spec: &RustQueueSpec, inputs: &BrokerInputs) -> BrokerConfig {
     let lim = EffectiveLimits::new(spec, inputs.feature_level_floor);
-    let mut storage = Table::new();
-    storage.insert("data_path".into(), labels::DATA_PATH.into());
-    storage.insert("feature_level".into(), int(lim.feature_level.into()));
-    storage.insert("max_segment_bytes".into(), int(lim.max_segment_bytes));
-    storage.insert("min_free_bytes".into(), int(spec.min_free_bytes));
-    storage.insert(
-        "disk_high_watermark_percent".into(),
-        int(spec.disk_high_watermark_percent.into()),
-    );
-    storage.insert(
-        "disk_low_watermark_percent".into(),
-        int(spec.disk_low_watermark_percent.into()),
-    );
-    storage.insert(
-        "protective_eviction_enabled".into(),
-        spec.protective_eviction_enabled.into(),
-    );
-    storage.insert(
-        "disk_pressure_grace_seconds".into(),
-        int(spec.disk_pressure_grace_seconds),
-    );
-    storage.insert(
-        "maintenance_startup_delay_seconds".into(),
-        int(spec.maintenance_startup_delay_seconds),
-    );
+    let mut c = BrokerConfig {
+        log_format: LogFormat::Json,
+        ..BrokerConfig::default()
+    };
+    let st = &mut c.storage;
+    st.data_path = labels::DATA_PATH.into();
+    // The CRD bounds every count below; an out-of-range value saturates rather than wraps.
+    st.feature_level = u8::try_from(lim.feature_level).unwrap_or(u8::MAX);
+    st.max_segment_bytes = lim.max_segment_bytes;
+    st.min_free_bytes = spec.min_free_bytes;
+    st.disk_high_watermark_percent = spec.disk_high_watermark_percent;
+    st.disk_low_watermark_percent = spec.disk_low_watermark_percent;
+    st.protective_eviction_enabled = spec.protective_eviction_enabled;
+    st.disk_pressure_grace_seconds = spec.disk_pressure_grace_seconds;
+    st.maintenance_startup_delay_seconds = spec.maintenance_startup_delay_seconds;
 
-    let mut queue = Table::new();
-    queue.insert(
-        "bootstrap_retention_seconds".into(),
-        int(spec.bootstrap_retention_seconds),
-    );
-    queue.insert("max_message_bytes".into(), int(spec.max_message_bytes));
-    queue.insert("max_topics".into(), int(spec.max_topics));
-    queue.insert("max_publish_workers".into(), int(spec.max_publish_workers));
-    queue.insert(
-        "publish_worker_idle_seconds".into(),
-        int(spec.publish_worker_idle_seconds),
-    );
-    queue.insert(
-        "publish_ack_mode".into(),
-        spec.publish_ack_mode.as_str().into(),
-    );
-    queue.insert(
-        "relaxed_sync_messages".into(),
-        int(spec.relaxed_sync_messages),
-    );
-    queue.insert("relaxed_sync_bytes".into(), int(spec.relaxed_sync_bytes));
-    queue.insert(
-        "relaxed_sync_interval_ms".into(),
-        int(spec.relaxed_sync_interval_ms),
-    );
+    let q = &mut c.queue;
+    q.bootstrap_retention_seconds = spec.bootstrap_retention_seconds;
+    q.max_message_bytes = spec.max_message_bytes;
+    q.max_topics = usize::try_from(spec.max_topics).unwrap_or(usize::MAX);
+    q.max_publish_workers = u32::try_from(spec.max_publish_workers).unwrap_or(u32::MAX);
+    q.publish_worker_idle_seconds = spec.publish_worker_idle_seconds;
+    q.publish_ack_mode = spec.publish_ack_mode.as_str().into();
+    q.relaxed_sync_messages = spec.relaxed_sync_messages;
+    q.relaxed_sync_bytes = spec.relaxed_sync_bytes;
+    q.relaxed_sync_interval_ms = spec.relaxed_sync_interval_ms;
 
-    let mut limits = Table::new();
-    limits.insert("max_body_bytes".into(), int(lim.max_body_bytes));
-    limits.insert(
-        "node_publish_inflight_bytes".into(),
-        int(lim.node_publish_inflight_bytes),
-    );
-    limits.insert(
-        "connection_publish_inflight_bytes".into(),
-        int(lim.connection_publish_inflight_bytes),
-    );
-    limits.insert(
-        "node_delivery_inflight_bytes".into(),
-        int(lim.node_delivery_inflight_bytes),
-    );
-    limits.insert(
-        "connection_delivery_inflight_bytes".into(),
-        int(lim.connection_delivery_inflight_bytes),
-    );
-    limits.insert("disconnect_on_retriable_publish_error".into(), false.into());
+    let l = &mut c.limits;
+    l.max_body_bytes = lim.max_body_bytes;
+    l.node_publish_inflight_bytes = lim.node_publish_inflight_bytes;
+    l.connection_publish_inflight_bytes = lim.connection_publish_inflight_bytes;
+    l.node_delivery_inflight_bytes = lim.node_delivery_inflight_bytes;
+    l.connection_delivery_inflight_bytes = lim.connection_delivery_inflight_bytes;
+    l.disconnect_on_retriable_publish_error = false;
 
-    let mut metrics = Table::new();
-    metrics.insert(
-        "detailed_queue_metrics".into(),
-        spec.detailed_queue_metrics.into(),
-    );
-    metrics.insert(
-        "max_detailed_series".into(),
-        int(spec.max_detailed_metric_series),
-    );
+    c.metrics.detailed_queue_metrics = spec.detailed_queue_metrics;
+    c.metrics.max_detailed_series =
+        usize::try_from(spec.max_detailed_metric_series).unwrap_or(usize::MAX);
 
-    let mut security = Table::new();
-    security.insert("admin_token_file".into(), token_file("admin-token"));
+    let sec = &mut c.security;
+    sec.admin_token_file = token_file("admin-token");
     if spec.kodo_compatibility.enabled {
         // Only the Gateways (holding the admin token) may publish over HTTP in Kodo mode.
-        security.insert("publish_token_file".into(), token_file("admin-token"));
+        sec.publish_token_file = token_file("admin-token");
     }
-    security.insert("registry_token_file".into(), token_file("registry-token"));
-    security.insert("console_token_file".into(), token_file("console-token"));
-    security.insert(
-        "console_management_enabled".into(),
-        spec.console_management_enabled.into(),
-    );
-    security.insert("kodo_cleanup_enabled".into(), false.into());
+    sec.registry_token_file = token_file("registry-token");
+    sec.console_token_file = token_file("console-token");
+    sec.console_management_enabled = spec.console_management_enabled;
+    sec.kodo_cleanup_enabled = false;
     if spec.client_tls_secret_name.is_some() {
-        let mut tls = Table::new();
-        tls.insert(
-            "certificate_file".into(),
-            "/run/tls/rustqueue/tls.crt".into(),
-        );
-        tls.insert(
-            "private_key_file".into(),
-            "/run/tls/rustqueue/tls.key".into(),
-        );
-        tls.insert("client_ca_file".into(), "/run/tls/rustqueue/ca.crt".into());
-        tls.insert("require_client_certificate".into(), false.into());
-        tls.insert("required".into(), false.into());
-        security.insert("tls".into(), Value::Table(tls));
+        sec.tls = Some(TlsConfig {
+            certificate_file: "/run/tls/rustqueue/tls.crt".into(),
+            private_key_file: "/run/tls/rustqueue/tls.key".into(),
+            client_ca_file: Some("/run/tls/rustqueue/ca.crt".into()),
+            require_client_certificate: false,
+            required: false,
+        });
     }
+    c
+}
 
-    let mut root = Table::new();
-    root.insert("log_format".into(), "json".into());
-    root.insert("storage".into(), Value::Table(storage));
-    root.insert("queue".into(), Value::Table(queue));
-    root.insert("limits".into(), Value::Table(limits));
-    root.insert("metrics".into(), Value::Table(metrics));
-    root.insert("security".into(), Value::Table(security));
-    let body = toml::to_string(&root).expect("a TOML table serializes");
+/// The broker TOML for `spec`: [`broker_config`] with a header naming its owner.
+pub fn broker_toml(owner: &Owner<'_>, spec: &RustQueueSpec, inputs: &BrokerInputs) -> String {
+    let body = toml::to_string(&broker_config(spec, inputs))
+        .expect("the broker config schema serializes to TOML");
     format!(
         "# Rendered by rustqueue-operator for RustQueue {}/{}; edits are overwritten.\n\
          # Tokens come from Secret {}.\n{body}",
@@ -211,6 +157,7 @@ pub fn config_map(owner: &Owner<'_>, toml: &str) -> ConfigMap {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
+    use toml::Table;
 
     fn parsed(spec: &RustQueueSpec, floor: u32) -> Table {
         let mut i = inputs();
@@ -308,6 +255,31 @@ mod tests {
             t["limits"]["max_body_bytes"].as_integer(),
             Some(134_217_728)
         );
+    }
+
+    #[test]
+    fn every_rendered_config_parses_as_the_brokers_own_schema() {
+        let mut specs = vec![spec()];
+        let mut s = spec();
+        s.client_tls_secret_name = Some("tls".into());
+        s.kodo_compatibility.enabled = true;
+        specs.push(s);
+        let mut s = spec();
+        s.max_message_bytes = 80 * MIB;
+        s.storage_feature_level = 2;
+        s.publish_ack_mode = rustqueue_api::crd::PublishAckMode::NsqRelaxed;
+        s.detailed_queue_metrics = true;
+        specs.push(s);
+        for (i, s) in specs.iter().enumerate() {
+            for floor in [1, 2] {
+                let mut inp = inputs();
+                inp.feature_level_floor = floor;
+                let text = broker_toml(&owner(), s, &inp);
+                let read: BrokerConfig = toml::from_str(&text)
+                    .unwrap_or_else(|e| panic!("spec {i} floor {floor}: {e}\n{text}"));
+                assert_eq!(read, broker_config(s, &inp), "spec {i} floor {floor}");
+            }
+        }
     }
 
     #[test]

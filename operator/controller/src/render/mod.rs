@@ -26,7 +26,7 @@ use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels;
 use serde::de::DeserializeOwned;
 
-pub use config::{EffectiveLimits, broker_toml, config_map};
+pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
 pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
