@@ -1,4 +1,4 @@
-//! Serde defaults of the spec (spec/operator.md §1.1). schemars copies them into the CRD's
+//! Serde defaults of the spec (the CRD reference is `kubectl explain rustqueue.spec`). schemars copies them into the CRD's
 //! OpenAPI `default`s, so a field left out of a manifest reads the same in Rust and in
 //! `kubectl get -o yaml`.
 

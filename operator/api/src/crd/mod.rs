@@ -1,6 +1,6 @@
 //! The `RustQueue` custom resource (`rustqueue.io/v1alpha1`, namespaced, short name `rq`).
 //!
-//! Every spec field of spec/operator.md §1.1 with its serde default (which schemars copies into
+//! Every spec field with its serde default (which schemars copies into
 //! the OpenAPI `default`), OpenAPI bounds, and CEL `x-kubernetes-validations` for the
 //! cross-field rules, so the API server refuses an inconsistent spec before the operator sees
 //! it. The same rules run client-side in tests (`kube/cel`). The generated YAML is checked in
@@ -19,7 +19,7 @@ pub use status::{
 };
 
 /// Largest `maxMessageBytes` that fits the legacy 72 MiB v7 record bound; above it the
-/// storage feature level must be at least 2 (spec/operator.md §2.9).
+/// storage feature level must be at least 2 (docs/operator.md, "Preflight and feature levels").
 pub const LEGACY_MAX_MESSAGE_BYTES: u64 = 71 * 1024 * 1024;
 /// Hard ceiling of `maxMessageBytes` (100 MiB).
 pub const MAX_MESSAGE_BYTES_CEILING: u64 = 100 * 1024 * 1024;

@@ -106,7 +106,7 @@ mod tests {
         let cases: &[(Edit, &str)] = &[
             (|s| s.image = "  ".into(), "spec.image is blank"),
             (
-                // maxBrokers defaults to 500 (spec/operator.md), so the edit must lower it.
+                // maxBrokers defaults to 500, so the edit must lower it.
                 |s| {
                     s.min_brokers = 5;
                     s.max_brokers = 4;
