@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::log::read_body_from;
+use rustqueue_storage::read_body_from;
 use rustqueue_storage::{ChannelCommand, Entry, FsFile};
 
 use crate::channel::{ChanState, Channel, ConsumerState, Take, TakeRules};

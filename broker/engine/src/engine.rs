@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::log::PageCache;
-use rustqueue_storage::meta::Compatibility;
+use rustqueue_storage::Compatibility;
+use rustqueue_storage::PageCache;
 use rustqueue_storage::{Fs, RealFs, StorageError, Store, StoreOptions};
 
 use crate::budget::Budgets;
@@ -115,11 +115,7 @@ impl Engine {
     /// The `COMPATIBILITY` file of a data directory, read before opening it (capabilities
     /// and the rollback fence); `Ok(None)` for a fresh directory without one.
     pub fn read_compatibility(data_path: &Path) -> Result<Option<Compatibility>, StorageError> {
-        let path = data_path.join("COMPATIBILITY");
-        if !path.exists() {
-            return Ok(None);
-        }
-        rustqueue_storage::meta::read_json(&RealFs, &path).map(Some)
+        rustqueue_storage::read_compatibility(&RealFs, data_path)
     }
 
     /// PUB (one body), MPUB (several, one atomic record) or DPUB (`defer`). Resolves when the
@@ -169,7 +165,7 @@ impl Engine {
         if inner.disk.pressured() {
             return Err(PublishError::Throttled);
         }
-        if bodies.is_empty() || bodies.len() > rustqueue_storage::record::MAX_BATCH {
+        if bodies.is_empty() || bodies.len() > rustqueue_storage::MAX_BATCH {
             return Err(PublishError::BadBatch(BadBatch::Count(bodies.len())));
         }
         let mut total = 0u64;

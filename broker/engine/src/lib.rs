@@ -46,7 +46,7 @@ pub use error::{
 pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 /// What the engine reports about a data directory and this build's storage.
-pub use rustqueue_storage::meta::Compatibility;
+pub use rustqueue_storage::Compatibility;
 pub use rustqueue_storage::{MAX_FEATURE_LEVEL, StorageError};
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use rustqueue_storage::meta::Manifest;
+use rustqueue_storage::Manifest;
 use rustqueue_storage::{ChannelState, ChannelWal, Fault, MemFs, RecoveredTopic, Store, TopicLog};
 use tokio::sync::{Notify, mpsc, watch};
 

@@ -27,7 +27,7 @@ pub(crate) fn scrub_all(registry: &Registry, bytes_per_second: u64) -> Result<u6
     for t in topics {
         let sealed = lock(&t.log).sealed_segments();
         for seg in sealed {
-            records += rustqueue_storage::scrub::verify_segment(&seg, &mut |n| {
+            records += rustqueue_storage::verify_segment(&seg, &mut |n| {
                 read += n;
                 let due = Duration::from_secs_f64(read as f64 / rate);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {

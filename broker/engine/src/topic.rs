@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::log::AppendBatch;
-use rustqueue_storage::meta::Manifest;
+use rustqueue_storage::AppendBatch;
+use rustqueue_storage::Manifest;
 use rustqueue_storage::{Store, TopicLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -37,7 +37,7 @@ pub(crate) struct PubReq {
 
 impl PubReq {
     fn bytes(&self) -> u64 {
-        rustqueue_storage::record::payload_len(self.bodies.iter().map(Bytes::len)) + 48
+        rustqueue_storage::payload_len(self.bodies.iter().map(Bytes::len)) + 48
     }
 }
 

@@ -23,9 +23,9 @@ fn bodies(n: usize) -> Vec<Bytes> {
 }
 
 fn wal_len(dir: &Path, channel: &str) -> u64 {
-    let (wal, _) = rustqueue_storage::wal::paths(
+    let (wal, _) = rustqueue_storage::testing::wal_paths(
         &dir.join("topics")
-            .join(rustqueue_storage::meta::hex("t"))
+            .join(rustqueue_storage::testing::hex("t"))
             .join("channels"),
         channel,
     );
@@ -82,7 +82,7 @@ async fn two_hundred_concurrent_fins_share_a_few_wal_fsyncs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_automatic_checkpoint_truncates_the_wal_and_its_state_survives_a_reopen() {
-    let every = rustqueue_storage::wal::CHECKPOINT_EVERY as usize;
+    let every = rustqueue_storage::testing::CHECKPOINT_EVERY as usize;
     let (total, fin) = (every + 300, every + 100);
     let dir = tempfile::tempdir().unwrap();
     let (fs, syncs) = CountingFs::new(Duration::ZERO);

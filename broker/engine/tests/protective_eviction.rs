@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::segment_files;
 use rustqueue_engine::{Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
 use rustqueue_storage::simfs::SimFs;
-use rustqueue_storage::{Fs, Store, StoreOptions, audit};
+use rustqueue_storage::{Fs, Store, StoreOptions, testing::list_audits};
 
 /// Small segments (5 messages of 100 B each) and no pressure whatever the host disk holds.
 fn roomy(dir: &Path) -> EngineConfig {
@@ -115,7 +115,7 @@ async fn with_eviction_on_the_oldest_segments_go_and_channels_skip_them() {
         gone >= 3 && kept.iter().copied().eq(&before[gone..]),
         "{before:?} -> {after:?}"
     );
-    let audits = audit::list(&rustqueue_storage::RealFs, dir.path()).unwrap();
+    let audits = list_audits(&rustqueue_storage::RealFs, dir.path()).unwrap();
     assert_eq!(audits.len(), gone);
     assert!(audits.iter().all(|a| a.topic == "t" && a.messages == 5));
     assert_eq!(audits[0].segment, before[0]);
@@ -152,7 +152,7 @@ async fn without_a_durable_channel_eviction_moves_the_unrouted_boundary_past_the
     e.shutdown().await;
 
     evict_under_pressure(dir.path(), 2).await;
-    let through = audit::list(&rustqueue_storage::RealFs, dir.path())
+    let through = list_audits(&rustqueue_storage::RealFs, dir.path())
         .unwrap()
         .last()
         .unwrap()
@@ -161,7 +161,7 @@ async fn without_a_durable_channel_eviction_moves_the_unrouted_boundary_past_the
         &std::fs::read(
             dir.path()
                 .join("topics")
-                .join(rustqueue_storage::meta::hex("t"))
+                .join(rustqueue_storage::testing::hex("t"))
                 .join("manifest"),
         )
         .unwrap(),
@@ -233,7 +233,7 @@ async fn a_crash_at_any_eviction_step_never_leaves_a_channel_pointing_into_a_del
         if first > 1 {
             deleted_any += 1;
         }
-        let audits = audit::list(&fs, dir.path()).unwrap();
+        let audits = list_audits(&fs, dir.path()).unwrap();
         for p in 1..first {
             assert!(
                 audits

@@ -134,7 +134,7 @@ async fn an_ephemeral_channel_writes_no_files() {
     let b = next(&mut c).await;
     c.finish(b.id).await.unwrap();
     e.pause_channel("t", "x#ephemeral", true).await.unwrap();
-    let hex = rustqueue_storage::meta::hex("x#ephemeral");
+    let hex = rustqueue_storage::testing::hex("x#ephemeral");
     let all = files(dir.path());
     let after: Vec<&PathBuf> = all
         .iter()

@@ -198,7 +198,7 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
         .dir
         .path()
         .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
+        .join(rustqueue_storage::testing::hex("t"))
         .join("segments");
     let mut sealed: Vec<_> = std::fs::read_dir(&seg_dir)
         .unwrap()

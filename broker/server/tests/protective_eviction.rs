@@ -95,7 +95,7 @@ async fn eviction_deletes_the_oldest_segments_with_audit_and_channels_resume_aft
     // One audit record per deleted segment, contiguous from position 1, named as docs/storage-format.md says.
     let records = audits(dir.path());
     assert!(records.len() as f64 >= evictions);
-    let hex_topic = rustqueue_storage::meta::hex("t");
+    let hex_topic = rustqueue_storage::testing::hex("t");
     let mut next = 1;
     for (name, a) in &records {
         let created = a["created_at_ms"].as_u64().unwrap();

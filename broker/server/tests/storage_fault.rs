@@ -11,7 +11,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use common::{Broker, Client};
-use rustqueue_storage::record::{HEADER_LEN, decode_header};
+use rustqueue_storage::testing::{HEADER_LEN, decode_header};
 
 /// Small segments so a few 20 KB publishes seal some; the disk guard of `common`.
 const CONFIG: &str = "[storage]\nmax_segment_bytes = 65600\ndisk_high_watermark_percent = 100\n\
@@ -98,7 +98,7 @@ impl Proc {
 fn sealed_segments(data: &Path, topic: &str) -> Vec<PathBuf> {
     let dir = data
         .join("topics")
-        .join(rustqueue_storage::meta::hex(topic))
+        .join(rustqueue_storage::testing::hex(topic))
         .join("segments");
     let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

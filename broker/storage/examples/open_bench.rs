@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustqueue_storage::meta::Manifest;
+use rustqueue_storage::Manifest;
 use rustqueue_storage::{AppendBatch, RealFs, Store, StoreOptions};
 
 const BATCH: usize = 1_000;

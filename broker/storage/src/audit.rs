@@ -53,6 +53,7 @@ pub fn write(fs: &dyn Fs, root: &Path, audit: &EvictionAudit) -> Result<PathBuf,
 }
 
 /// Every audit record under `<root>/audit/`, oldest first.
+#[cfg(any(test, feature = "test-support"))]
 pub fn list(fs: &dyn Fs, root: &Path) -> Result<Vec<EvictionAudit>, StorageError> {
     let dir = root.join("audit");
     if !fs.exists(&dir) {

@@ -8,7 +8,8 @@
 //!   └─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
 //! ```
 //!
-//! All file I/O goes through [`fs::Fs`]: [`RealFs`] for durable data, [`MemFs`] for logs that
+//! The engine sees only the types re-exported here; the modules behind them are private.
+//! All file I/O goes through [`Fs`]: [`RealFs`] for durable data, [`MemFs`] for logs that
 //! never outlive the process (`#ephemeral` topics). Tests (feature `test-support`) add
 //! `simfs::SimFs`, which simulates crashes and failures.
 //! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
@@ -18,31 +19,46 @@
 // Storage failures must surface as errors (and isolate storage), never as panics.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-pub mod audit;
-pub mod channel;
-pub mod failpoint;
-pub mod fs;
-pub mod log;
-pub mod memfs;
-pub mod meta;
-pub mod record;
+mod audit;
+mod channel;
+mod failpoint;
+mod fs;
+mod log;
+mod memfs;
+mod meta;
+mod record;
 #[cfg(any(test, feature = "test-support"))]
 pub mod simfs;
-pub mod store;
-pub mod wal;
+mod store;
+mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+// The face the engine sees: everything else is private to this crate.
 pub use audit::EvictionAudit;
 pub use channel::{ChannelCommand, ChannelState};
-pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
-pub use log::{AppendBatch, Entry, OldestSegment, TopicLog, scrub};
+pub use log::scrub::{SealedSegment, verify_segment};
+pub use log::{
+    AppendBatch, DEFAULT_CACHE_BYTES, Entry, OldestSegment, PageCache, SyncHandle, Synced,
+    TopicLog, read_body_from,
+};
 pub use memfs::MemFs;
+pub use meta::{Compatibility, Manifest, read_compatibility};
+pub use record::{MAX_BATCH, payload_len};
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use wal::ChannelWal;
+
+/// On-disk details that tests inspect or damage on purpose (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing {
+    pub use crate::audit::list as list_audits;
+    pub use crate::meta::{hex, read_json};
+    pub use crate::record::{HEADER_LEN, decode_header};
+    pub use crate::wal::{CHECKPOINT_EVERY, paths as wal_paths};
+}
 
 /// Everything that can go wrong in storage. Each variant says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +103,7 @@ pub enum StorageError {
 }
 
 /// Builds a `map_err` closure that records operation and file.
-pub fn io_err<'a>(
+pub(crate) fn io_err<'a>(
     op: &'static str,
     file: &'a Path,
 ) -> impl FnOnce(std::io::Error) -> StorageError + 'a {

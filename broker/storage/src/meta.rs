@@ -138,6 +138,16 @@ pub fn write_json_at<T: Serialize>(
     atomic_write_at(fs, path, &bytes, failpoint)
 }
 
+/// The `COMPATIBILITY` file of a data directory, read before opening it (capabilities and the
+/// rollback fence); `Ok(None)` for a fresh directory without one.
+pub fn read_compatibility(fs: &dyn Fs, root: &Path) -> Result<Option<Compatibility>, StorageError> {
+    let path = root.join("COMPATIBILITY");
+    if !fs.exists(&path) {
+        return Ok(None);
+    }
+    read_json(fs, &path).map(Some)
+}
+
 /// Reads and parses a JSON metadata file.
 pub fn read_json<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, StorageError> {
     let bytes = fs.read(path).map_err(io_err("read", path))?;

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustqueue_storage::meta::Manifest;
+use rustqueue_storage::Manifest;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, RealFs, RecoveredTopic, Store, StoreOptions,
 };
@@ -240,10 +240,10 @@ fn checkpoint_killed_after_rename_before_wal_truncate_replays_the_old_wal_harmle
             .unwrap();
         c.wal.sync().unwrap();
     }
-    let (wal, ckpt) = rustqueue_storage::wal::paths(
+    let (wal, ckpt) = rustqueue_storage::testing::wal_paths(
         &dir.path()
             .join("topics")
-            .join(rustqueue_storage::meta::hex("t"))
+            .join(rustqueue_storage::testing::hex("t"))
             .join("channels"),
         "c",
     );
@@ -332,9 +332,9 @@ fn channel_creation_killed_before_its_checkpoint_rename_leaves_no_half_channel()
     let cdir = dir
         .path()
         .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
+        .join(rustqueue_storage::testing::hex("t"))
         .join("channels");
-    let (dwal, dckpt) = rustqueue_storage::wal::paths(&cdir, "d");
+    let (dwal, dckpt) = rustqueue_storage::testing::wal_paths(&cdir, "d");
     assert!(
         dwal.exists() && !dckpt.exists(),
         "killed with the WAL created and the checkpoint not yet renamed"

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustqueue_storage::meta::Manifest;
+use rustqueue_storage::Manifest;
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, ChannelWal, Fs, Store, StoreOptions, TopicLog,

@@ -5,12 +5,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustqueue_storage::meta::{Manifest, hex};
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, ChannelWal, EvictionAudit, Store, StoreOptions,
-    audit,
+    testing::list_audits,
 };
+use rustqueue_storage::{Manifest, testing::hex};
 
 fn opts() -> StoreOptions {
     StoreOptions {
@@ -119,12 +119,12 @@ fn audit_records_are_named_by_time_topic_and_position_and_read_back_in_order() {
     );
     store.write_eviction_audit(&a(1_800, 5, 9)).unwrap();
     assert_eq!(
-        audit::list(&fs, Path::new("/d")).unwrap(),
+        list_audits(&fs, Path::new("/d")).unwrap(),
         vec![a(1_700, 1, 4), a(1_800, 5, 9)]
     );
     // Written atomically: no temp file is left and the record survives a crash.
     fs.crash(&mut |_| 0);
-    assert_eq!(audit::list(&fs, Path::new("/d")).unwrap().len(), 2);
+    assert_eq!(list_audits(&fs, Path::new("/d")).unwrap().len(), 2);
     assert!(
         !fs.paths()
             .iter()

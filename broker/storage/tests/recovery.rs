@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustqueue_storage::meta::{Manifest, hex};
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{AppendBatch, Fs, RealFs, StorageError, Store, StoreOptions, TopicLog};
+use rustqueue_storage::{Manifest, testing::hex};
 
 fn opts(seg: u64) -> StoreOptions {
     StoreOptions {
@@ -279,13 +279,13 @@ fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
     let mut paced = 0;
     for s in &sealed {
         assert_eq!(
-            rustqueue_storage::scrub::verify_segment(s, &mut |n| paced += n).unwrap(),
+            rustqueue_storage::verify_segment(s, &mut |n| paced += n).unwrap(),
             1
         );
     }
     assert!(paced > 0);
     fs.corrupt(&sealed[1].path, 100, 0xAB);
-    let err = rustqueue_storage::scrub::verify_segment(&sealed[1], &mut |_| {}).unwrap_err();
+    let err = rustqueue_storage::verify_segment(&sealed[1], &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("offset 0"), "{err}");
 
     // The index is scrubbed too: a flipped byte in a page is named with its file and offset,
@@ -296,7 +296,7 @@ fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
         .expect("a sealed segment has its index");
     let page = idx.summary.page_offset(0);
     fs.corrupt(&idx.path, page as usize + 3, 0x5A);
-    let err = rustqueue_storage::scrub::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
+    let err = rustqueue_storage::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains(".rqidx") && msg.contains(&format!("offset {page}")),
@@ -315,7 +315,7 @@ fn scrub_catches_a_rewritten_index_header_and_a_reopen_rebuilds_the_index() {
     let sealed = log.sealed_segments();
     let idx = sealed[0].index.as_ref().unwrap();
     fs.corrupt(&idx.path, 10, 0x01);
-    let err = rustqueue_storage::scrub::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
+    let err = rustqueue_storage::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("index header"), "{err}");
     drop((store, log, sealed));
     let (_store, log) = open(&fs, 200).unwrap();
@@ -329,5 +329,5 @@ fn scrub_catches_a_rewritten_index_header_and_a_reopen_rebuilds_the_index() {
         fs.exists(&again[0].index.as_ref().unwrap().path),
         "index rewritten"
     );
-    rustqueue_storage::scrub::verify_segment(&again[0], &mut |_| {}).unwrap();
+    rustqueue_storage::verify_segment(&again[0], &mut |_| {}).unwrap();
 }

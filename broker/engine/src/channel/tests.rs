@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustqueue_storage::log::AppendBatch;
+use rustqueue_storage::AppendBatch;
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{ChannelCommand, ChannelState, Fault, TopicLog};
 

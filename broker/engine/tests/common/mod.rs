@@ -176,7 +176,7 @@ impl HookFs<Counting> {
 pub fn segment_files(dir: &Path) -> Vec<String> {
     let seg = dir
         .join("topics")
-        .join(rustqueue_storage::meta::hex("t"))
+        .join(rustqueue_storage::testing::hex("t"))
         .join("segments");
     let mut v: Vec<String> = std::fs::read_dir(seg)
         .unwrap()
