@@ -210,6 +210,7 @@ fn steady(c: &Context<'_>, done: Option<(Step, Vec<Action>)>) -> Outcome {
         })
         .collect();
     let (step, mut actions) = done.map_or((None, Vec::new()), |(s, a)| (Some(s), a));
+    let step = step.or_else(|| finished_scale_down(c));
     if actions.is_empty() {
         actions = c.resume_all_but(None);
     }
@@ -232,6 +233,31 @@ fn steady(c: &Context<'_>, done: Option<(Step, Vec<Action>)>) -> Outcome {
         actions,
         replicas: Some(c.grow_to()),
     }
+}
+
+/// A scale-down whose StatefulSet is already below its target ordinal is complete, even when
+/// the reconcile that lowered the replicas could not record it: the operation is re-derived
+/// from the cluster, so status never keeps reporting a drain that is over.
+fn finished_scale_down(c: &Context<'_>) -> Option<Step> {
+    let p = c.previous.current_operation.as_ref()?;
+    if p.kind != OperationKind::ScaleDown || p.phase.is_finished() {
+        return None;
+    }
+    let ordinal: i32 = p.target.rsplit('-').next()?.parse().ok()?;
+    (c.current() <= ordinal).then(|| Step {
+        id: p.id.clone(),
+        kind: OperationKind::ScaleDown,
+        phase: OperationPhase::Completed,
+        target: p.target.clone(),
+        revision: c.desired.revision.clone(),
+        message: format!(
+            "{} removed: scaled to {} brokers, its PVC is kept",
+            p.target,
+            c.current()
+        ),
+        previous_image: None,
+        current_broker: Some(p.target.clone()),
+    })
 }
 
 /// Growing: apply the new size at once and wait for every broker to be Ready.
@@ -325,6 +351,14 @@ fn scale_down(c: &Context<'_>) -> Outcome {
         )
     } else {
         match c.obs.broker(&target) {
+            // Only a broker seen empty is removed: a Pod that is gone (being recreated by the
+            // StatefulSet on its PVC) may still hold messages.
+            None => (
+                OperationPhase::WaitingForReady,
+                format!("waiting for {target} to be back before draining it to empty"),
+                Vec::new(),
+                current,
+            ),
             Some(b) if !b.drain.is_some_and(|s| DrainGoal::Empty.reached(&s)) => (
                 OperationPhase::Draining,
                 format!(
@@ -337,7 +371,7 @@ fn scale_down(c: &Context<'_>) -> Outcome {
                 }],
                 current,
             ),
-            _ => (
+            Some(_) => (
                 OperationPhase::Completed,
                 format!(
                     "{target} is empty: scaling from {current} to {} brokers, its PVC is kept",

@@ -515,6 +515,13 @@ fn cluster_transitions() {
         .replicas(2)
         .says("its PVC is kept"),
         row(
+            "scale-down never removes a broker it has not seen empty",
+            ready_b().nodes(2).missing(2),
+        )
+        .then(Phase::Draining, Some((down, Op::WaitingForReady)))
+        .replicas(3)
+        .says("waiting for q-2 to be back"),
+        row(
             "scale-down waits for every other broker",
             ready_b().nodes(2).unready(0).draining(2),
         )
@@ -682,6 +689,32 @@ fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
     );
     assert_eq!(done.phase, Phase::Ready);
     assert_eq!(done.operation.unwrap().phase, Op::Completed);
+}
+
+#[test]
+fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
+    let s = spec();
+    let draining = run(
+        &s,
+        &Observed::test()
+            .brokers(3)
+            .at_revision("b")
+            .nodes(2)
+            .build(),
+        None,
+    );
+    let op = draining.operation.clone().unwrap();
+    assert_eq!(
+        (op.kind, op.phase),
+        (OperationKind::ScaleDown, Op::Draining)
+    );
+    // The reconcile that lowered the replicas did not get to write Completed.
+    let shrunk = Observed::test().brokers(2).at_revision("b").build();
+    let p = run(&s, &shrunk, Some(op.clone()));
+    assert_eq!(p.phase, Phase::Ready, "{}", p.message);
+    let done = p.operation.unwrap();
+    assert_eq!((done.id, done.phase), (op.id, Op::Completed));
+    assert!(done.message.contains("q-2 removed"), "{}", done.message);
 }
 
 #[test]
