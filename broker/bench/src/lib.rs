@@ -9,8 +9,6 @@
 //! - [`procstat`]: broker RSS and CPU from `/proc`.
 //! - [`broker`], [`compare`] and [`report`]: the side-by-side driver behind `make bench`.
 
-#![warn(missing_docs)]
-
 pub mod broker;
 pub mod client;
 pub mod compare;

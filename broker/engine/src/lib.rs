@@ -12,7 +12,6 @@
 //! Publishing resolves only when the batch is durable per [`AckMode`]; FIN/REQ resolve after the
 //! channel WAL fsync. A storage failure isolates the store and shows in [`Engine::health`].
 
-#![warn(missing_docs)]
 // Storage failures must surface as errors (and isolate storage), never as panics.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 

@@ -11,8 +11,6 @@
 //! - [`lookup`]: the nsqlookupd-compatible JSON shapes served on the HTTP port,
 //! - [`checksum`]: CRC-32C, for Snappy stream frames and dead-letter topic names.
 
-#![warn(missing_docs)]
-
 pub mod checksum;
 pub mod command;
 pub mod error;

@@ -5,8 +5,6 @@
 //! [`start`] binds both listeners and returns a [`Running`] handle, which the binary and the
 //! integration tests use alike.
 
-#![warn(missing_docs)]
-
 pub mod auth;
 pub mod clients;
 pub mod compress;

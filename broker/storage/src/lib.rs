@@ -15,7 +15,6 @@
 //! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
 //! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
 
-#![warn(missing_docs)]
 // Storage failures must surface as errors (and isolate storage), never as panics.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
