@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat e2e-operator fuzz-smoke images-test ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -146,8 +146,6 @@ images: ## OCI images of rustqueued and rustqueue-operator (release builds, no D
 .PHONY: images-test
 images-test: images ## inspect the images: user 65532, entrypoint, no shell, runs from the image alone; prints sizes
 	scripts/test-images.sh --out $(IMAGES_TARGET)/images
-
-test: images-test
 
 # The testbed runs Pods from OCI images pulled from its own registry (crane registry serve).
 .PHONY: deps-crane
