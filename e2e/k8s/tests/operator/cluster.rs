@@ -3,10 +3,12 @@
 //! the steps check what `kubectl` and Argo CD see, whatever the Rust types look like).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::Api;
+use kube::api::DeleteParams;
 use kube::api::{ApiResource, DynamicObject};
 use rustqueue_api::crd::RustQueue;
 use rustqueue_e2e::tools::{Output, kubectl};
@@ -240,6 +242,39 @@ impl Cluster {
     }
 
     /// The operator-managed admin token (Secret `queue-auth`).
+    /// The Pod holding the operator Lease, if any.
+    pub async fn leader(&self) -> Option<String> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NS);
+        leases
+            .get("rustqueue-operator-leader")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity
+    }
+
+    /// Deletes the leader's Pod (`grace` `Some(0)`: SIGKILL; `None`: SIGTERM first, as
+    /// `kubectl delete pod` does) and waits for another holder. Returns (old, new, time taken).
+    pub async fn replace_leader(&self, grace: Option<u32>) -> (String, String, Duration) {
+        let old = self.leader().await.expect("a Lease holder");
+        let params = DeleteParams {
+            grace_period_seconds: grace,
+            ..DeleteParams::default()
+        };
+        self.pods.delete(&old, &params).await.unwrap();
+        let deleted = Instant::now();
+        let new = eventually("a new Lease holder", Duration::from_secs(60), || async {
+            match self.leader().await {
+                Some(h) if h != old => Poll::Done(h),
+                other => Poll::Saw(other),
+            }
+        })
+        .await;
+        let took = deleted.elapsed();
+        eprintln!("leader {old} -> {new} in {took:?}");
+        (old, new, took)
+    }
+
     pub async fn admin_token(&self) -> String {
         self.token("admin-token").await
     }

@@ -89,7 +89,10 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
     );
     assert_eq!(rq.operation()["id"], failed["id"], "{rq:?}");
 
-    c.patch_spec_ok(r#"{"rollout":{"retryNonce":"retry-1"}}"#);
+    // The retry gets a realistic timeout in the same change: its clock starts again with the
+    // new operation and covers a fresh capability probe, which a loaded machine can hold
+    // longer than the 10 s that made the first attempt fail.
+    c.patch_spec_ok(r#"{"rollout":{"retryNonce":"retry-1","timeoutSeconds":600}}"#);
     let (rev, _) = template(c).await;
     let rev = rev.expect("template revision");
     let (rq, _) = rolled_to(c, &rev, 2 * LONG).await;
@@ -99,6 +102,5 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
         "the retry did not start a new operation"
     );
     assert_eq!(op["phase"], "Completed", "{rq:?}");
-    c.patch_spec_ok(r#"{"rollout":{"timeoutSeconds":600}}"#);
     c.ready(3).await;
 }

@@ -50,6 +50,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
                 &c, &leader
             ))
             .await;
+            step!(a_terminated_leader_hands_the_lease_over_at_once(&c)).await;
             step!(phase_transitions_are_recorded_as_events(&c)).await;
             step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
 
@@ -71,5 +72,6 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
             step!(a_standby_continues_the_leaders_rollout(&c, DEV)).await;
             step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
             step!(claims_grow_with_storage_size_and_never_shrink(&c)).await;
+            step!(a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(&c)).await;
         });
 }

@@ -290,9 +290,6 @@ pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &st
 /// the same operation (same id and `startedAt`) to the end, and no second broker is disrupted
 /// meanwhile.
 pub async fn a_standby_continues_the_leaders_rollout(c: &Cluster, image: &str) {
-    use k8s_openapi::api::coordination::v1::Lease;
-    use kube::api::DeleteParams;
-
     c.ready(3).await;
     let watch = UnreadyWatch::start(c.pods.clone(), BROKERS, brokers(), |_| {});
     c.patch_spec_ok(&format!(r#"{{"image":"{image}"}}"#));
@@ -304,24 +301,7 @@ pub async fn a_standby_continues_the_leaders_rollout(c: &Cluster, image: &str) {
         })
         .await;
     let op = rq.operation().clone();
-    let leases: Api<Lease> = Api::namespaced(c.client.clone(), NS);
-    let holder = leases
-        .get("rustqueue-operator-leader")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.holder_identity)
-        .expect("a leader");
-    c.pods
-        .delete(
-            &holder,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .unwrap();
+    c.replace_leader(Some(0)).await;
     let (rev, _) = template(c).await;
     let rev = rev.expect("template revision");
     let (rq, _) = rolled_to(c, &rev, 2 * LONG).await;

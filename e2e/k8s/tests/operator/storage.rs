@@ -1,7 +1,15 @@
-//! Storage through the operator: claims grow through StorageClass expansion and a shrink is
-//! refused with a message.
+//! Storage through the operator: claims grow through StorageClass expansion, a shrink is
+//! refused with a message, and a scale-down drains the highest ordinal to empty, removes it
+//! and keeps its PVC (listed in `orphanedPvcs`).
 
-use crate::cluster::{Cluster, LONG};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Api;
+use rustqueue_e2e::tools::pynsq_consume;
+use rustqueue_e2e::{Poll, eventually};
+
+use crate::cluster::{Cluster, LONG, NS, RQ, http_post};
 use crate::rollout::brokers;
 
 fn claim_sizes(pvc: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> (String, String) {
@@ -55,4 +63,85 @@ pub async fn claims_grow_with_storage_size_and_never_shrink(c: &Cluster) {
         assert_eq!(claim_sizes(&pvc).0, "2Gi", "data-{b} was shrunk");
     }
     c.ready(3).await;
+}
+
+/// `maxBrokers` 3 -> 2: the highest ordinal is drained (publishing refused, consumers still
+/// served) and stays until empty, then the StatefulSet shrinks; its PVC is retained and listed.
+pub async fn a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(c: &Cluster) {
+    c.ready(3).await;
+    let token = c.admin_token().await;
+    let ip2 = c.pod_ip(&format!("{RQ}-2")).await;
+    let url = |p: &str| format!("http://{ip2}:4151{p}");
+    assert_eq!(
+        http_post(
+            &url("/channel/create?topic=leftover&channel=c"),
+            Some(&token),
+            ""
+        )
+        .await,
+        200
+    );
+    for i in 0..5 {
+        assert_eq!(
+            http_post(&url("/pub?topic=leftover"), None, &format!("l{i}")).await,
+            200
+        );
+    }
+    c.patch_spec_ok(r#"{"minBrokers":2,"maxBrokers":2}"#);
+    let rq = c
+        .until("Draining queue-2", LONG, |rq| rq.phase() == "Draining")
+        .await;
+    assert_eq!(rq.operation()["kind"], "ScaleDown", "{rq:?}");
+    assert_eq!(rq.operation()["target"], format!("{RQ}-2"), "{rq:?}");
+    // A draining broker is unready on purpose (Services stop sending it publishes); what must
+    // hold is that it stays, and the set keeps 3 replicas, while its backlog is unconsumed.
+    let sts: Api<StatefulSet> = Api::namespaced(c.client.clone(), NS);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        c.pods.get_opt(&format!("{RQ}-2")).await.unwrap().is_some(),
+        "queue-2 was removed with 5 messages still on it"
+    );
+    assert_eq!(
+        sts.get(RQ).await.unwrap().spec.replicas,
+        Some(3),
+        "the set shrank before queue-2 was empty"
+    );
+    let code = http_post(&url("/pub?topic=leftover"), None, "late").await;
+    assert_ne!(code, 200, "a draining broker accepted a publish");
+    let mut got = pynsq_consume(
+        &format!("{ip2}:4150"),
+        "leftover",
+        "c",
+        5,
+        Duration::from_secs(30),
+    );
+    got.sort();
+    assert_eq!(got, ["l0", "l1", "l2", "l3", "l4"]);
+
+    let rq = c.ready(2).await;
+    let replicas = sts.get(RQ).await.unwrap().spec.replicas;
+    assert_eq!(replicas, Some(2), "{rq:?}");
+    assert_eq!(rq.operation()["kind"], "ScaleDown", "{rq:?}");
+    assert_eq!(rq.operation()["phase"], "Completed", "{rq:?}");
+    eventually("queue-2 gone", LONG, || async {
+        match c.pods.get_opt(&format!("{RQ}-2")).await {
+            Ok(None) => Poll::Done(()),
+            other => Poll::Saw(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        c.pvcs
+            .get_opt(&format!("data-{RQ}-2"))
+            .await
+            .unwrap()
+            .is_some(),
+        "the scaled-down broker's PVC was deleted"
+    );
+    assert_eq!(
+        rq.status()["orphanedPvcs"],
+        serde_json::json!([format!("data-{RQ}-2")]),
+        "{rq:?}"
+    );
+    assert!(rq.condition_true("OrphanedPVCs"), "{rq:?}");
 }
