@@ -558,6 +558,18 @@ fn cluster_transitions() {
         .then(Phase::MaintenanceBlocked, Some((mnt, Op::Blocked)))
         .says("waiting for q-2"),
         row(
+            "maintenance of a broker that does not exist is blocked",
+            ready_b(),
+        )
+        .spec(|s| {
+            s.maintenance = Some(rustqueue_api::crd::Maintenance {
+                broker: "q-7".into(),
+                enabled: true,
+            })
+        })
+        .then(Phase::MaintenanceBlocked, Some((mnt, Op::Blocked)))
+        .says("q-7 is not a broker Pod of this RustQueue"),
+        row(
             "disabling maintenance resumes the broker",
             ready_b().empty(1),
         )
