@@ -1,4 +1,5 @@
-//! Storage feature levels and the `/v1/capabilities` document (spec/broker.md §3.2).
+//! Storage feature levels and the `/v1/capabilities` document (docs/api.md, "Storage feature
+//! levels").
 //!
 //! The binary reads levels `1..=MAX_STORAGE_FEATURE_LEVEL` and writes up to the same ceiling.
 //! The ceiling is a build-time option, `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL` (1 or 2, default
