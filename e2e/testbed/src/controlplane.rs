@@ -27,13 +27,45 @@ pub(crate) struct ControlPlane {
     pub(crate) admin_kubeconfig: PathBuf,
 }
 
+/// A loopback port nothing listens on, for a process started next to listen on.
+///
+/// The port comes from below the kernel's ephemeral range: a port the kernel hands out for
+/// `:0` can be taken as the source port of any outgoing connection between this check and the
+/// server's own bind (which once failed a run with "address already in use"). Ports handed out
+/// by this process are remembered so that two testbeds in one test binary never share one.
 pub(crate) fn free_port() -> Result<u16, Error> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("binding", "127.0.0.1:0", e))?;
-    let port = l
-        .local_addr()
-        .map_err(|e| Error::io("binding", "127.0.0.1:0", e))?
-        .port();
-    Ok(port)
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_001));
+    let span = u32::from(high - low);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..span {
+        // a stride coprime with most spans walks the range in a scattered order
+        let port = low + ((seed.wrapping_add(i.wrapping_mul(7919))) % span) as u16;
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return Ok(port);
+        }
+    }
+    Err(Error::io(
+        "binding",
+        "127.0.0.1",
+        std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("no free loopback port in {low}..{high}"),
+        ),
+    ))
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Error> {
