@@ -93,6 +93,56 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Writes the CA, serving and client certificates and the service-account keys into
+/// `<dir>/pki` and returns that directory.
+fn write_pki(dir: &Path, pki: &Pki) -> Result<PathBuf, Error> {
+    let pki_dir = dir.join("pki");
+    std::fs::create_dir_all(&pki_dir).map_err(|e| Error::io("creating", &pki_dir, e))?;
+    let files = [
+        ("ca.crt", &pki.ca.cert),
+        ("ca.key", &pki.ca.key),
+        ("apiserver.crt", &pki.apiserver.cert),
+        ("apiserver.key", &pki.apiserver.key),
+        ("kubelet-client.crt", &pki.apiserver_kubelet_client.cert),
+        ("kubelet-client.key", &pki.apiserver_kubelet_client.key),
+        ("sa.key", &pki.sa_key),
+        ("sa.pub", &pki.sa_pub),
+    ];
+    for (name, text) in files {
+        write(&pki_dir.join(name), text)?;
+    }
+    Ok(pki_dir)
+}
+
+/// Where the control plane's processes find their files and each other.
+struct Layout<'a> {
+    bin: &'a Path,
+    dir: &'a Path,
+    groups: &'a ProcessGroups,
+    pki_dir: PathBuf,
+    /// `https://127.0.0.1:<port>`, the apiserver's URL in every kubeconfig.
+    server: String,
+}
+
+impl Layout<'_> {
+    fn pki(&self, name: &str) -> String {
+        self.pki_dir.join(name).to_string_lossy().into_owned()
+    }
+
+    /// Writes the kubeconfig of one control-plane client and returns its path.
+    fn kubeconfig(
+        &self,
+        file: &str,
+        ca_pem: &str,
+        user: &str,
+        pair: &CertPair,
+    ) -> Result<PathBuf, Error> {
+        let path = self.dir.join(file);
+        write(&path, &kubeconfig(&self.server, ca_pem, user, pair))?;
+        Ok(path)
+    }
+}
+
 impl ControlPlane {
     /// Starts etcd and the apiserver and waits until the apiserver answers; the controller
     /// manager and scheduler are started right after (they wait for the apiserver themselves).
@@ -102,58 +152,51 @@ impl ControlPlane {
         pki: &Pki,
         groups: &ProcessGroups,
     ) -> Result<ControlPlane, Error> {
-        let pki_dir = dir.join("pki");
-        std::fs::create_dir_all(&pki_dir).map_err(|e| Error::io("creating", &pki_dir, e))?;
-        let files = [
-            ("ca.crt", &pki.ca.cert),
-            ("ca.key", &pki.ca.key),
-            ("apiserver.crt", &pki.apiserver.cert),
-            ("apiserver.key", &pki.apiserver.key),
-            ("kubelet-client.crt", &pki.apiserver_kubelet_client.cert),
-            ("kubelet-client.key", &pki.apiserver_kubelet_client.key),
-            ("sa.key", &pki.sa_key),
-            ("sa.pub", &pki.sa_pub),
-        ];
-        for (name, text) in files {
-            write(&pki_dir.join(name), text)?;
-        }
-        let p = |name: &str| pki_dir.join(name).to_string_lossy().into_owned();
-
-        let mut cp = ControlPlane {
-            procs: Vec::new(),
-            apiserver_port: free_port()?,
-            admin_kubeconfig: dir.join("kubeconfig"),
-        };
-        let server = format!("https://127.0.0.1:{}", cp.apiserver_port);
-        write(
-            &cp.admin_kubeconfig,
-            &kubeconfig(&server, &pki.ca.cert, "admin", &pki.admin),
-        )?;
-        let cm_kubeconfig = dir.join("controller-manager.kubeconfig");
-        write(
-            &cm_kubeconfig,
-            &kubeconfig(
-                &server,
-                &pki.ca.cert,
-                "kube-controller-manager",
-                &pki.controller_manager,
-            ),
-        )?;
-        let sched_kubeconfig = dir.join("scheduler.kubeconfig");
-        write(
-            &sched_kubeconfig,
-            &kubeconfig(&server, &pki.ca.cert, "kube-scheduler", &pki.scheduler),
-        )?;
-
-        let etcd_port = free_port()?;
-        let peer_port = free_port()?;
-        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let etcd_dir = dir.join("etcd");
-        cp.spawn(
+        let pki_dir = write_pki(dir, pki)?;
+        let apiserver_port = free_port()?;
+        let at = Layout {
             bin,
             dir,
             groups,
+            pki_dir,
+            server: format!("https://127.0.0.1:{apiserver_port}"),
+        };
+        let mut cp = ControlPlane {
+            procs: Vec::new(),
+            apiserver_port,
+            admin_kubeconfig: at.kubeconfig("kubeconfig", &pki.ca.cert, "admin", &pki.admin)?,
+        };
+        let etcd_url = cp.start_etcd(&at)?;
+        cp.start_apiserver(&at, &etcd_url)?;
+        let admin = crate::client_from_kubeconfig(&cp.admin_kubeconfig).await?;
+        cp.wait_ready(dir, &admin).await?;
+        let cm_kubeconfig = at.kubeconfig(
+            "controller-manager.kubeconfig",
+            &pki.ca.cert,
+            "kube-controller-manager",
+            &pki.controller_manager,
+        )?;
+        cp.start_controller_manager(&at, &cm_kubeconfig)?;
+        let sched_kubeconfig = at.kubeconfig(
+            "scheduler.kubeconfig",
+            &pki.ca.cert,
+            "kube-scheduler",
+            &pki.scheduler,
+        )?;
+        cp.start_scheduler(&at, &sched_kubeconfig)?;
+        Ok(cp)
+    }
+
+    /// etcd on two free loopback ports, without fsync (its data is thrown away); returns the
+    /// client URL.
+    fn start_etcd(&mut self, at: &Layout<'_>) -> Result<String, Error> {
+        let etcd_url = format!("http://127.0.0.1:{}", free_port()?);
+        let peer_url = format!("http://127.0.0.1:{}", free_port()?);
+        let etcd_dir = at.dir.join("etcd");
+        self.spawn(
+            at.bin,
+            at.dir,
+            at.groups,
             "etcd",
             vec![
                 format!("--data-dir={}", etcd_dir.display()),
@@ -166,19 +209,24 @@ impl ControlPlane {
                 "--log-level=warn".into(),
             ],
         )?;
+        Ok(etcd_url)
+    }
 
-        let cert_dir = dir.join("apiserver-certs");
-        cp.spawn(
-            bin,
-            dir,
-            groups,
+    /// kube-apiserver with TLS, client-certificate auth, RBAC and service-account tokens.
+    fn start_apiserver(&mut self, at: &Layout<'_>, etcd_url: &str) -> Result<(), Error> {
+        let p = |name: &str| at.pki(name);
+        let cert_dir = at.dir.join("apiserver-certs");
+        self.spawn(
+            at.bin,
+            at.dir,
+            at.groups,
             "kube-apiserver",
             vec![
                 format!("--etcd-servers={etcd_url}"),
                 format!("--cert-dir={}", cert_dir.display()),
                 format!("--tls-cert-file={}", p("apiserver.crt")),
                 format!("--tls-private-key-file={}", p("apiserver.key")),
-                format!("--secure-port={}", cp.apiserver_port),
+                format!("--secure-port={}", self.apiserver_port),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
                 // a loopback advertise address is refused by the endpoint reconcilers
@@ -190,7 +238,7 @@ impl ControlPlane {
                 "--allow-privileged=true".into(),
                 "--authorization-mode=RBAC".into(),
                 format!("--client-ca-file={}", p("ca.crt")),
-                format!("--service-account-issuer={server}"),
+                format!("--service-account-issuer={}", at.server),
                 format!("--service-account-key-file={}", p("sa.pub")),
                 format!("--service-account-signing-key-file={}", p("sa.key")),
                 format!("--kubelet-client-certificate={}", p("kubelet-client.crt")),
@@ -199,26 +247,32 @@ impl ControlPlane {
                 "--profiling=false".into(),
                 "--v=1".into(),
             ],
-        )?;
+        )
+    }
 
-        let admin = crate::client_from_kubeconfig(&cp.admin_kubeconfig).await?;
-        cp.wait_ready(dir, &admin).await?;
-
-        let cm_port = free_port()?;
-        cp.spawn(
-            bin,
-            dir,
-            groups,
+    /// kube-controller-manager with every default controller, signing service-account tokens
+    /// and CSRs with the testbed's CA.
+    fn start_controller_manager(
+        &mut self,
+        at: &Layout<'_>,
+        kubeconfig: &Path,
+    ) -> Result<(), Error> {
+        let p = |name: &str| at.pki(name);
+        let port = free_port()?;
+        self.spawn(
+            at.bin,
+            at.dir,
+            at.groups,
             "kube-controller-manager",
             vec![
-                format!("--kubeconfig={}", cm_kubeconfig.display()),
-                format!("--authentication-kubeconfig={}", cm_kubeconfig.display()),
-                format!("--authorization-kubeconfig={}", cm_kubeconfig.display()),
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", kubeconfig.display()),
                 "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={cm_port}"),
+                format!("--secure-port={port}"),
                 format!(
                     "--cert-dir={}",
-                    dir.join("controller-manager-certs").display()
+                    at.dir.join("controller-manager-certs").display()
                 ),
                 "--controllers=*".into(),
                 "--use-service-account-credentials=true".into(),
@@ -231,24 +285,26 @@ impl ControlPlane {
                 "--node-monitor-period=2s".into(),
                 "--v=1".into(),
             ],
-        )?;
-        let sched_port = free_port()?;
-        cp.spawn(
-            bin,
-            dir,
-            groups,
+        )
+    }
+
+    fn start_scheduler(&mut self, at: &Layout<'_>, kubeconfig: &Path) -> Result<(), Error> {
+        let port = free_port()?;
+        self.spawn(
+            at.bin,
+            at.dir,
+            at.groups,
             "kube-scheduler",
             vec![
-                format!("--kubeconfig={}", sched_kubeconfig.display()),
-                format!("--authentication-kubeconfig={}", sched_kubeconfig.display()),
-                format!("--authorization-kubeconfig={}", sched_kubeconfig.display()),
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", kubeconfig.display()),
                 "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={sched_port}"),
+                format!("--secure-port={port}"),
                 "--leader-elect=false".into(),
                 "--v=1".into(),
             ],
-        )?;
-        Ok(cp)
+        )
     }
 
     fn spawn(
