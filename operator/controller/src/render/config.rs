@@ -3,6 +3,7 @@
 //! spec. Listener addresses and node identity come from the Pod's environment instead, because
 //! they differ per Pod.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -10,7 +11,7 @@ use rustqueue_api::broker_config::{BrokerConfig, LogFormat, TlsConfig};
 use rustqueue_api::crd::{MAX_MESSAGE_BYTES_CEILING, RustQueueSpec};
 use rustqueue_api::labels;
 
-use super::{BrokerInputs, Owner, names, typed};
+use super::{BrokerInputs, Owner, names};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -145,12 +146,17 @@ pub fn broker_toml(owner: &Owner<'_>, spec: &RustQueueSpec, inputs: &BrokerInput
 
 /// The `<n>-config` ConfigMap holding `rustqueue.toml`.
 pub fn config_map(owner: &Owner<'_>, toml: &str) -> ConfigMap {
-    typed(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": owner.metadata(&names::config_map(owner.name, toml), labels::COMPONENT_BROKER),
-        "data": { labels::CONFIG_FILE: toml },
-    }))
+    ConfigMap {
+        metadata: owner.metadata(
+            &names::config_map(owner.name, toml),
+            labels::COMPONENT_BROKER,
+        ),
+        data: Some(BTreeMap::from([(
+            labels::CONFIG_FILE.to_string(),
+            toml.to_string(),
+        )])),
+        ..ConfigMap::default()
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 mod config;
 mod desired;
+mod pod;
 mod policy;
 mod probe;
 mod rbac;
@@ -21,10 +22,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels;
-use serde::de::DeserializeOwned;
 
 pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
@@ -61,13 +61,14 @@ impl Owner<'_> {
     }
 
     /// Standard metadata for a child named `name` of `component`.
-    fn metadata(&self, name: &str, component: &str) -> serde_json::Value {
-        serde_json::json!({
-            "name": name,
-            "namespace": self.namespace,
-            "labels": object_labels(self.name, component),
-            "ownerReferences": [self.reference()],
-        })
+    fn metadata(&self, name: &str, component: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(self.namespace.into()),
+            labels: Some(object_labels(self.name, component)),
+            owner_references: Some(vec![self.reference()]),
+            ..ObjectMeta::default()
+        }
     }
 }
 
@@ -219,9 +220,12 @@ impl Children {
     }
 }
 
-/// Build a typed object from a JSON manifest (the renderers read like YAML this way).
-fn typed<T: DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).expect("rendered manifest matches its Kubernetes type")
+/// `matchLabels` only: every selector the operator renders.
+fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels),
+        ..LabelSelector::default()
+    }
 }
 
 #[cfg(test)]

@@ -1,29 +1,32 @@
 //! The broker PodDisruptionBudget: voluntary evictions (node drains) may take at most one
 //! broker at a time, and never the only one.
 
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::labels;
 
-use super::{Owner, names, selector_labels, typed};
+use super::{Owner, match_labels, names, selector_labels};
 
 /// `<n>-brokers` with minAvailable max(replicas − 1, 1).
 pub fn pod_disruption_budget(owner: &Owner<'_>, replicas: i32) -> PodDisruptionBudget {
-    typed(serde_json::json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": owner.metadata(&names::pdb(owner.name), labels::COMPONENT_BROKER),
-        "spec": {
-            "minAvailable": (replicas - 1).max(1),
-            "selector": {"matchLabels": selector_labels(owner.name, labels::COMPONENT_BROKER)},
-        },
-    }))
+    PodDisruptionBudget {
+        metadata: owner.metadata(&names::pdb(owner.name), labels::COMPONENT_BROKER),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int((replicas - 1).max(1))),
+            selector: Some(match_labels(selector_labels(
+                owner.name,
+                labels::COMPONENT_BROKER,
+            ))),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::owner;
     use super::*;
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     #[test]
     fn min_available_leaves_room_for_one_disruption_but_never_zero() {

@@ -4,11 +4,16 @@
 //! config) before any broker Pod is touched. One Pod per contract: its name carries a
 //! fingerprint of everything the answer depends on, so a change of any of them probes again.
 
-use k8s_openapi::api::core::v1::Pod;
-use rustqueue_api::labels;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
-use super::{Owner, typed};
+use super::{Owner, pod};
+
+/// Where the probe writes its capabilities: the kubelet returns it as the termination message.
+const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// Component label of probe Pods.
 pub const COMPONENT_PROBE: &str = "capability-preflight";
@@ -46,56 +51,38 @@ pub fn probe_pod(
     auth_secret: &str,
     client_tls_secret: Option<&str>,
 ) -> Pod {
-    let mut pod = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": owner.metadata(name, COMPONENT_PROBE),
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": false,
-            "securityContext": {
-                "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [{
-                "name": "probe",
-                "image": image,
-                "imagePullPolicy": pull_policy,
-                "command": ["rustqueued"],
-                "args": [
-                    "--config", format!("{}/{}", labels::CONFIG_DIR, labels::CONFIG_FILE),
-                    "--capabilities-output", "/dev/termination-log",
-                ],
-                "terminationMessagePath": "/dev/termination-log",
-                "volumeMounts": [
-                    {"name": "config", "mountPath": labels::CONFIG_DIR, "readOnly": true},
-                    {"name": "auth", "mountPath": labels::SECRETS_DIR, "readOnly": true},
-                ],
-                "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                "securityContext": {
-                    "allowPrivilegeEscalation": false,
-                    "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"]},
-                },
+    let (volumes, mounts) = pod::broker_inputs(config_map, auth_secret, client_tls_secret);
+    let mut args = pod::config_args();
+    args.extend(["--capabilities-output".into(), TERMINATION_LOG.into()]);
+    Pod {
+        metadata: owner.metadata(name, COMPONENT_PROBE),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            security_context: Some(pod::pod_security()),
+            containers: vec![Container {
+                name: "probe".into(),
+                image: Some(image.into()),
+                image_pull_policy: Some(pull_policy.into()),
+                command: Some(vec!["rustqueued".into()]),
+                args: Some(args),
+                termination_message_path: Some(TERMINATION_LOG.into()),
+                volume_mounts: Some(mounts),
+                resources: Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([
+                        ("cpu".to_string(), Quantity("10m".into())),
+                        ("memory".to_string(), Quantity("32Mi".into())),
+                    ])),
+                    ..ResourceRequirements::default()
+                }),
+                security_context: Some(pod::container_security()),
+                ..Container::default()
             }],
-            "volumes": [
-                {"name": "config", "configMap": {"name": config_map}},
-                {"name": "auth", "secret": {"secretName": auth_secret}},
-            ],
-        },
-    });
-    // The broker refuses a config whose TLS files are missing: mount them as the broker does.
-    if let Some(tls) = client_tls_secret {
-        pod["spec"]["volumes"]
-            .as_array_mut()
-            .expect("volumes is an array")
-            .push(serde_json::json!({"name": "client-tls", "secret": {"secretName": tls}}));
-        pod["spec"]["containers"][0]["volumeMounts"]
-            .as_array_mut()
-            .expect("mounts is an array")
-            .push(serde_json::json!({"name": "client-tls", "mountPath": "/run/tls/rustqueue", "readOnly": true}));
+            volumes: Some(volumes),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
     }
-    typed(pod)
 }
 
 /// Name prefix of every probe Pod of `n`.
@@ -137,6 +124,37 @@ mod tests {
             "capability-preflight"
         );
         assert_eq!(p.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    }
+
+    #[test]
+    fn the_probe_runs_as_restricted_as_a_broker_and_mounts_client_tls_like_one() {
+        let p = probe_pod(&owner(), "p", "img", "Always", "cm", "auth", Some("tls"));
+        let spec = p.spec.unwrap();
+        let psc = spec.security_context.unwrap();
+        assert_eq!(
+            (psc.run_as_user, psc.run_as_non_root),
+            (Some(65532), Some(true))
+        );
+        let c = &spec.containers[0];
+        let csc = c.security_context.clone().unwrap();
+        assert_eq!(csc.read_only_root_filesystem, Some(true));
+        assert_eq!(csc.privileged, Some(false));
+        assert_eq!(csc.allow_privilege_escalation, Some(false));
+        let mounts: Vec<&str> = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "/etc/rustqueue",
+                "/run/secrets/rustqueue",
+                "/run/tls/rustqueue"
+            ]
+        );
     }
 
     #[test]

@@ -2,45 +2,50 @@
 //! EndpointSlices (discovery builds its view from them). Brokers need nothing else.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use rustqueue_api::labels;
 
-use super::{Owner, names, typed};
+use super::{Owner, names};
 
 /// `<n>-runtime` ServiceAccount.
 pub fn service_account(owner: &Owner<'_>) -> ServiceAccount {
-    typed(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": owner.metadata(&names::runtime(owner.name), labels::COMPONENT_RUNTIME),
-        "automountServiceAccountToken": false,
-    }))
+    ServiceAccount {
+        metadata: owner.metadata(&names::runtime(owner.name), labels::COMPONENT_RUNTIME),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    }
 }
 
 /// `<n>-runtime` Role: EndpointSlices get/list/watch.
 pub fn role(owner: &Owner<'_>) -> Role {
-    typed(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": owner.metadata(&names::runtime(owner.name), labels::COMPONENT_RUNTIME),
-        "rules": [{
-            "apiGroups": ["discovery.k8s.io"],
-            "resources": ["endpointslices"],
-            "verbs": ["get", "list", "watch"],
-        }],
-    }))
+    Role {
+        metadata: owner.metadata(&names::runtime(owner.name), labels::COMPONENT_RUNTIME),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["discovery.k8s.io".into()]),
+            resources: Some(vec!["endpointslices".into()]),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..PolicyRule::default()
+        }]),
+    }
 }
 
 /// `<n>-runtime` RoleBinding of the Role to the ServiceAccount.
 pub fn role_binding(owner: &Owner<'_>) -> RoleBinding {
     let name = names::runtime(owner.name);
-    typed(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": owner.metadata(&name, labels::COMPONENT_RUNTIME),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
-    }))
+    RoleBinding {
+        metadata: owner.metadata(&name, labels::COMPONENT_RUNTIME),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name,
+            namespace: Some(owner.namespace.into()),
+            ..Subject::default()
+        }]),
+    }
 }
 
 #[cfg(test)]

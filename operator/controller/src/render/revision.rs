@@ -8,6 +8,9 @@ use sha2::{Digest, Sha256};
 use super::BrokerInputs;
 
 /// 32 hex characters: the first 16 bytes of SHA-256 over the rolling inputs as JSON.
+///
+/// The material is a JSON literal on purpose, not a rendered object: its bytes must stay the
+/// same across operator releases, or an upgrade of the operator alone would roll every broker.
 pub fn pod_template_revision(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str) -> String {
     let material = serde_json::json!({
         "image": spec.image,

@@ -9,7 +9,7 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use rustqueue_api::labels;
 
-use super::{Owner, typed};
+use super::Owner;
 
 /// Length of a generated token.
 pub const TOKEN_LEN: usize = 48;
@@ -112,17 +112,18 @@ pub fn tokens_from_secret(
 
 /// The generated `<n>-auth` Secret.
 pub fn auth_secret(owner: &Owner<'_>, name: &str, tokens: &AuthTokens) -> Secret {
-    typed(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": owner.metadata(name, labels::COMPONENT_BROKER),
-        "type": "Opaque",
-        "stringData": {
-            KEYS[0]: tokens.admin,
-            KEYS[1]: tokens.registry,
-            KEYS[2]: tokens.console,
-        },
-    }))
+    let values = [&tokens.admin, &tokens.registry, &tokens.console];
+    Secret {
+        metadata: owner.metadata(name, labels::COMPONENT_BROKER),
+        type_: Some("Opaque".into()),
+        string_data: Some(
+            KEYS.iter()
+                .zip(values)
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        ),
+        ..Secret::default()
+    }
 }
 
 #[cfg(test)]

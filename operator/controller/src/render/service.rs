@@ -1,27 +1,38 @@
 //! The headless broker Service `<n>-brokers`: stable DNS per broker Pod for the StatefulSet,
 //! published before readiness so discovery and peers can reach a draining broker.
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::labels;
 
-use super::{Owner, names, selector_labels, typed};
+use super::{Owner, names, selector_labels};
 
 /// The headless Service.
 pub fn headless_service(owner: &Owner<'_>) -> Service {
-    typed(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": owner.metadata(&names::brokers_service(owner.name), labels::COMPONENT_BROKER),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": true,
-            "selector": selector_labels(owner.name, labels::COMPONENT_BROKER),
-            "ports": [
-                {"name": "tcp", "port": labels::BROKER_TCP_PORT, "targetPort": "tcp", "protocol": "TCP"},
-                {"name": "http", "port": labels::BROKER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
-            ],
-        },
-    }))
+    let port = |name: &str, port: u16| ServicePort {
+        name: Some(name.into()),
+        port: port.into(),
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    };
+    Service {
+        metadata: owner.metadata(
+            &names::brokers_service(owner.name),
+            labels::COMPONENT_BROKER,
+        ),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(owner.name, labels::COMPONENT_BROKER)),
+            ports: Some(vec![
+                port("tcp", labels::BROKER_TCP_PORT),
+                port("http", labels::BROKER_HTTP_PORT),
+            ]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
 }
 
 #[cfg(test)]

@@ -5,41 +5,26 @@
 //! their messages. Listeners bind to the Pod IP (not 0.0.0.0) so several Pods can share a host
 //! network namespace, as on the e2e testbed.
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Toleration, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels::{self, env};
 
-use super::{BrokerInputs, Owner, names, pod_template_revision, selector_labels, typed};
-
-const RUN_AS: i64 = 65532;
-
-fn field_env(name: &str, path: &str) -> serde_json::Value {
-    serde_json::json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
-}
-
-fn resources(spec: &RustQueueSpec) -> serde_json::Value {
-    let r = &spec.broker_resources;
-    let mut limits = serde_json::Map::new();
-    if let Some(cpu) = &r.cpu_limit {
-        limits.insert("cpu".into(), cpu.clone().into());
-    }
-    if let Some(mem) = &r.memory_limit {
-        limits.insert("memory".into(), mem.clone().into());
-    }
-    let mut out = serde_json::json!({
-        "requests": {"cpu": r.cpu_request, "memory": r.memory_request},
-    });
-    if !limits.is_empty() {
-        out["limits"] = limits.into();
-    }
-    out
-}
-
-/// Split `key=value` (validated by the CRD pattern) into a nodeSelector map.
-fn node_selector(selector: &str) -> serde_json::Value {
-    let (k, v) = selector.split_once('=').unwrap_or((selector, ""));
-    serde_json::json!({ k.trim(): v.trim() })
-}
+use super::pod::{self, RUN_AS};
+use super::{BrokerInputs, Owner, match_labels, names, pod_template_revision, selector_labels};
 
 /// The broker StatefulSet.
 pub fn stateful_set(
@@ -50,116 +35,244 @@ pub fn stateful_set(
 ) -> StatefulSet {
     let n = owner.name;
     let selector = selector_labels(n, labels::COMPONENT_BROKER);
-    let revision = pod_template_revision(spec, inputs, toml);
-    let sched = &spec.broker_scheduling;
-    let mut pod_spec = serde_json::json!({
-        "serviceAccountName": names::runtime(n),
-        "automountServiceAccountToken": false,
-        "terminationGracePeriodSeconds": 45,
-        "nodeSelector": node_selector(&spec.eligible_node_selector),
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchLabels": selector},
-            "topologyKey": sched.topology_key,
-        }]}},
-        "tolerations": sched.tolerations,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [{
-            "name": "broker",
-            "image": spec.image,
-            "imagePullPolicy": spec.image_pull_policy,
-            "command": ["rustqueued"],
-            "args": ["--config", format!("{}/{}", labels::CONFIG_DIR, labels::CONFIG_FILE)],
-            "ports": [
-                {"name": "tcp", "containerPort": labels::BROKER_TCP_PORT, "protocol": "TCP"},
-                {"name": "http", "containerPort": labels::BROKER_HTTP_PORT, "protocol": "TCP"},
-            ],
-            "env": [
-                field_env(env::POD_NAME, "metadata.name"),
-                field_env(env::POD_NAMESPACE, "metadata.namespace"),
-                field_env(env::POD_IP, "status.podIP"),
-                {"name": env::TCP_ADDRESS, "value": format!("$(POD_IP):{}", labels::BROKER_TCP_PORT)},
-                {"name": env::HTTP_ADDRESS, "value": format!("$(POD_IP):{}", labels::BROKER_HTTP_PORT)},
-                {"name": env::BROADCAST_ADDRESS,
-                 "value": format!("$(POD_NAME).{}.$(POD_NAMESPACE).svc", names::brokers_service(n))},
-                {"name": env::DATA_PATH, "value": labels::DATA_PATH},
-                {"name": env::MESSAGE_INDEX_CACHE_BYTES, "value": spec.message_index_cache_bytes.to_string()},
-            ],
-            "volumeMounts": [
-                {"name": "data", "mountPath": labels::DATA_PATH},
-                {"name": "config", "mountPath": labels::CONFIG_DIR, "readOnly": true},
-                {"name": "auth", "mountPath": labels::SECRETS_DIR, "readOnly": true},
-            ],
-            "readinessProbe": {
-                "httpGet": {"path": "/v1/health", "port": "http"},
-                "periodSeconds": 2, "failureThreshold": 2, "timeoutSeconds": 1,
-            },
-            "livenessProbe": {
-                "httpGet": {"path": "/ping", "port": "http"},
-                "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 2,
-            },
-            "resources": resources(spec),
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "privileged": false,
-                "capabilities": {"drop": ["ALL"]},
-            },
-        }],
-        "volumes": [
-            {"name": "config", "configMap": {"name": names::config_map(n, toml)}},
-            {"name": "auth", "secret": {"secretName": inputs.auth_secret_name}},
-        ],
-    });
-    if let Some(pc) = &sched.priority_class_name {
-        pod_spec["priorityClassName"] = pc.clone().into();
-    }
-    if let Some(tls) = &spec.client_tls_secret_name {
-        pod_spec["volumes"]
-            .as_array_mut()
-            .expect("volumes is an array")
-            .push(serde_json::json!({"name": "client-tls", "secret": {"secretName": tls}}));
-        pod_spec["containers"][0]["volumeMounts"]
-            .as_array_mut()
-            .expect("mounts is an array")
-            .push(serde_json::json!({"name": "client-tls", "mountPath": "/run/tls/rustqueue", "readOnly": true}));
-    }
     let mut pod_labels = super::object_labels(n, labels::COMPONENT_BROKER);
     pod_labels.extend(selector.clone());
-    typed(serde_json::json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": owner.metadata(&names::stateful_set(n), labels::COMPONENT_BROKER),
-        "spec": {
-            "replicas": inputs.replicas,
-            "serviceName": names::brokers_service(n),
-            "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "OnDelete"},
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": {labels::REVISION_ANNOTATION: revision},
+    let revision = pod_template_revision(spec, inputs, toml);
+    StatefulSet {
+        metadata: owner.metadata(&names::stateful_set(n), labels::COMPONENT_BROKER),
+        spec: StatefulSetSpec {
+            replicas: Some(inputs.replicas),
+            service_name: Some(names::brokers_service(n)),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Retain".into()),
+                    when_scaled: Some("Retain".into()),
                 },
-                "spec": pod_spec,
+            ),
+            selector: match_labels(selector.clone()),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(BTreeMap::from([(
+                        labels::REVISION_ANNOTATION.to_string(),
+                        revision,
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(spec, inputs, toml, n)),
             },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data", "labels": selector},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": spec.storage_class_name,
-                    "resources": {"requests": {"storage": inputs.claim_size}},
-                },
-            }],
+            volume_claim_templates: Some(vec![data_claim(spec, inputs, selector)]),
+            ..StatefulSetSpec::default()
         },
-    }))
+        ..StatefulSet::default()
+    }
+}
+
+/// One broker per topology value, on eligible Nodes only, as [`RUN_AS`] with fsGroup so the
+/// data volume is writable.
+fn pod_spec(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str, n: &str) -> PodSpec {
+    let sched = &spec.broker_scheduling;
+    let (volumes, input_mounts) = pod::broker_inputs(
+        &names::config_map(n, toml),
+        &inputs.auth_secret_name,
+        spec.client_tls_secret_name.as_deref(),
+    );
+    let mut security = pod::pod_security();
+    security.fs_group = Some(RUN_AS);
+    security.fs_group_change_policy = Some("OnRootMismatch".into());
+    PodSpec {
+        service_account_name: Some(names::runtime(n)),
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(45),
+        node_selector: Some(node_selector(&spec.eligible_node_selector)),
+        affinity: Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(match_labels(selector_labels(
+                        n,
+                        labels::COMPONENT_BROKER,
+                    ))),
+                    topology_key: sched.topology_key.clone(),
+                    ..PodAffinityTerm::default()
+                }]),
+                ..PodAntiAffinity::default()
+            }),
+            ..Affinity::default()
+        }),
+        tolerations: Some(sched.tolerations.iter().map(toleration).collect()),
+        priority_class_name: sched.priority_class_name.clone(),
+        security_context: Some(security),
+        containers: vec![broker_container(spec, n, input_mounts)],
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    }
+}
+
+/// `rustqueued` with listeners on the Pod IP, the data volume and the read-only inputs.
+fn broker_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount>) -> Container {
+    let port = |name: &str, port: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    };
+    let mut mounts = vec![VolumeMount {
+        name: "data".into(),
+        mount_path: labels::DATA_PATH.into(),
+        ..VolumeMount::default()
+    }];
+    mounts.extend(input_mounts);
+    Container {
+        name: "broker".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        command: Some(vec!["rustqueued".into()]),
+        args: Some(pod::config_args()),
+        ports: Some(vec![
+            port("tcp", labels::BROKER_TCP_PORT),
+            port("http", labels::BROKER_HTTP_PORT),
+        ]),
+        env: Some(broker_env(spec, n)),
+        volume_mounts: Some(mounts),
+        readiness_probe: Some(http_probe("/v1/health", 2, 2, 1)),
+        liveness_probe: Some(http_probe("/ping", 10, 3, 2)),
+        resources: Some(resources(spec)),
+        security_context: Some(pod::container_security()),
+        ..Container::default()
+    }
+}
+
+/// The Pod's identity from the downward API first: `$(POD_IP)` only expands in variables
+/// defined after it.
+fn broker_env(spec: &RustQueueSpec, n: &str) -> Vec<EnvVar> {
+    let field = |name: &str, path: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
+    let value = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..EnvVar::default()
+    };
+    vec![
+        field(env::POD_NAME, "metadata.name"),
+        field(env::POD_NAMESPACE, "metadata.namespace"),
+        field(env::POD_IP, "status.podIP"),
+        value(
+            env::TCP_ADDRESS,
+            format!("$(POD_IP):{}", labels::BROKER_TCP_PORT),
+        ),
+        value(
+            env::HTTP_ADDRESS,
+            format!("$(POD_IP):{}", labels::BROKER_HTTP_PORT),
+        ),
+        value(
+            env::BROADCAST_ADDRESS,
+            format!(
+                "$(POD_NAME).{}.$(POD_NAMESPACE).svc",
+                names::brokers_service(n)
+            ),
+        ),
+        value(env::DATA_PATH, labels::DATA_PATH.into()),
+        value(
+            env::MESSAGE_INDEX_CACHE_BYTES,
+            spec.message_index_cache_bytes.to_string(),
+        ),
+    ]
+}
+
+/// An HTTP GET on the `http` port.
+fn http_probe(path: &str, period: i32, failures: i32, timeout: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(timeout),
+        ..Probe::default()
+    }
+}
+
+/// Requests always; limits only when given.
+fn resources(spec: &RustQueueSpec) -> ResourceRequirements {
+    let r = &spec.broker_resources;
+    let quantities = |pairs: [(&str, Option<&String>); 2]| {
+        let map: BTreeMap<String, Quantity> = pairs
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), Quantity(v?.clone()))))
+            .collect();
+        (!map.is_empty()).then_some(map)
+    };
+    ResourceRequirements {
+        requests: quantities([
+            ("cpu", Some(&r.cpu_request)),
+            ("memory", Some(&r.memory_request)),
+        ]),
+        limits: quantities([
+            ("cpu", r.cpu_limit.as_ref()),
+            ("memory", r.memory_limit.as_ref()),
+        ]),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// Split `key=value` (validated by the CRD pattern) into a nodeSelector map.
+fn node_selector(selector: &str) -> BTreeMap<String, String> {
+    let (k, v) = selector.split_once('=').unwrap_or((selector, ""));
+    BTreeMap::from([(k.trim().to_string(), v.trim().to_string())])
+}
+
+fn toleration(t: &rustqueue_api::crd::Toleration) -> Toleration {
+    Toleration {
+        key: t.key.clone(),
+        operator: t.operator.clone(),
+        value: t.value.clone(),
+        effect: t.effect.clone(),
+        toleration_seconds: t.toleration_seconds,
+    }
+}
+
+/// The `data` claim template: the broker's only copy of its messages.
+fn data_claim(
+    spec: &RustQueueSpec,
+    inputs: &BrokerInputs,
+    selector: BTreeMap<String, String>,
+) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            labels: Some(selector),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(spec.storage_class_name.clone()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(inputs.claim_size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
 }
 
 #[cfg(test)]

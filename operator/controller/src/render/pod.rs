@@ -1,0 +1,100 @@
+//! Pieces every Pod the operator renders shares: the restricted security contexts (uid 65532,
+//! no privilege, read-only root) and the broker's config, auth and client-TLS mounts, so the
+//! capability probe runs the target image exactly as a broker would.
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, PodSecurityContext, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
+};
+use rustqueue_api::labels;
+
+/// The nonroot user and group of the images.
+pub(super) const RUN_AS: i64 = 65532;
+
+/// Where the client TLS Secret is mounted (the broker config names files under it).
+pub(super) const CLIENT_TLS_DIR: &str = "/run/tls/rustqueue";
+
+/// `rustqueued --config <mounted config>`.
+pub(super) fn config_args() -> Vec<String> {
+    vec![
+        "--config".into(),
+        format!("{}/{}", labels::CONFIG_DIR, labels::CONFIG_FILE),
+    ]
+}
+
+/// Non-root as [`RUN_AS`], the runtime's default seccomp profile; no fsGroup.
+pub(super) fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// No privilege, no capabilities, a read-only root file system.
+pub(super) fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The read-only inputs of `rustqueued`: its config, the auth tokens and, when the spec has
+/// client TLS, the certificate Secret (the broker refuses a config whose TLS files are missing).
+pub(super) fn broker_inputs(
+    config_map: &str,
+    auth_secret: &str,
+    client_tls_secret: Option<&str>,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map.into(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        secret_volume("auth", auth_secret),
+    ];
+    let mut mounts = vec![
+        mount("config", labels::CONFIG_DIR),
+        mount("auth", labels::SECRETS_DIR),
+    ];
+    if let Some(tls) = client_tls_secret {
+        volumes.push(secret_volume("client-tls", tls));
+        mounts.push(mount("client-tls", CLIENT_TLS_DIR));
+    }
+    (volumes, mounts)
+}
