@@ -119,7 +119,12 @@ pub fn decide(i: &Input<'_>) -> Option<(Step, Vec<Action>)> {
 
 type StepFn<'a> = dyn Fn(OperationPhase, String, Option<&str>) -> Step + 'a;
 
-/// Decision rows a-j of docs/operator.md, in order.
+/// What one decision stage answers: the step and its actions, or `None` to go on.
+type Verdict = Option<(Step, Vec<Action>)>;
+
+/// Decision rows a-j of docs/operator.md, in order: wait until the broker set has settled
+/// (a-d), keep to one disruption at a time (e-g), let people hold the rollout (h-i), then
+/// replace the highest-ordinal outdated broker (j).
 fn replace_next(
     i: &Input<'_>,
     outdated: &[&BrokerPod],
@@ -127,10 +132,33 @@ fn replace_next(
     step: &StepFn<'_>,
     resume_all: Vec<Action>,
 ) -> (Step, Vec<Action>) {
+    if let Some(v) = settle(i, outdated, draining, step, &resume_all)
+        .or_else(|| one_disruption(i, draining, step, &resume_all))
+        .or_else(|| human_gates(i, outdated, step))
+    {
+        return v;
+    }
+    // j. the highest-ordinal outdated broker.
+    let next = outdated
+        .iter()
+        .max_by_key(|b| ordinal(&b.name))
+        .expect("outdated is not empty");
+    replace(step, next)
+}
+
+/// Rows a-d: every Pod exists, the disruption in flight has finished, replaced brokers are
+/// Ready, and no outdated broker is down for a reason of its own.
+fn settle(
+    i: &Input<'_>,
+    outdated: &[&BrokerPod],
+    draining: &[&BrokerPod],
+    step: &StepFn<'_>,
+    resume_all: &[Action],
+) -> Verdict {
     use OperationPhase as P;
     let d = i.desired;
-    let wait = |msg: String, broker: Option<&str>, actions| {
-        (step(P::WaitingForReady, msg, broker), actions)
+    let wait = |msg: String, broker: Option<&str>, actions: Vec<Action>| {
+        Some((step(P::WaitingForReady, msg, broker), actions))
     };
     // a. the Pod set must be exactly ordinals 0..N-1.
     let missing: Vec<String> = (0..i.replicas)
@@ -146,23 +174,31 @@ fn replace_next(
     }
     // A deleted outdated Pod is the one disruption in flight.
     if let Some(b) = outdated.iter().find(|b| b.terminating) {
-        return (
+        return Some((
             step(
                 P::Replacing,
                 format!("replacing {}: waiting for the old Pod to terminate", b.name),
                 Some(b.name.as_str()),
             ),
             Vec::new(),
-        );
+        ));
     }
     // b. nothing outdated: done once every broker is Ready.
     let current_unready = i
         .brokers
         .iter()
         .find(|b| b.runs(&d.revision) && !b.is_ready());
+    let not_ready_yet = |b: &BrokerPod| {
+        format!(
+            "waiting for {} (revision {}) to become Ready: {}",
+            b.name,
+            d.revision,
+            b.why_not_ready()
+        )
+    };
     if outdated.is_empty() {
         return match current_unready {
-            None => (
+            None => Some((
                 step(
                     P::Completed,
                     format!("all brokers run revision {}", d.revision),
@@ -175,73 +211,71 @@ fn replace_next(
                         pod: b.name.clone(),
                     })
                     .collect(),
-            ),
-            Some(b) => wait(
-                format!(
-                    "waiting for {} (revision {}) to become Ready: {}",
-                    b.name,
-                    d.revision,
-                    b.why_not_ready()
-                ),
-                Some(b.name.as_str()),
-                Vec::new(),
-            ),
+            )),
+            Some(b) => wait(not_ready_yet(b), Some(b.name.as_str()), Vec::new()),
         };
     }
     // c. a replaced broker is not Ready yet: never disrupt the next one.
     if let Some(b) = current_unready {
-        return wait(
-            format!(
-                "waiting for {} (revision {}) to become Ready: {}",
-                b.name,
-                d.revision,
-                b.why_not_ready()
-            ),
-            Some(b.name.as_str()),
-            resume_all,
-        );
+        return wait(not_ready_yet(b), Some(b.name.as_str()), resume_all.to_vec());
     }
     // d. an unexpected outage: resume our drain instead of compounding it.
-    if let Some(b) = outdated
+    let outage = outdated
         .iter()
-        .find(|b| !b.is_ready() && !draining.iter().any(|x| x.name == b.name))
-    {
-        return wait(
-            format!(
-                "refusing to make another broker unavailable: {} is not Ready ({})",
-                b.name,
-                b.why_not_ready()
-            ),
-            Some(b.name.as_str()),
-            resume_all,
-        );
-    }
+        .find(|b| !b.is_ready() && !draining.iter().any(|x| x.name == b.name))?;
+    wait(
+        format!(
+            "refusing to make another broker unavailable: {} is not Ready ({})",
+            outage.name,
+            outage.why_not_ready()
+        ),
+        Some(outage.name.as_str()),
+        resume_all.to_vec(),
+    )
+}
+
+/// Rows e-g: a single broker is never replaced, two drains never overlap, and a drain under
+/// way is finished before another starts.
+fn one_disruption(
+    i: &Input<'_>,
+    draining: &[&BrokerPod],
+    step: &StepFn<'_>,
+    resume_all: &[Action],
+) -> Verdict {
+    use OperationPhase as P;
     // e. the single-broker gate.
     if i.replicas < 2 {
-        return (
+        return Some((
             step(P::Blocked, "rolling replacement needs at least two brokers: a single broker cannot be replaced without an outage; scale to two or more brokers first".into(), None),
-            resume_all,
-        );
+            resume_all.to_vec(),
+        ));
     }
     // f. one disruption at a time.
     if draining.len() > 1 {
-        return wait(
-            format!(
-                "{} brokers were draining; resuming them to keep one disruption at a time",
-                draining.len()
+        return Some((
+            step(
+                P::WaitingForReady,
+                format!(
+                    "{} brokers were draining; resuming them to keep one disruption at a time",
+                    draining.len()
+                ),
+                None,
             ),
-            None,
-            resume_all,
-        );
+            resume_all.to_vec(),
+        ));
     }
     // g. continue the broker already draining.
-    if let Some(b) = draining.first() {
-        return replace(step, b);
-    }
+    draining.first().map(|b| replace(step, b))
+}
+
+/// Rows h-i: `spec.rollout.paused`, and canary approval after the first replaced broker.
+fn human_gates(i: &Input<'_>, outdated: &[&BrokerPod], step: &StepFn<'_>) -> Verdict {
+    use OperationPhase as P;
+    let d = i.desired;
     let r = &d.spec.rollout;
     // h. paused.
     if r.paused {
-        return (
+        return Some((
             step(
                 P::Paused,
                 format!(
@@ -252,32 +286,24 @@ fn replace_next(
                 None,
             ),
             Vec::new(),
-        );
+        ));
     }
     // i. canary approval after the first replaced broker.
-    let canary = i.brokers.iter().find(|b| b.runs(&d.revision));
-    if let Some(c) = canary
-        && r.require_canary_approval
-        && r.approved_revision.as_deref() != Some(d.revision.as_str())
-    {
-        return (
+    let canary = i.brokers.iter().find(|b| b.runs(&d.revision))?;
+    if r.require_canary_approval && r.approved_revision.as_deref() != Some(d.revision.as_str()) {
+        return Some((
             step(
                 P::AwaitingCanaryApproval,
                 format!(
                     "canary {} runs revision {}; set spec.rollout.approvedRevision to {} to continue",
-                    c.name, d.revision, d.revision
+                    canary.name, d.revision, d.revision
                 ),
-                Some(c.name.as_str()),
+                Some(canary.name.as_str()),
             ),
             Vec::new(),
-        );
+        ));
     }
-    // j. the highest-ordinal outdated broker.
-    let next = outdated
-        .iter()
-        .max_by_key(|b| ordinal(&b.name))
-        .expect("outdated is not empty");
-    replace(step, next)
+    None
 }
 
 fn replace(step: &StepFn<'_>, b: &BrokerPod) -> (Step, Vec<Action>) {
