@@ -20,6 +20,8 @@ pub const APP_NAME: &str = "rustqueue";
 pub const COMPONENT_BROKER: &str = "broker";
 /// Component of the runtime ServiceAccount, Role and RoleBinding.
 pub const COMPONENT_RUNTIME: &str = "runtime";
+/// Component of the Kodo gateway Pods (guarded by their own NetworkPolicy).
+pub const COMPONENT_KODO_GATEWAY: &str = "kodo-gateway";
 
 /// Pod-template annotation: hash of everything that should roll a broker Pod.
 pub const REVISION_ANNOTATION: &str = "rustqueue.io/revision";

@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
@@ -45,13 +46,16 @@ pub async fn apply_runtime(client: &kube::Client, ns: &str, c: &Children) -> Res
     ssa::<ServiceAccount>(client, ns, &c.service_account).await?;
     ssa::<Role>(client, ns, &c.role).await?;
     ssa::<RoleBinding>(client, ns, &c.role_binding).await?;
+    ssa::<NetworkPolicy>(client, ns, &c.internal_network_policy).await?;
     ssa::<Service>(client, ns, &c.service).await?;
     Ok(())
 }
 
-/// Apply the broker set: its ConfigMap first (Pods mount it), the StatefulSet, the PDB.
+/// Apply the broker set: its ConfigMap first (Pods mount it), the brokers' NetworkPolicy
+/// (before a Pod can listen), the StatefulSet, the PDB.
 pub async fn apply_broker_set(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
     ssa::<ConfigMap>(client, ns, &c.config_map).await?;
+    ssa::<NetworkPolicy>(client, ns, &c.broker_network_policy).await?;
     ssa::<StatefulSet>(client, ns, &c.stateful_set).await?;
     ssa::<PodDisruptionBudget>(client, ns, &c.pdb).await?;
     Ok(())

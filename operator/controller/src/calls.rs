@@ -30,6 +30,8 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
     ),
     // apply: ApplyBrokerSet (SSA).
     ("policy", "poddisruptionbudgets", &["create", "patch"]),
+    // apply: ApplyBrokerSet (the brokers' policy) and ApplyRuntime (the internal one), SSA.
+    ("networking.k8s.io", "networkpolicies", &["create", "patch"]),
     // apply: ApplyRuntime (SSA).
     ("rbac.authorization.k8s.io", "roles", &["create", "patch"]),
     (

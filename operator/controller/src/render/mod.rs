@@ -7,6 +7,7 @@
 
 mod config;
 mod desired;
+mod network;
 mod pod;
 mod policy;
 mod probe;
@@ -20,6 +21,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -28,6 +30,7 @@ use rustqueue_api::labels;
 
 pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
+pub use network::{broker_network_policy, internal_network_policy};
 pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
 pub use rbac::{role, role_binding, service_account};
@@ -96,6 +99,14 @@ pub mod names {
     /// Broker PDB.
     pub fn pdb(n: &str) -> String {
         format!("{n}-brokers")
+    }
+    /// NetworkPolicy of the broker Pods.
+    pub fn broker_network_policy(n: &str) -> String {
+        format!("{n}-broker-ingress")
+    }
+    /// NetworkPolicy of the instance's other Pods.
+    pub fn internal_network_policy(n: &str) -> String {
+        format!("{n}-internal")
     }
     /// Runtime ServiceAccount, Role and RoleBinding.
     pub fn runtime(n: &str) -> String {
@@ -172,6 +183,10 @@ pub struct Children {
     pub stateful_set: StatefulSet,
     /// `<n>-brokers`.
     pub pdb: PodDisruptionBudget,
+    /// `<n>-broker-ingress`.
+    pub broker_network_policy: NetworkPolicy,
+    /// `<n>-internal`.
+    pub internal_network_policy: NetworkPolicy,
 }
 
 impl Children {
@@ -186,6 +201,8 @@ impl Children {
             role_binding: role_binding(owner),
             service: headless_service(owner),
             pdb: pod_disruption_budget(owner, inputs.replicas),
+            broker_network_policy: broker_network_policy(owner),
+            internal_network_policy: internal_network_policy(owner),
         }
     }
 
@@ -202,19 +219,21 @@ impl Children {
             .unwrap_or_default()
     }
 
-    /// The objects as JSON in the order they are applied (config before the Pods that mount
-    /// it, RBAC before the ServiceAccount's users, the Service last).
+    /// The objects as JSON in the order they are applied (config and the brokers' policy
+    /// before the Pods, RBAC before the ServiceAccount's users, the Service last).
     pub fn in_apply_order(&self) -> Vec<serde_json::Value> {
         fn j<T: serde::Serialize>(t: &T) -> serde_json::Value {
             serde_json::to_value(t).expect("k8s objects serialize")
         }
         vec![
             j(&self.config_map),
+            j(&self.broker_network_policy),
             j(&self.stateful_set),
             j(&self.pdb),
             j(&self.service_account),
             j(&self.role),
             j(&self.role_binding),
+            j(&self.internal_network_policy),
             j(&self.service),
         ]
     }
@@ -264,7 +283,7 @@ mod tests {
     fn every_child_is_owned_by_the_rustqueue_as_controller() {
         let c = Children::render(&owner(), &spec(), &inputs());
         let objs = c.in_apply_order();
-        assert_eq!(objs.len(), 7);
+        assert_eq!(objs.len(), 9);
         for o in objs {
             let refs = &o["metadata"]["ownerReferences"];
             assert_eq!(refs[0]["uid"], "uid-1", "{}", o["kind"]);
@@ -292,11 +311,13 @@ mod tests {
             kinds,
             [
                 "ConfigMap",
+                "NetworkPolicy",
                 "StatefulSet",
                 "PodDisruptionBudget",
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
+                "NetworkPolicy",
                 "Service"
             ]
         );
