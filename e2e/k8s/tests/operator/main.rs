@@ -10,6 +10,7 @@ mod cluster;
 mod failures;
 mod levels;
 mod maintenance;
+mod network;
 mod rollout;
 mod storage;
 
@@ -20,6 +21,7 @@ use cluster::Cluster;
 use failures::*;
 use levels::*;
 use maintenance::*;
+use network::*;
 use rollout::*;
 use storage::*;
 
@@ -43,6 +45,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
             step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
             step!(the_printer_columns_show_phase_desired_and_ready(&c)).await;
             step!(argocd_health_reads_the_ready_cluster_as_healthy(&c)).await;
+            step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
             step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
             step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
             let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
