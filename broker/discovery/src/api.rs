@@ -1,0 +1,409 @@
+//! The HTTP API: nsqlookupd v1.3.0's read routes, answered the way nsqlookupd answers them,
+//! plus the native routes. One dispatcher instead of a router so that unknown paths, wrong
+//! methods and trailing slashes get nsqlookupd's answers (its router is httprouter):
+//!
+//! - JSON routes always answer the bare body (no `status_code`/`data` envelope) with
+//!   `Content-Type: application/json; charset=utf-8` and `X-NSQ-Content-Type: nsq; version=1.0`,
+//!   whether or not the request sent `Accept: application/vnd.nsq; version=1.0` (v1.3.0 ignores
+//!   the header; the envelope was removed in v1.0).
+//! - Errors are `{"message":"<CODE>"}`: 404 `NOT_FOUND`, 405 `METHOD_NOT_ALLOWED`,
+//!   400 `INVALID_REQUEST` / `MISSING_ARG_TOPIC`, 404 `TOPIC_NOT_FOUND`, 414 `URI_TOO_LONG`,
+//!   and 503 `discovery source is not ready` while the source is stale (fail closed).
+//! - `/ping` is plain `OK`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::Shared;
+use crate::index::Producer;
+use crate::query::{self, QueryError};
+
+/// The `X-NSQ-Content-Type` value nsqlookupd sends on every JSON answer.
+pub const NSQ_CONTENT_TYPE: &str = "nsq; version=1.0";
+/// The message of every fail-closed 503.
+pub const NOT_READY: &str = "discovery source is not ready";
+
+/// The axum app.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(dispatch).with_state(shared)
+}
+
+fn json_response(code: StatusCode, body: &impl Serialize) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    let mut r = Response::new(Body::from(bytes));
+    *r.status_mut() = code;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    h.insert(
+        "X-NSQ-Content-Type",
+        HeaderValue::from_static(NSQ_CONTENT_TYPE),
+    );
+    r
+}
+
+fn error(code: StatusCode, message: &str) -> Response {
+    json_response(code, &json!({ "message": message }))
+}
+
+fn text(code: StatusCode, body: String, content_type: &'static str) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// Every route: path, method, and whether it is gated on a fresh source.
+const ROUTES: &[(&str, Method, bool)] = &[
+    ("/ping", Method::GET, false),
+    ("/info", Method::GET, false),
+    ("/lookup", Method::GET, true),
+    ("/topics", Method::GET, true),
+    ("/channels", Method::GET, true),
+    ("/nodes", Method::GET, true),
+    ("/v1/publishers", Method::GET, true),
+    ("/v1/publishers/head", Method::GET, true),
+    ("/v1/brokers", Method::GET, true),
+    ("/v1/health", Method::GET, false),
+    ("/metrics", Method::GET, false),
+];
+
+async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let raw_query = req.uri().query().unwrap_or("").to_string();
+    answer(&shared, req.method(), &path, &raw_query)
+}
+
+/// Answer one request (separate from axum so tests and fuzzing can drive it directly).
+pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
+    let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
+        // httprouter's RedirectTrailingSlash: `/lookup/` -> `/lookup`.
+        if let Some(stripped) = path.strip_suffix('/')
+            && ROUTES.iter().any(|r| r.0 == stripped)
+        {
+            let mut loc = stripped.to_string();
+            if !raw_query.is_empty() {
+                loc = format!("{loc}?{raw_query}");
+            }
+            let code = if method == Method::GET {
+                StatusCode::MOVED_PERMANENTLY
+            } else {
+                StatusCode::PERMANENT_REDIRECT
+            };
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = code;
+            if let Ok(v) = HeaderValue::from_str(&loc) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            return r;
+        }
+        return error(StatusCode::NOT_FOUND, "NOT_FOUND");
+    };
+    if method == Method::OPTIONS {
+        let mut r = Response::new(Body::empty());
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
+        return r;
+    }
+    if method != want {
+        let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
+        return r;
+    }
+    if gated && shared.source_ready().is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, NOT_READY);
+    }
+    let q = match query::parse(raw_query) {
+        Ok(q) => q,
+        Err(QueryError::TooLong) => return error(StatusCode::URI_TOO_LONG, "URI_TOO_LONG"),
+        // nsqlookupd only parses the query on the routes that take arguments.
+        Err(_) if matches!(route, "/lookup" | "/channels") => {
+            return error(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        }
+        Err(_) => query::Query::default(),
+    };
+    match route {
+        "/ping" => text(StatusCode::OK, "OK".into(), "text/plain; charset=utf-8"),
+        "/info" => info(shared),
+        "/lookup" => {
+            let Some(topic) = q.get("topic") else {
+                return error(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
+            };
+            match shared.read().lookup(topic) {
+                None => error(StatusCode::NOT_FOUND, "TOPIC_NOT_FOUND"),
+                Some((channels, producers)) => json_response(
+                    StatusCode::OK,
+                    &json!({ "channels": channels, "producers": producers }),
+                ),
+            }
+        }
+        "/topics" => json_response(StatusCode::OK, &json!({ "topics": shared.read().topics() })),
+        "/channels" => {
+            let Some(topic) = q.get("topic") else {
+                return error(StatusCode::BAD_REQUEST, "MISSING_ARG_TOPIC");
+            };
+            json_response(
+                StatusCode::OK,
+                &json!({ "channels": shared.read().channels(topic) }),
+            )
+        }
+        "/nodes" => nodes(shared),
+        "/v1/publishers" => {
+            let ix = shared.read();
+            json_response(
+                StatusCode::OK,
+                &json!({ "revision": ix.revision(), "producers": ix.publishers() }),
+            )
+        }
+        "/v1/publishers/head" => {
+            let ix = shared.read();
+            json_response(
+                StatusCode::OK,
+                &json!({ "revision": ix.revision(), "broker_count": ix.publishers().len() }),
+            )
+        }
+        "/v1/brokers" => {
+            let ix = shared.read();
+            json_response(
+                StatusCode::OK,
+                &json!({ "revision": ix.revision(), "producers": ix.brokers() }),
+            )
+        }
+        "/v1/health" => health(shared),
+        "/metrics" => text(
+            StatusCode::OK,
+            shared.metrics.render(),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        _ => error(StatusCode::NOT_FOUND, "NOT_FOUND"),
+    }
+}
+
+fn info(shared: &Shared) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "broadcast_address": "rustqueue-discovery",
+            "hostname": "rustqueue-discovery",
+            "tcp_port": 0,
+            "http_port": 4161,
+            "broker_count": shared.read().consume_ready_count(),
+        }),
+    )
+}
+
+/// `/nodes` entry: nsqlookupd's node shape plus `node_id`.
+#[derive(Serialize)]
+struct Node<'a> {
+    #[serde(flatten)]
+    producer: &'a Producer,
+    tombstones: Vec<bool>,
+    topics: Vec<String>,
+}
+
+fn nodes(shared: &Shared) -> Response {
+    let ix = shared.read();
+    let nodes: Vec<Node<'_>> = ix
+        .publishers()
+        .iter()
+        .map(|p| {
+            let topics = ix.topics_of(p.node_id);
+            Node {
+                producer: p,
+                tombstones: vec![false; topics.len()],
+                topics,
+            }
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({ "producers": nodes }))
+}
+
+fn health(shared: &Shared) -> Response {
+    let count = shared.read().consume_ready_count();
+    match shared.source_ready() {
+        Ok(()) => json_response(
+            StatusCode::OK,
+            &json!({ "status": "ready", "broker_count": count, "lookup_ready": true }),
+        ),
+        Err(reason) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({
+                "status": "source-unavailable",
+                "reason": reason,
+                "broker_count": count,
+                "lookup_ready": false,
+            }),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Broker;
+    use proptest::prelude::*;
+
+    fn shared_with_topic() -> Shared {
+        let s = Shared::default();
+        s.write().upsert(
+            "127.0.0.1:4151",
+            Broker {
+                node_id: 1,
+                revision: 1,
+                broadcast_address: "127.0.0.1".into(),
+                tcp_port: 4150,
+                http_port: 4151,
+                version: "0.1.0".into(),
+                publish_ready: true,
+                consume_ready: true,
+                topics: [("t".to_string(), vec!["c".to_string()])].into(),
+            },
+        );
+        s.record(Ok(()));
+        s
+    }
+
+    async fn body(r: Response) -> (StatusCode, String) {
+        let code = r.status();
+        let b = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        (code, String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn nsqlookupd_answers() {
+        let s = shared_with_topic();
+        let r = answer(&s, &Method::GET, "/lookup", "topic=t");
+        assert_eq!(r.headers()["X-NSQ-Content-Type"], NSQ_CONTENT_TYPE);
+        assert_eq!(
+            r.headers()["Content-Type"],
+            "application/json; charset=utf-8"
+        );
+        let (code, b) = body(r).await;
+        assert_eq!(code, 200);
+        let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["channels"], json!(["c"]));
+        assert_eq!(v["producers"][0]["broadcast_address"], "127.0.0.1");
+        assert_eq!(v["producers"][0]["tcp_port"], 4150);
+        let cases = [
+            (
+                Method::GET,
+                "/lookup",
+                "topic=nope",
+                404,
+                r#"{"message":"TOPIC_NOT_FOUND"}"#,
+            ),
+            (
+                Method::GET,
+                "/lookup",
+                "",
+                400,
+                r#"{"message":"MISSING_ARG_TOPIC"}"#,
+            ),
+            (
+                Method::GET,
+                "/lookup",
+                "topic=%zz",
+                400,
+                r#"{"message":"INVALID_REQUEST"}"#,
+            ),
+            (
+                Method::GET,
+                "/channels",
+                "topic=a;b",
+                400,
+                r#"{"message":"INVALID_REQUEST"}"#,
+            ),
+            (Method::GET, "/nope", "", 404, r#"{"message":"NOT_FOUND"}"#),
+            (
+                Method::POST,
+                "/lookup",
+                "topic=t",
+                405,
+                r#"{"message":"METHOD_NOT_ALLOWED"}"#,
+            ),
+            (Method::GET, "/topics", "%zz", 200, r#"{"topics":["t"]}"#),
+            (
+                Method::GET,
+                "/channels",
+                "topic=t",
+                200,
+                r#"{"channels":["c"]}"#,
+            ),
+            (
+                Method::GET,
+                "/channels",
+                "topic=x",
+                200,
+                r#"{"channels":[]}"#,
+            ),
+        ];
+        for (m, p, q, code, want) in cases {
+            let (c, b) = body(answer(&s, &m, p, q)).await;
+            assert_eq!((c.as_u16(), b.as_str()), (code, want), "{m} {p}?{q}");
+        }
+        let (c, b) = body(answer(&s, &Method::GET, "/ping", "")).await;
+        assert_eq!((c.as_u16(), b.as_str()), (200, "OK"));
+        let r = answer(&s, &Method::GET, "/lookup/", "topic=t");
+        assert_eq!(r.status(), 301);
+        assert_eq!(r.headers()["Location"], "/lookup?topic=t");
+        let long = format!("topic={}", "a".repeat(query::MAX_QUERY_BYTES));
+        assert_eq!(answer(&s, &Method::GET, "/lookup", &long).status(), 414);
+    }
+
+    #[tokio::test]
+    async fn stale_source_fails_closed() {
+        let s = Shared::default();
+        s.record(Err("broker down".into()));
+        let (c, b) = body(answer(&s, &Method::GET, "/lookup", "topic=t")).await;
+        assert_eq!(
+            (c.as_u16(), b.as_str()),
+            (503, r#"{"message":"discovery source is not ready"}"#)
+        );
+        let (c, b) = body(answer(&s, &Method::GET, "/v1/health", "")).await;
+        assert_eq!(c, 503);
+        let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["status"], "source-unavailable");
+        assert!(v["reason"].as_str().unwrap().contains("broker down"), "{b}");
+        assert_eq!(answer(&s, &Method::GET, "/ping", "").status(), 200);
+        assert_eq!(answer(&s, &Method::GET, "/metrics", "").status(), 200);
+    }
+
+    #[tokio::test]
+    async fn native_routes_carry_the_revision() {
+        let s = shared_with_topic();
+        let (_, pubs) = body(answer(&s, &Method::GET, "/v1/publishers", "")).await;
+        let (_, head) = body(answer(&s, &Method::GET, "/v1/publishers/head", "")).await;
+        let pubs: serde_json::Value = serde_json::from_str(&pubs).unwrap();
+        let head: serde_json::Value = serde_json::from_str(&head).unwrap();
+        assert_eq!(pubs["revision"], head["revision"]);
+        assert_eq!(head["broker_count"], 1);
+        assert_eq!(pubs["producers"][0]["node_id"], 1);
+        let (_, nodes) = body(answer(&s, &Method::GET, "/nodes", "")).await;
+        let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
+        assert_eq!(nodes["producers"][0]["topics"], json!(["t"]));
+        assert_eq!(nodes["producers"][0]["tombstones"], json!([false]));
+    }
+
+    proptest! {
+        #[test]
+        fn any_path_and_query_gets_an_answer(p in "/[a-z/%.]{0,40}", q in ".{0,200}") {
+            let s = shared_with_topic();
+            for m in [Method::GET, Method::POST, Method::HEAD, Method::DELETE] {
+                let r = answer(&s, &m, &p, &q);
+                prop_assert!(r.status().as_u16() < 500, "{} {}?{} -> {}", m, p, q, r.status());
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `rustqueue-discovery`: an nsqlookupd-compatible lookup service for a RustQueue cluster.
+//!
+//! Brokers come from a [`source`] (the EndpointSlices of the brokers' headless Service, or a
+//! static list beside `make run`); the [`poller`] reads each broker's `/v1/registry/head` and
+//! fetches `/v1/registry` only when it changed; the [`index`] keeps per-topic owner and channel
+//! maps up to date incrementally; [`api`] serves nsqlookupd's read API and the native
+//! `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. See docs/discovery.md.
+
+pub mod api;
+pub mod index;
+pub mod metrics;
+pub mod poller;
+pub mod query;
+pub mod source;
+
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// A source older than this makes every lookup route answer 503 (fail closed).
+pub const STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// State shared by the poller and the HTTP API.
+#[derive(Debug)]
+pub struct Shared {
+    /// The lookup indexes.
+    pub index: RwLock<index::Index>,
+    /// When the source last produced a successful refresh.
+    last_success: Mutex<Option<Instant>>,
+    /// Why the last refresh was not a success (for `/v1/health`).
+    last_error: Mutex<Option<String>>,
+    /// Prometheus metrics.
+    pub metrics: metrics::Metrics,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            index: RwLock::default(),
+            last_success: Mutex::new(None),
+            last_error: Mutex::new(None),
+            metrics: metrics::Metrics::new(),
+        }
+    }
+}
+
+impl Shared {
+    /// Record a refresh outcome: `Ok` marks the source fresh, `Err` keeps the reason.
+    pub fn record(&self, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                *lock(&self.last_success) = Some(Instant::now());
+                *lock(&self.last_error) = None;
+            }
+            Err(e) => *lock(&self.last_error) = Some(e),
+        }
+    }
+
+    /// `Ok` while the last successful refresh is at most [`STALE_AFTER`] old, else the reason.
+    pub fn source_ready(&self) -> Result<(), String> {
+        let fresh = lock(&self.last_success).is_some_and(|t| t.elapsed() <= STALE_AFTER);
+        if fresh {
+            return Ok(());
+        }
+        let why = lock(&self.last_error).clone();
+        Err(match (*lock(&self.last_success), why) {
+            (None, Some(e)) => format!("no successful refresh yet: {e}"),
+            (None, None) => "no successful refresh yet".to_string(),
+            (Some(t), Some(e)) => format!("source stale for {} ms: {e}", t.elapsed().as_millis()),
+            (Some(t), None) => format!("source stale for {} ms", t.elapsed().as_millis()),
+        })
+    }
+
+    /// Read access to the index (a poisoned lock is still readable: the index is only
+    /// mutated through methods that leave it consistent).
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, index::Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access to the index.
+    pub fn write(&self) -> std::sync::RwLockWriteGuard<'_, index::Index> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,121 @@
+//! `rustqueue-discovery`: nsqlookupd-compatible lookup for a RustQueue cluster
+//! (docs/discovery.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rustqueue_discovery::{Shared, api, poller, source};
+use tokio::sync::watch;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rustqueue-discovery",
+    version,
+    about = "nsqlookupd-compatible lookup for RustQueue"
+)]
+struct Cli {
+    /// HTTP listen address.
+    #[arg(
+        long,
+        env = "RUSTQUEUE_DISCOVERY_ADDRESS",
+        default_value = "0.0.0.0:4161"
+    )]
+    address: SocketAddr,
+    /// Static mode: comma-separated broker HTTP addresses (`host:port`) instead of
+    /// EndpointSlices, e.g. `127.0.0.1:4151` beside `make run`.
+    #[arg(
+        long,
+        env = "RUSTQUEUE_DISCOVERY_STATIC_BROKERS",
+        value_delimiter = ','
+    )]
+    static_brokers: Vec<String>,
+    /// Namespace of the brokers' headless Service.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    namespace: String,
+    /// The brokers' headless Service (its EndpointSlices are watched).
+    #[arg(
+        long,
+        env = "RUSTQUEUE_BROKER_SERVICE",
+        default_value = "rustqueue-brokers"
+    )]
+    broker_service: String,
+    /// Broker HTTP port used when an EndpointSlice lists no port.
+    #[arg(long, env = "RUSTQUEUE_BROKER_HTTP_PORT", default_value_t = 4151)]
+    broker_http_port: u16,
+    /// File holding the brokers' registry token (re-read every poll).
+    #[arg(long, env = "RUSTQUEUE_REGISTRY_TOKEN_FILE")]
+    registry_token_file: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let shared = Arc::new(Shared::default());
+    let statics: Vec<String> = cli
+        .static_brokers
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .cloned()
+        .collect();
+    let (tx, rx) = if statics.is_empty() {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes client (set --static-brokers outside a cluster)")?;
+        let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &cli.namespace);
+        let (tx, rx) = watch::channel(source::View {
+            problem: Some("EndpointSlices not listed yet".into()),
+            ..Default::default()
+        });
+        tokio::spawn(source::watch_endpoint_slices(
+            api,
+            cli.broker_service.clone(),
+            cli.broker_http_port,
+            tx.clone(),
+            shared.clone(),
+        ));
+        tracing::info!(namespace = %cli.namespace, service = %cli.broker_service, "watching EndpointSlices");
+        (tx, rx)
+    } else {
+        tracing::info!(brokers = ?statics, "static mode");
+        watch::channel(source::static_view(&statics))
+    };
+    let cfg = poller::PollerConfig {
+        registry_token_file: cli.registry_token_file.clone(),
+    };
+    tokio::spawn(poller::run(rx, cfg, shared.clone()));
+    let listener = tokio::net::TcpListener::bind(cli.address)
+        .await
+        .with_context(|| format!("bind {}", cli.address))?;
+    tracing::info!(address = %listener.local_addr()?, "rustqueue-discovery listening");
+    axum::serve(listener, api::router(shared))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    drop(tx);
+    Ok(())
+}
+
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down");
+}
