@@ -312,6 +312,20 @@ impl ChanState {
         Ok(())
     }
 
+    /// Takes a delivery whose body failed its check out of flight and finishes it: the message
+    /// is quarantined (never delivered), so the channel moves past it. Unlike a consumer's
+    /// FIN it does not count as finished by the consumer.
+    pub fn drop_damaged(&mut self, consumer: u64, id: u64) -> Option<ChannelCommand> {
+        let f = self.remove_in_flight(consumer, id).ok()?;
+        self.attempts.remove(&f.position);
+        let cmd = ChannelCommand::Finish {
+            position: f.position,
+            id,
+        };
+        self.durable.apply(&cmd);
+        Some(cmd)
+    }
+
     /// Finishes an internal (dead-letter) reservation.
     pub fn finish_internal(&mut self, id: u64) -> Option<ChannelCommand> {
         self.finish(0, id).ok()

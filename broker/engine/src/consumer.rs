@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::read_body_from;
 use rustqueue_storage::{ChannelCommand, Entry, FsFile};
+use rustqueue_storage::{is_damaged_body, read_body_from};
 
 use crate::channel::{ChanState, Channel, ConsumerState, Take, TakeRules};
 use crate::error::{DeliveryError, StorageFault};
@@ -160,12 +160,17 @@ impl Consumer {
             }
             match look.take {
                 Some((Take::Deliver { entry, attempts }, source)) => {
-                    return self.deliver(entry, attempts, source).await;
+                    match self.deliver(entry, attempts, source).await {
+                        Read::Body(d) => return Some(d),
+                        Read::Damaged => continue,
+                        Read::Failed => return None,
+                    }
                 }
                 Some((Take::DeadLetter { entry }, source)) => {
                     let target = self.dead_letter_target();
                     tokio::spawn(dead_letter(
                         self.inner.registry.clone(),
+                        self.topic.clone(),
                         self.channel.clone(),
                         target,
                         entry,
@@ -264,22 +269,30 @@ impl Consumer {
         take
     }
 
-    /// Reads the body of a taken message into a [`Delivery`]. A body that vanished or failed
-    /// its read means storage is suspect: it fails closed and ends this consumer.
-    async fn deliver(&self, entry: Entry, attempts: u16, source: BodySource) -> Option<Delivery> {
-        let Some(body) = self.budgeted_read(source, entry).await else {
-            self.inner.store.fault().trip(format!(
-                "cannot read body of position {} in topic {}",
-                entry.position, self.topic.name
-            ));
-            return None;
+    /// Reads the body of a taken message into a [`Delivery`]. A body that fails its
+    /// CRC-32C is quarantined and skipped (never sent); a body that vanished or failed its
+    /// read means storage is suspect: it fails closed and ends this consumer.
+    async fn deliver(&self, entry: Entry, attempts: u16, source: BodySource) -> Read<Delivery> {
+        let body = match self.budgeted_read(source, entry).await {
+            Ok(body) => body,
+            Err(ReadFail::Damaged) => {
+                let cmd = lock(&self.channel.st).drop_damaged(self.id, entry.id);
+                return quarantine(&self.inner.store, &self.topic, &self.channel, entry, cmd).await;
+            }
+            Err(ReadFail::Failed) => {
+                self.inner.store.fault().trip(format!(
+                    "cannot read body of position {} in topic {}",
+                    entry.position, self.topic.name
+                ));
+                return Read::Failed;
+            }
         };
         let m = &self.inner.metrics;
         // Fetch batches and messages are this same count (see `Metrics::get`): one message
         // per take.
         m.add(Counter::FetchBytes, body.len() as u64);
         m.add(Counter::Delivered, 1);
-        Some(Delivery {
+        Read::Body(Delivery {
             id: MessageId::from_u64(entry.id),
             timestamp_ns: entry.timestamp_ns,
             attempts,
@@ -289,7 +302,7 @@ impl Consumer {
 
     /// Reads a body while holding 2 × its size of the node delivery budget (read buffer +
     /// delivered copy), waiting when the budget is short; one read takes at most half of it.
-    async fn budgeted_read(&self, source: BodySource, entry: Entry) -> Option<Bytes> {
+    async fn budgeted_read(&self, source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
         let budgets = &self.inner.budgets;
         let units = budgets.delivery_units(entry.body_len);
         let m = &self.inner.metrics;
@@ -299,7 +312,7 @@ impl Consumer {
                 m.add(Counter::BudgetWaits, 1);
                 // A guard, not a plain decrement: sessions cancel `next()` mid-wait.
                 let _waiting = Waiter::new(m);
-                budgets.delivery(units).await?
+                budgets.delivery(units).await.ok_or(ReadFail::Failed)?
             }
         };
         let started = Instant::now();
@@ -404,30 +417,87 @@ impl Drop for Waiter<'_> {
     }
 }
 
-async fn read(source: BodySource, entry: Entry) -> Option<Bytes> {
-    let file = source?;
-    if entry.body_len > BLOCKING_READ_BYTES {
-        tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry).ok())
+/// What reading a body for delivery came to.
+enum Read<T> {
+    /// The body, intact.
+    Body(T),
+    /// The body failed its CRC-32C: quarantined, never sent.
+    Damaged,
+    /// The body could not be read: storage is isolated.
+    Failed,
+}
+
+/// Why a body read gave no body.
+enum ReadFail {
+    /// It failed its CRC-32C.
+    Damaged,
+    /// It is gone or the read failed.
+    Failed,
+}
+
+async fn read(source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
+    let file = source.ok_or(ReadFail::Failed)?;
+    let r = if entry.body_len > BLOCKING_READ_BYTES {
+        tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry))
             .await
-            .ok()
-            .flatten()
-            .map(Bytes::from)
+            .map_err(|_| ReadFail::Failed)?
     } else {
-        read_body_from(file.as_ref(), &entry).ok().map(Bytes::from)
+        read_body_from(file.as_ref(), &entry)
+    };
+    match r {
+        Ok(body) => Ok(Bytes::from(body)),
+        Err(e) if is_damaged_body(&e) => Err(ReadFail::Damaged),
+        Err(_) => Err(ReadFail::Failed),
     }
+}
+
+/// Quarantines a message whose body failed its check, then persists the channel's move past
+/// it (`cmd`, when it was still in flight). A failed audit or WAL write isolates storage.
+async fn quarantine<T>(
+    store: &rustqueue_storage::Store,
+    topic: &Topic,
+    channel: &Channel,
+    entry: Entry,
+    cmd: Option<ChannelCommand>,
+) -> Read<T> {
+    let reported = lock(&topic.log).quarantine_body(&entry);
+    if let Err(e) = store.fault().guard(reported) {
+        tracing::error!(error = %e, "cannot record a quarantined message; storage isolated");
+        return Read::Failed;
+    }
+    tracing::warn!(
+        topic = %topic.name,
+        channel = %channel.name,
+        position = entry.position,
+        "message body failed its CRC-32C; quarantined and never delivered"
+    );
+    if let Some(cmd) = cmd
+        && channel.persist(vec![cmd]).await.is_err()
+    {
+        return Read::Failed;
+    }
+    channel.notify.notify_waiters();
+    Read::Damaged
 }
 
 /// Moves a message to its dead-letter topic: durable append first, then FIN of the source,
 /// so a crash can duplicate the dead letter but never lose the message.
 async fn dead_letter(
     registry: Arc<Registry>,
+    topic: Arc<Topic>,
     channel: Arc<Channel>,
     target: String,
     entry: Entry,
     source: BodySource,
 ) {
-    let Some(body) = read(source, entry).await else {
-        return;
+    let body = match read(source, entry).await {
+        Ok(body) => body,
+        Err(ReadFail::Damaged) => {
+            let cmd = lock(&channel.st).finish_internal(entry.id);
+            let _: Read<()> = quarantine(registry.store(), &topic, &channel, entry, cmd).await;
+            return;
+        }
+        Err(ReadFail::Failed) => return,
     };
     let Ok(t) = registry.get_or_create_topic(&target) else {
         return;

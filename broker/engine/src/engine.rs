@@ -440,6 +440,11 @@ impl Engine {
         }
     }
 
+    /// Damage at rest found and quarantined (the `/v1/health` `storage_damage` detail).
+    pub fn storage_damage(&self) -> rustqueue_storage::QuarantineSummary {
+        self.inner.store.quarantine().summary()
+    }
+
     /// Changes whenever a topic or channel is created or deleted.
     pub fn registry_revision(&self) -> u64 {
         self.inner.registry.revision()

@@ -39,6 +39,7 @@ impl Engine {
     pub fn counter(&self, c: Counter) -> u64 {
         match c {
             Counter::StorageErrors => self.inner.store.fault().errors(),
+            Counter::QuarantinedMessages => self.inner.store.quarantine().messages_total(),
             c => self.inner.metrics.get(c),
         }
     }

@@ -46,7 +46,9 @@ pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 /// What the engine reports about a data directory and this build's storage.
 pub use rustqueue_storage::Compatibility;
-pub use rustqueue_storage::{MAX_FEATURE_LEVEL, StorageError};
+pub use rustqueue_storage::{
+    DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, StorageError,
+};
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,
     MessageId, TopicStats, valid_name,

@@ -53,6 +53,7 @@ counters! {
     Requeued => "rustqueue_requeued_messages_total", Counter, "REQs applied";
     DeadLetters => "rustqueue_dead_letter_messages_total", Counter, "Messages moved to a dead-letter topic";
     StorageErrors => "rustqueue_storage_errors_total", Counter, "Storage write, fsync, read or scrub failures";
+    QuarantinedMessages => "rustqueue_storage_quarantined_messages_total", Counter, "Messages found damaged at rest (read, startup scan or scrub) and quarantined: never delivered, each counted once";
     Evictions => "rustqueue_protective_evictions_total", Counter, "Segments deleted by protective eviction";
     EvictedMessages => "rustqueue_protective_evicted_messages_total", Counter, "Messages deleted by protective eviction";
     GroupCommits => "rustqueue_publish_group_commits_total", Counter, "Publish groups answered together (one fdatasync in durable mode, one append otherwise)";

@@ -220,12 +220,13 @@ impl Registry {
         let log = if ephemeral {
             let mem = Arc::new(MemFs::new());
             TopicLog::open(
-                mem,
+                mem.clone(),
                 std::path::Path::new("/ephemeral"),
                 Fault::default(),
                 EPHEMERAL_SEGMENT_BYTES,
                 1,
                 self.store.page_cache().clone(),
+                rustqueue_storage::DamageSink::detached(mem, name),
             )?
         } else {
             let log = self.store.create_topic(&manifest)?;

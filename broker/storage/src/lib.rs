@@ -25,6 +25,7 @@ mod fs;
 mod log;
 mod memfs;
 mod meta;
+mod quarantine;
 mod record;
 #[cfg(any(test, feature = "test-support"))]
 pub mod simfs;
@@ -39,13 +40,16 @@ use std::sync::{Arc, Mutex};
 pub use audit::EvictionAudit;
 pub use channel::{ChannelCommand, ChannelState};
 pub use fs::{Fs, FsFile, RealFs};
-pub use log::scrub::{SealedSegment, verify_segment};
+pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
-    AppendBatch, DEFAULT_CACHE_BYTES, Entry, OldestSegment, PageCache, SyncHandle, Synced,
-    TopicLog, read_body_from,
+    AppendBatch, DEFAULT_CACHE_BYTES, DamageSink, Entry, OldestSegment, PageCache, SyncHandle,
+    Synced, TopicLog, is_damaged_body, read_body_from,
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility};
+pub use quarantine::{
+    DamageKind, Detector, Finding, Quarantine, QuarantineRecord, QuarantineSummary,
+};
 pub use record::{MAX_BATCH, payload_len};
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use wal::ChannelWal;

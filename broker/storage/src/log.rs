@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::failpoint::crash_failpoint;
 use crate::fs::{Fs, FsFile};
+use crate::quarantine::{DamageKind, Detector, Finding, Quarantine};
 use crate::record::{self, HEADER_LEN, RecordHeader};
 use crate::{Fault, StorageError, io_err, meta};
 
@@ -47,8 +48,101 @@ pub struct Entry {
     pub body_offset: u64,
     /// Body length.
     pub body_len: u32,
+    /// CRC-32C (Castagnoli) of the body, checked on every read for delivery.
+    pub body_crc: u32,
     /// Base log index of the segment holding the body.
     pub segment: u64,
+}
+
+/// Where a log reports the damage it finds: the store's quarantine ledger, under its topic.
+#[derive(Clone, Debug)]
+pub struct DamageSink {
+    quarantine: Quarantine,
+    topic: String,
+    /// Who finds damage while the log opens (the startup scan, or `storage repair`).
+    opening: Detector,
+}
+
+impl DamageSink {
+    /// Reports to `quarantine` for `topic`; damage found while opening is `opening`'s.
+    pub fn new(quarantine: Quarantine, topic: impl Into<String>, opening: Detector) -> Self {
+        DamageSink {
+            quarantine,
+            topic: topic.into(),
+            opening,
+        }
+    }
+
+    /// A sink that writes nothing (logs without a data directory, tests).
+    pub fn detached(fs: Arc<dyn Fs>, topic: impl Into<String>) -> Self {
+        Self::new(Quarantine::detached(fs), topic, Detector::Startup)
+    }
+
+    /// The ledger.
+    pub fn quarantine(&self) -> &Quarantine {
+        &self.quarantine
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(crate) fn report_segment(
+        &self,
+        file: &Path,
+        d: &scan::Damage,
+        detected_by: Detector,
+        action: &str,
+    ) -> Result<(), StorageError> {
+        let action = if d.recovered {
+            "only the record's length field was damaged: read whole, nothing lost".to_string()
+        } else {
+            action.to_string()
+        };
+        self.quarantine
+            .report(Finding {
+                kind: DamageKind::SegmentRecord,
+                topic: self.topic.clone(),
+                channel: None,
+                file: file.to_path_buf(),
+                range: d.range,
+                positions: d.positions.clone(),
+                ids: d.ids.clone(),
+                action,
+                detected_by,
+            })
+            .map(|_| ())
+    }
+
+    pub(crate) fn report(&self, f: Finding) -> Result<(), StorageError> {
+        self.quarantine.report(f).map(|_| ())
+    }
+
+    pub(crate) fn finding(
+        &self,
+        kind: DamageKind,
+        file: &Path,
+        range: (u64, u64),
+        detected_by: Detector,
+        action: &str,
+    ) -> Finding {
+        Finding {
+            kind,
+            topic: self.topic.clone(),
+            channel: None,
+            file: file.to_path_buf(),
+            range,
+            positions: Vec::new(),
+            ids: Vec::new(),
+            action: action.to_string(),
+            detected_by,
+        }
+    }
+
+    pub(crate) fn opening(&self) -> Detector {
+        self.opening
+    }
 }
 
 /// A batch to append: one PUB/DPUB (one body) or one MPUB (many), stored as one record.
@@ -93,6 +187,7 @@ pub struct TopicLog {
     /// exact even when appends go on while an fsync runs.
     appended_bytes: u64,
     durable_bytes: u64,
+    damage: DamageSink,
 }
 
 fn segment_path(dir: &Path, base: u64, ext: &str) -> PathBuf {
@@ -248,6 +343,7 @@ impl TopicLog {
                 available_at_ms: batch.available_at_ms,
                 body_offset: at,
                 body_len: len,
+                body_crc: crc32c::crc32c(b.as_ref()),
                 segment: base,
             });
             at += u64::from(len);
@@ -319,7 +415,7 @@ impl TopicLog {
             .map(|s| s.file.clone())
     }
 
-    /// Reads the body of `e` (CRC is checked at recovery and by record scans, not per read).
+    /// Reads the body of `e`, checked against its CRC-32C (see [`read_body_from`]).
     pub fn read_body(&self, e: &Entry) -> Result<Vec<u8>, StorageError> {
         let file = self.body_source(e).ok_or_else(|| StorageError::Corrupt {
             file: self.dir.clone(),
@@ -327,6 +423,24 @@ impl TopicLog {
             detail: format!("segment {} of position {} is gone", e.segment, e.position),
         })?;
         read_body_from(file.as_ref(), e).map_err(io_err("read", &self.dir))
+    }
+
+    /// Quarantines the message of `e`, whose body failed its CRC-32C when read for delivery
+    /// (the audit record is durable when this returns; an error is a failed write).
+    pub fn quarantine_body(&self, e: &Entry) -> Result<(), StorageError> {
+        let file = segment_path(&self.dir, e.segment, "rqlog");
+        let end = e.body_offset + u64::from(e.body_len);
+        self.damage.report(Finding {
+            positions: vec![e.position],
+            ids: vec![e.id],
+            ..self.damage.finding(
+                DamageKind::MessageBody,
+                &file,
+                (e.body_offset, end),
+                Detector::Read,
+                "body failed its CRC-32C on read: never delivered, finished on the channel that read it",
+            )
+        })
     }
 
     /// First stored position (or the next position when empty).
@@ -403,10 +517,16 @@ impl TopicLog {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
-            .map(|s| scrub::SealedSegment {
+            .enumerate()
+            .map(|(i, s)| scrub::SealedSegment {
                 path: s.path.clone(),
                 file: s.file.clone(),
                 len: s.len,
+                base: s.base,
+                prev_position: self.segments[..i]
+                    .iter()
+                    .filter_map(|p| p.last_position)
+                    .next_back(),
                 index: s.summary.clone().map(|summary| scrub::SealedIndex {
                     fs: self.fs.clone(),
                     path: segment_path(&self.dir, s.base, "rqidx"),
@@ -415,6 +535,24 @@ impl TopicLog {
                 }),
             })
             .collect()
+    }
+
+    /// Adopts an index the scrub rewrote for the sealed segment `base` (its pages are read
+    /// again from the new file).
+    pub fn adopt_index(&mut self, rebuilt: scrub::RebuiltIndex) {
+        let scrub::RebuiltIndex { base, summary } = rebuilt;
+        if let Some(i) = self.segments[..self.segments.len().saturating_sub(1)]
+            .iter()
+            .position(|s| s.base == base)
+        {
+            self.cache.forget(self.log_id, base, base);
+            self.segments[i].summary = Some(summary);
+        }
+    }
+
+    /// Where this log reports damage.
+    pub fn damage_sink(&self) -> &DamageSink {
+        &self.damage
     }
 
     /// Forces the current active segment to be sealed (used by tests and spill).
@@ -455,11 +593,28 @@ fn find(len: usize, get: impl Fn(usize) -> Entry, position: u64) -> Option<Entry
     None
 }
 
-/// Reads one body given its source file.
+/// Reads one body given its source file and checks it against its CRC-32C: a body that
+/// fails is never returned. A mismatch is an error of kind `InvalidData` (see
+/// [`is_damaged_body`]); any other error is a failed read.
 pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; e.body_len as usize];
     file.read_exact_at(&mut buf, e.body_offset)?;
+    if crc32c::crc32c(&buf) != e.body_crc {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "body of position {} at offset {} fails its CRC-32C",
+                e.position, e.body_offset
+            ),
+        ));
+    }
     Ok(buf)
+}
+
+/// Whether an error from [`read_body_from`] means the stored body is damaged (quarantine it)
+/// rather than that the read failed (isolate storage).
+pub fn is_damaged_body(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::InvalidData
 }
 
 /// The active segment of a log as it stood when taken, to fdatasync without holding the log:

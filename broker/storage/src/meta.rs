@@ -165,6 +165,49 @@ pub fn read_json<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, Sto
     })
 }
 
+/// Key of the manifest's checksum: CRC-32C of the manifest's compact JSON without this key.
+const MANIFEST_CHECKSUM: &str = "crc32c";
+
+fn manifest_crc(value: &serde_json::Value) -> u32 {
+    crc32c::crc32c(&serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Writes a topic manifest atomically, with its checksum.
+pub fn write_manifest(fs: &dyn Fs, path: &Path, m: &Manifest) -> Result<(), StorageError> {
+    let bad = |e: serde_json::Error| StorageError::Corrupt {
+        file: path.to_path_buf(),
+        offset: 0,
+        detail: format!("cannot encode: {e}"),
+    };
+    let mut value = serde_json::to_value(m).map_err(bad)?;
+    let crc = manifest_crc(&value);
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert(MANIFEST_CHECKSUM.into(), crc.into());
+    }
+    let bytes = serde_json::to_vec_pretty(&value).map_err(bad)?;
+    atomic_write(fs, path, &bytes)
+}
+
+/// Reads a topic manifest; `Corrupt` when it does not parse or fails its checksum (a manifest
+/// written before the checksum existed has none and is taken as it is).
+pub fn read_manifest(fs: &dyn Fs, path: &Path) -> Result<Manifest, StorageError> {
+    let mut value: serde_json::Value = read_json(fs, path)?;
+    let bad = |detail: String| StorageError::Corrupt {
+        file: path.to_path_buf(),
+        offset: 0,
+        detail,
+    };
+    if let serde_json::Value::Object(map) = &mut value
+        && let Some(stored) = map.remove(MANIFEST_CHECKSUM)
+    {
+        let crc = manifest_crc(&value);
+        if stored.as_u64() != Some(u64::from(crc)) {
+            return Err(bad("manifest checksum mismatch".into()));
+        }
+    }
+    serde_json::from_value(value).map_err(|e| bad(format!("invalid manifest: {e}")))
+}
+
 /// Lowercase hex of a name (directory and file names on disk).
 pub fn hex(name: &str) -> String {
     name.bytes().map(|b| format!("{b:02x}")).collect()

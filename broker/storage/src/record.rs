@@ -144,11 +144,53 @@ pub fn decode_payload(
     h: &RecordHeader,
     payload: &[u8],
 ) -> Result<Vec<Item>, DecodeError> {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&header_bytes[0..44]);
-    hasher.update(payload);
-    if hasher.finalize() != h.crc {
+    if !crc_matches(&header_bytes[0..44], payload, h.crc) {
         return Err(DecodeError::Corrupt("record CRC mismatch"));
+    }
+    decode_items(h, payload)
+}
+
+fn crc_matches(header: &[u8], payload: &[u8], crc: u32) -> bool {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(header);
+    hasher.update(payload);
+    hasher.finalize() == crc
+}
+
+/// Whether a record whose header fails to frame it is whole once its length field says
+/// `payload.len()`: only the length field was damaged, so the record can be read exactly.
+pub fn whole_with_length(header_bytes: &[u8], payload: &[u8]) -> bool {
+    if header_bytes.len() < HEADER_LEN || payload.len() < 4 {
+        return false;
+    }
+    let Ok(len) = u32::try_from(payload.len()) else {
+        return false;
+    };
+    let mut patched = [0u8; 44];
+    patched.copy_from_slice(&header_bytes[0..44]);
+    patched[40..44].copy_from_slice(&len.to_be_bytes());
+    &patched[0..4] == MAGIC
+        && patched[4] == VERSION
+        && patched[5] == KIND_PUBLISH
+        && crc_matches(&patched, payload, u32_at(header_bytes, 44))
+}
+
+/// Header fields read without any check (for accounting of a damaged record).
+pub fn header_unchecked(b: &[u8]) -> RecordHeader {
+    RecordHeader {
+        log_index: u64_at(b, 8),
+        timestamp_ns: u64_at(b, 16) as i64,
+        first_id: u64_at(b, 24),
+        available_at_ms: u64_at(b, 32) as i64,
+        payload_len: u32_at(b, 40),
+        crc: u32_at(b, 44),
+    }
+}
+
+/// Decodes the batch items of a payload without checking the CRC (layout checks only).
+pub fn decode_items(h: &RecordHeader, payload: &[u8]) -> Result<Vec<Item>, DecodeError> {
+    if payload.len() < 4 {
+        return Err(DecodeError::Corrupt("batch count past payload end"));
     }
     let count = u32_at(payload, 0) as usize;
     if count == 0 || count > MAX_BATCH {

@@ -12,11 +12,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::channel::ChannelState;
 use crate::fs::Fs;
-use crate::log::{PageCache, TopicLog};
+use crate::log::{DamageSink, PageCache, TopicLog};
 use crate::meta::{
     self, BrokerMeta, Compatibility, FORMAT_VERSION, FormatFile, ID_BLOCK, MAX_SEQUENCE, Manifest,
     hex, unhex,
 };
+use crate::quarantine::{DamageKind, Detector, Quarantine};
 use crate::wal::{self, ChannelWal};
 use crate::{Fault, StorageError, io_err};
 
@@ -85,6 +86,8 @@ pub struct Store {
     opts: StoreOptions,
     ids: Mutex<Ids>,
     lock: Mutex<Option<Box<dyn Any + Send + Sync>>>,
+    quarantine: Quarantine,
+    opening: Detector,
 }
 
 impl std::fmt::Debug for Store {
@@ -108,6 +111,17 @@ impl Store {
         fs: Arc<dyn Fs>,
         root: &Path,
         opts: StoreOptions,
+    ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
+        Self::open_as(fs, root, opts, Detector::Startup)
+    }
+
+    /// [`Store::open`], with damage found while recovering attributed to `opening`
+    /// (`storage repair` opens as [`Detector::Repair`]).
+    pub fn open_as(
+        fs: Arc<dyn Fs>,
+        root: &Path,
+        opts: StoreOptions,
+        opening: Detector,
     ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
         fs.create_dir_all(root)
             .map_err(io_err("create directory", root))?;
@@ -159,6 +173,8 @@ impl Store {
             opts,
             ids: Mutex::new(ids),
             lock: Mutex::new(Some(lock)),
+            quarantine: Quarantine::load(fs.clone(), root),
+            opening,
         };
         let mut topics = Vec::new();
         for name in fs.list(&topics_dir).map_err(io_err("list", &topics_dir))? {
@@ -257,8 +273,9 @@ impl Store {
             detail: "topic directory name is not hex".into(),
         })?;
         let mpath = dir.join("manifest");
+        let mut rebuilt = false;
         let manifest: Option<Manifest> = if fs.exists(&mpath) {
-            Some(meta::read_json(fs, &mpath)?)
+            Some(self.read_manifest_or_rebuild(&mpath, &name, &mut rebuilt)?)
         } else {
             None
         };
@@ -276,6 +293,7 @@ impl Store {
                 detail: format!("manifest names topic {:?}", manifest.name),
             });
         }
+        let sink = DamageSink::new(self.quarantine.clone(), name.clone(), self.opening);
         let mut log = TopicLog::open(
             self.fs.clone(),
             &dir.join("segments"),
@@ -283,6 +301,7 @@ impl Store {
             self.opts.max_segment_bytes,
             manifest.next_position,
             self.opts.page_cache.clone(),
+            sink.clone(),
         )?;
         let cdir = dir.join("channels");
         fs.create_dir_all(&cdir)
@@ -311,7 +330,7 @@ impl Store {
                 continue;
             }
             let (wal, state) =
-                ChannelWal::open(self.fs.clone(), &cdir, &cname, self.fault.clone())?;
+                ChannelWal::open(self.fs.clone(), &cdir, &cname, self.fault.clone(), &sink)?;
             log.ensure_next_position(state.highest_position() + 1);
             channels.push(RecoveredChannel {
                 name: cname,
@@ -319,11 +338,56 @@ impl Store {
                 state,
             });
         }
+        let mut manifest = manifest;
+        if rebuilt && !channels.is_empty() {
+            // Durable channels route the topic: GC follows their floors again.
+            manifest.unrouted_from_position = None;
+            meta::write_manifest(fs, &mpath, &manifest)?;
+        }
         Ok(Some(RecoveredTopic {
             manifest,
             log,
             channels,
         }))
+    }
+
+    /// A topic manifest, or, when it fails its checksum or does not parse, a rebuilt one
+    /// (quarantined): not deleted, not paused, no position floor of its own (recovery raises
+    /// it from the log and the channels) and, conservatively, no GC until a channel routes
+    /// the topic again.
+    fn read_manifest_or_rebuild(
+        &self,
+        path: &Path,
+        name: &str,
+        rebuilt: &mut bool,
+    ) -> Result<Manifest, StorageError> {
+        match meta::read_manifest(self.fs.as_ref(), path) {
+            Ok(m) => Ok(m),
+            Err(StorageError::Corrupt { detail, .. }) => {
+                let len = self.fs.read(path).map_or(0, |b| b.len() as u64);
+                let sink = DamageSink::new(self.quarantine.clone(), name, self.opening);
+                sink.report(sink.finding(
+                    DamageKind::Manifest,
+                    path,
+                    (0, len),
+                    self.opening,
+                    &format!(
+                        "{detail}: manifest rebuilt (not paused; next position from the log and channels)"
+                    ),
+                ))?;
+                let mut m = Manifest::new(name);
+                m.unrouted_from_position = Some(1);
+                meta::write_manifest(self.fs.as_ref(), path, &m)?;
+                *rebuilt = true;
+                Ok(m)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The quarantine ledger of this data directory.
+    pub fn quarantine(&self) -> &Quarantine {
+        &self.quarantine
     }
 
     /// Releases the directory lock (graceful shutdown); later writes are refused.
@@ -425,7 +489,7 @@ impl Store {
                     .create_dir_all(&d)
                     .map_err(io_err("create directory", &d))?;
             }
-            meta::write_json(self.fs.as_ref(), &dir.join("manifest"), manifest)?;
+            meta::write_manifest(self.fs.as_ref(), &dir.join("manifest"), manifest)?;
             let topics = self.root.join("topics");
             self.fs
                 .sync_dir(&topics)
@@ -437,6 +501,7 @@ impl Store {
                 self.opts.max_segment_bytes,
                 manifest.next_position,
                 self.opts.page_cache.clone(),
+                DamageSink::new(self.quarantine.clone(), manifest.name.clone(), self.opening),
             )
         })();
         self.fault.guard(r)
@@ -445,7 +510,7 @@ impl Store {
     /// Atomically rewrites a topic manifest.
     pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StorageError> {
         self.fault.check()?;
-        let r = meta::write_json(
+        let r = meta::write_manifest(
             self.fs.as_ref(),
             &self.topic_dir(&manifest.name).join("manifest"),
             manifest,

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use crate::channel::{ChannelCommand, ChannelState};
 use crate::failpoint::crash_failpoint;
 use crate::fs::{Fs, FsFile};
+use crate::log::DamageSink;
 use crate::meta::{self, hex};
+use crate::quarantine::{DamageKind, Finding};
 use crate::{Fault, StorageError, io_err};
 
 const WAL_MAGIC: &[u8; 4] = b"RCW7";
@@ -80,6 +82,37 @@ fn decode_checkpoint(path: &Path, b: &[u8]) -> Result<ChannelState, StorageError
     serde_json::from_slice(body).map_err(|e| bad(&format!("checkpoint JSON: {e}")))
 }
 
+/// One frame of a WAL read at some offset.
+enum Frame {
+    /// A whole frame: its command and where the next frame starts.
+    Whole(ChannelCommand, usize),
+    /// Not enough bytes for the frame its header announces (a torn tail at the end).
+    Torn,
+    /// Bad magic, CRC or command.
+    Bad,
+}
+
+fn frame_at(data: &[u8], at: usize) -> Frame {
+    let Some(h) = data.get(at..at + FRAME_HEADER) else {
+        return Frame::Torn;
+    };
+    if &h[0..4] != WAL_MAGIC {
+        return Frame::Bad;
+    }
+    let blen = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    let crc = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+    let Some(body) = data.get(at + FRAME_HEADER..at + FRAME_HEADER + blen) else {
+        return Frame::Torn;
+    };
+    if crc32fast::hash(body) != crc {
+        return Frame::Bad;
+    }
+    match ChannelCommand::decode(body) {
+        Some(cmd) => Frame::Whole(cmd, at + FRAME_HEADER + blen),
+        None => Frame::Bad,
+    }
+}
+
 impl ChannelWal {
     /// Creates a channel durably: empty WAL (fsynced), then the checkpoint, then the directory.
     pub fn create(
@@ -123,22 +156,45 @@ impl ChannelWal {
     }
 
     /// Opens a channel: loads the checkpoint and replays the WAL (a torn tail is truncated).
+    ///
+    /// Damage falls back to the last good state with redelivery, never to silent loss: a
+    /// checkpoint that fails its CRC (or does not parse) is replaced by the channel's
+    /// beginning (every stored message is deliverable again), and WAL frames that fail theirs
+    /// are skipped to the next whole frame (their FIN/REQ/... are forgotten, so those messages
+    /// are delivered again). Either is quarantined through `sink`, and the recovered state is
+    /// checkpointed at once so the damaged bytes are gone.
     pub fn open(
         fs: Arc<dyn Fs>,
         dir: &Path,
         name: &str,
         fault: Fault,
+        sink: &DamageSink,
     ) -> Result<(ChannelWal, ChannelState), StorageError> {
         let (wal_path, ckpt_path) = paths(dir, name);
         let bytes = fs.read(&ckpt_path).map_err(io_err("read", &ckpt_path))?;
-        let mut state = decode_checkpoint(&ckpt_path, &bytes)?;
-        if state.name != name {
-            return Err(StorageError::Corrupt {
-                file: ckpt_path,
-                offset: 0,
-                detail: format!("checkpoint names channel {:?}", state.name),
-            });
-        }
+        let mut findings = Vec::new();
+        let mut state = match decode_checkpoint(&ckpt_path, &bytes) {
+            Ok(s) if s.name == name => s,
+            bad => {
+                let why = match bad {
+                    Ok(s) => format!("checkpoint names channel {:?}", s.name),
+                    Err(e) => e.to_string(),
+                };
+                findings.push(Finding {
+                    channel: Some(name.to_string()),
+                    ..sink.finding(
+                        DamageKind::ChannelCheckpoint,
+                        &ckpt_path,
+                        (0, bytes.len() as u64),
+                        sink.opening(),
+                        &format!(
+                            "{why}: the channel restarts from the first stored message, so messages it had finished are delivered again"
+                        ),
+                    )
+                });
+                ChannelState::new(name, 1)
+            }
+        };
         let file = fs
             .open(&wal_path, false)
             .map_err(io_err("open", &wal_path))?;
@@ -149,43 +205,46 @@ impl ChannelWal {
         let mut at = 0usize;
         let mut count = 0u64;
         while at < data.len() {
-            let Some(h) = data.get(at..at + FRAME_HEADER) else {
-                break;
-            };
-            if &h[0..4] != WAL_MAGIC {
-                return Err(StorageError::Corrupt {
-                    file: wal_path,
-                    offset: at as u64,
-                    detail: "bad WAL frame magic".into(),
-                });
+            match frame_at(&data, at) {
+                Frame::Whole(cmd, next) => {
+                    state.apply(&cmd);
+                    count += 1;
+                    at = next;
+                }
+                Frame::Torn | Frame::Bad => {
+                    let next = (at + 1..data.len())
+                        .find(|&i| matches!(frame_at(&data, i), Frame::Whole(..)));
+                    // A short frame with nothing whole after it is a torn tail, not damage.
+                    if next.is_none() && matches!(frame_at(&data, at), Frame::Torn) {
+                        break;
+                    }
+                    let end = next.unwrap_or(data.len());
+                    findings.push(Finding {
+                        channel: Some(name.to_string()),
+                        ..sink.finding(
+                            DamageKind::ChannelWal,
+                            &wal_path,
+                            (at as u64, end as u64),
+                            sink.opening(),
+                            "WAL frames failed their CRC and were skipped: the finishes and requeues they held are forgotten, so those messages are delivered again",
+                        )
+                    });
+                    match next {
+                        Some(n) => at = n,
+                        None => {
+                            at = data.len();
+                            break;
+                        }
+                    }
+                }
             }
-            let blen = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
-            let crc = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
-            let Some(body) = data.get(at + FRAME_HEADER..at + FRAME_HEADER + blen) else {
-                break;
-            };
-            if crc32fast::hash(body) != crc {
-                return Err(StorageError::Corrupt {
-                    file: wal_path,
-                    offset: at as u64,
-                    detail: "WAL frame CRC mismatch".into(),
-                });
-            }
-            let cmd = ChannelCommand::decode(body).ok_or_else(|| StorageError::Corrupt {
-                file: wal_path.clone(),
-                offset: at as u64,
-                detail: "unknown WAL command".into(),
-            })?;
-            state.apply(&cmd);
-            count += 1;
-            at += FRAME_HEADER + blen;
         }
         if at < data.len() {
             file.truncate(at as u64)
                 .map_err(io_err("truncate torn WAL tail", &wal_path))?;
             file.sync_all().map_err(io_err("fsync", &wal_path))?;
         }
-        let wal = ChannelWal {
+        let mut wal = ChannelWal {
             fs,
             dir: dir.to_path_buf(),
             wal_path,
@@ -194,6 +253,13 @@ impl ChannelWal {
             since_checkpoint: count,
             fault,
         };
+        if !findings.is_empty() {
+            // The audit records first, then the clean state over the damaged files.
+            for f in findings {
+                sink.report(f)?;
+            }
+            wal.checkpoint_inner(&state)?;
+        }
         Ok((wal, state))
     }
 
@@ -280,6 +346,7 @@ pub fn remove_files(fs: &dyn Fs, dir: &Path, wal: &Path, ckpt: &Path) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DamageKind;
     use crate::simfs::SimFs;
 
     #[test]
@@ -301,7 +368,14 @@ mod tests {
             .unwrap();
         drop(w);
         fs.crash(&mut |n| n / 2);
-        let (_, s) = ChannelWal::open(Arc::new(fs.clone()), dir, "ch", Fault::default()).unwrap();
+        let (_, s) = ChannelWal::open(
+            Arc::new(fs.clone()),
+            dir,
+            "ch",
+            Fault::default(),
+            &sink(&fs),
+        )
+        .unwrap();
         assert_eq!(s.ack_floor, 1);
     }
 
@@ -324,13 +398,21 @@ mod tests {
         w.checkpoint(&st).unwrap();
         drop(w);
         fs.crash(&mut |_| 0);
-        let (w, s) = ChannelWal::open(arc, dir, "ch", Fault::default()).unwrap();
+        let (w, s) = ChannelWal::open(arc, dir, "ch", Fault::default(), &sink(&fs)).unwrap();
         assert_eq!(s, st);
         assert_eq!(w.since_checkpoint, 0);
     }
 
+    fn sink(fs: &SimFs) -> DamageSink {
+        DamageSink::new(
+            crate::Quarantine::load(Arc::new(fs.clone()), Path::new("/")),
+            "t",
+            crate::Detector::Startup,
+        )
+    }
+
     #[test]
-    fn a_complete_frame_with_a_bad_crc_refuses_to_open() {
+    fn a_frame_with_a_bad_crc_is_skipped_quarantined_and_checkpointed_away() {
         let fs = SimFs::new();
         let dir = Path::new("/c");
         let arc: Arc<dyn Fs> = Arc::new(fs.clone());
@@ -341,13 +423,58 @@ mod tests {
             Fault::default(),
         )
         .unwrap();
-        w.append(&[ChannelCommand::Finish { position: 1, id: 1 }])
+        for p in 1..=3 {
+            w.append(&[ChannelCommand::Finish { position: p, id: p }])
+                .unwrap();
+        }
+        w.sync().unwrap();
+        drop(w);
+        let wal = dir.join(format!("{}.wal", hex("ch")));
+        // The second frame's body (29 bytes per frame): its FIN is forgotten, not the others.
+        fs.corrupt(&wal, 29 + 14, 0xff);
+        let sink = sink(&fs);
+        let (w, s) = ChannelWal::open(arc.clone(), dir, "ch", Fault::default(), &sink).unwrap();
+        assert!(s.is_done(1) && !s.is_done(2) && s.is_done(3), "{s:?}");
+        let recs = sink.quarantine().records();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].kind, DamageKind::ChannelWal);
+        assert_eq!((recs[0].offset_start, recs[0].offset_end), (29, 58));
+        assert_eq!(recs[0].channel.as_deref(), Some("ch"));
+        assert_eq!(
+            w.since_checkpoint, 0,
+            "the recovered state was checkpointed"
+        );
+        drop(w);
+        let (_, again) = ChannelWal::open(arc, dir, "ch", Fault::default(), &sink).unwrap();
+        assert_eq!(again, s);
+        assert_eq!(sink.quarantine().records().len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_falls_back_to_the_beginning_plus_the_wal() {
+        let fs = SimFs::new();
+        let dir = Path::new("/c");
+        let arc: Arc<dyn Fs> = Arc::new(fs.clone());
+        let mut st = ChannelState::new("ch", 5);
+        let mut w = ChannelWal::create(arc.clone(), dir, &st, Fault::default()).unwrap();
+        let fin = ChannelCommand::Finish { position: 5, id: 5 };
+        st.apply(&fin);
+        w.checkpoint(&st).unwrap();
+        w.append(&[ChannelCommand::Finish { position: 7, id: 7 }])
             .unwrap();
         w.sync().unwrap();
-        fs.corrupt(&dir.join(format!("{}.wal", hex("ch"))), 14, 0xff);
-        let err = ChannelWal::open(arc, dir, "ch", Fault::default())
-            .err()
-            .unwrap();
-        assert!(err.to_string().contains("offset 0"), "{err}");
+        drop(w);
+        fs.corrupt(&dir.join(format!("{}.checkpoint", hex("ch"))), 20, 0x04);
+        let sink = sink(&fs);
+        let (_, s) = ChannelWal::open(arc, dir, "ch", Fault::default(), &sink).unwrap();
+        assert!(
+            !s.is_done(1) && !s.is_done(5),
+            "redelivered, never lost: {s:?}"
+        );
+        assert!(s.is_done(7), "the WAL still applies");
+        assert_eq!(
+            sink.quarantine().records()[0].kind,
+            DamageKind::ChannelCheckpoint
+        );
     }
 }

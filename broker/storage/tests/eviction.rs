@@ -94,6 +94,7 @@ fn an_evict_record_survives_the_wal_and_moves_the_channel_past_the_gap() {
         &Path::new("/d/topics").join(hex("t")).join("channels"),
         "c",
         rustqueue_storage::Fault::default(),
+        &rustqueue_storage::DamageSink::detached(Arc::new(fs.clone()), "t"),
     )
     .unwrap();
     assert_eq!(state.ack_floor, 6);

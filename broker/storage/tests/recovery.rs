@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{AppendBatch, Fs, RealFs, StorageError, Store, StoreOptions, TopicLog};
-use rustqueue_storage::{Manifest, testing::hex};
+use rustqueue_storage::{DamageKind, Detector, Manifest, testing::hex};
 
 fn opts(seg: u64) -> StoreOptions {
     StoreOptions {
@@ -78,7 +78,7 @@ fn a_torn_tail_is_truncated_and_earlier_records_survive() {
 }
 
 #[test]
-fn a_corrupt_complete_record_refuses_startup_naming_file_and_offset() {
+fn a_corrupt_record_in_the_active_segment_is_quarantined_and_the_next_one_kept() {
     let fs = SimFs::new();
     let (store, _) = open(&fs, 1 << 20).unwrap();
     let mut log = store.create_topic(&manifest()).unwrap();
@@ -87,12 +87,30 @@ fn a_corrupt_complete_record_refuses_startup_naming_file_and_offset() {
     drop((store, log));
     let seg = seg_dir().join(format!("segment-{:020}.rqlog", 1));
     fs.corrupt(&seg, 60, 0xEE);
-    let err = open(&fs, 1 << 20).err().expect("refused");
-    let msg = err.to_string();
+    let (store, log) = open(&fs, 1 << 20).unwrap();
+    let log = log.unwrap();
     assert!(
-        msg.contains("segment-00000000000000000001.rqlog") && msg.contains("offset 0"),
-        "{msg}"
+        log.entry(1).is_none(),
+        "the damaged message is never served"
     );
+    let e = log.entry(2).unwrap();
+    assert_eq!(log.read_body(&e).unwrap(), b"second");
+    let recs = store.quarantine().records();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0].kind, DamageKind::SegmentRecord);
+    assert_eq!(recs[0].detected_by, Detector::Startup);
+    assert_eq!((recs[0].positions.clone(), recs[0].messages), (vec![1], 1));
+    assert_eq!(
+        recs[0].file,
+        "topics/74/segments/segment-00000000000000000001.rqlog"
+    );
+    assert_eq!(recs[0].offset_start, 0);
+    assert_eq!(store.quarantine().messages_total(), 1);
+    drop((store, log));
+    // A restart finds the same damage and does not count it again.
+    let (store, _log) = open(&fs, 1 << 20).unwrap();
+    assert_eq!(store.quarantine().messages_total(), 0);
+    assert_eq!(store.quarantine().records().len(), 1);
 }
 
 #[test]
@@ -271,63 +289,74 @@ fn a_100_mib_message_round_trips_through_a_real_segment() {
 }
 
 #[test]
-fn scrub_passes_intact_sealed_segments_and_catches_a_flipped_byte() {
+fn scrub_passes_intact_sealed_segments_and_quarantines_a_flipped_byte() {
     let fs = SimFs::new();
-    let (_store, log) = small_segments(&fs, 6, 60);
+    let (store, log) = small_segments(&fs, 6, 60);
     let sealed = log.sealed_segments();
+    let sink = log.damage_sink().clone();
     assert!(sealed.len() >= 2);
     let mut paced = 0;
     for s in &sealed {
-        assert_eq!(
-            rustqueue_storage::verify_segment(s, &mut |n| paced += n).unwrap(),
-            1
-        );
+        let r = rustqueue_storage::verify_segment(s, &sink, &mut |n| paced += n).unwrap();
+        assert_eq!((r.records, r.findings), (1, 0));
     }
     assert!(paced > 0);
     fs.corrupt(&sealed[1].path, 100, 0xAB);
-    let err = rustqueue_storage::verify_segment(&sealed[1], &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("offset 0"), "{err}");
+    let r = rustqueue_storage::verify_segment(&sealed[1], &sink, &mut |_| {}).unwrap();
+    assert_eq!((r.records, r.findings), (0, 1));
+    let rec = store.quarantine().records().pop().unwrap();
+    assert_eq!((rec.positions, rec.detected_by), (vec![2], Detector::Scrub));
+    assert_eq!(rec.message_ids.len(), 1);
+    // Scrubbing again finds the same damage and counts nothing new.
+    let r = rustqueue_storage::verify_segment(&sealed[1], &sink, &mut |_| {}).unwrap();
+    assert_eq!(r.findings, 0);
+    assert_eq!(store.quarantine().messages_total(), 1);
+    let e = log.entry(2).unwrap();
+    assert!(
+        log.read_body(&e).is_err(),
+        "a damaged body is never returned"
+    );
 
-    // The index is scrubbed too: a flipped byte in a page is named with its file and offset,
-    // and the index is removed so the next open rebuilds it from the (intact) segment.
+    // The index is scrubbed too: a flipped byte in a page is quarantined and the index is
+    // rebuilt from the (intact) segment.
     let idx = sealed[0]
         .index
         .as_ref()
         .expect("a sealed segment has its index");
     let page = idx.summary.page_offset(0);
     fs.corrupt(&idx.path, page as usize + 3, 0x5A);
-    let err = rustqueue_storage::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
-    let msg = err.to_string();
-    assert!(
-        msg.contains(".rqidx") && msg.contains(&format!("offset {page}")),
-        "{msg}"
-    );
-    assert!(
-        !fs.exists(&idx.path),
-        "the bad index was left for the restart to trust"
-    );
+    let r = rustqueue_storage::verify_segment(&sealed[0], &sink, &mut |_| {}).unwrap();
+    assert_eq!(r.findings, 1);
+    assert!(r.rebuilt_index.is_some());
+    let rec = store.quarantine().records().pop().unwrap();
+    assert_eq!(rec.kind, DamageKind::SegmentIndex);
+    assert!(rec.file.ends_with(".rqidx"), "{rec:?}");
+    let r = rustqueue_storage::verify_segment(&sealed[0], &sink, &mut |_| {}).unwrap();
+    assert_eq!(r.findings, 0, "the rebuilt index verifies");
 }
 
 #[test]
-fn scrub_catches_a_rewritten_index_header_and_a_reopen_rebuilds_the_index() {
+fn scrub_rebuilds_a_rewritten_index_header_and_the_log_adopts_it() {
     let fs = SimFs::new();
-    let (store, log) = small_segments(&fs, 6, 60);
+    let (store, mut log) = small_segments(&fs, 6, 60);
     let sealed = log.sealed_segments();
     let idx = sealed[0].index.as_ref().unwrap();
     fs.corrupt(&idx.path, 10, 0x01);
-    let err = rustqueue_storage::verify_segment(&sealed[0], &mut |_| {}).unwrap_err();
-    assert!(err.to_string().contains("index header"), "{err}");
-    drop((store, log, sealed));
-    let (_store, log) = open(&fs, 200).unwrap();
-    let log = log.unwrap();
-    let first = log
-        .entry(1)
-        .expect("entries of the segment whose index was removed");
+    let sink = log.damage_sink().clone();
+    let r = rustqueue_storage::verify_segment(&sealed[0], &sink, &mut |_| {}).unwrap();
+    assert_eq!(r.findings, 1);
+    log.adopt_index(r.rebuilt_index.unwrap());
+    let first = log.entry(1).expect("entries of the rebuilt index");
     assert_eq!(log.read_body(&first).unwrap(), vec![0u8; 60]);
+    drop((store, log, sealed));
+    let (store, log) = open(&fs, 200).unwrap();
+    let log = log.unwrap();
     let again = log.sealed_segments();
     assert!(
         fs.exists(&again[0].index.as_ref().unwrap().path),
         "index rewritten"
     );
-    rustqueue_storage::verify_segment(&again[0], &mut |_| {}).unwrap();
+    let r = rustqueue_storage::verify_segment(&again[0], log.damage_sink(), &mut |_| {}).unwrap();
+    assert_eq!(r.findings, 0);
+    assert_eq!(store.quarantine().records().len(), 1);
 }

@@ -17,14 +17,15 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A log holding `n` messages; message `i` (1-based) becomes available at `avail(i)`.
 fn log(n: u64, avail: impl Fn(u64) -> i64) -> TopicLog {
-    let fs = SimFs::new();
+    let fs = Arc::new(SimFs::new());
     let mut log = TopicLog::open(
-        Arc::new(fs),
+        fs.clone(),
         Path::new("/t"),
         Fault::default(),
         1 << 20,
         1,
         Default::default(),
+        rustqueue_storage::DamageSink::detached(fs, "t"),
     )
     .unwrap();
     for i in 1..=n {

@@ -2,13 +2,13 @@
 //! fixed-size pages, so startup reads one small header and page directory per segment and a
 //! reader pages in only the metadata it needs.
 //!
-//! Layout (big-endian): 80-byte header `RQI7` · u8 version 2 · 3 zero · u64 segment_len ·
+//! Layout (big-endian): 80-byte header `RQI7` · u8 version 3 · 3 zero · u64 segment_len ·
 //! u64 first_log_index · u64 last_log_index · u32 count · u32 page_entries ·
 //! u64 first_position · u64 last_position · i64 first_timestamp_ns · i64 last_timestamp_ns ·
 //! u32 directory CRC-32 · u32 header CRC-32 (over bytes 0..76); then one 20-byte directory
 //! entry per page `u64 first_position · i64 first_timestamp_ns · u32 page CRC-32`; then
-//! `count` 44-byte entries `u64 position · u64 id · i64 timestamp_ns · i64 available_at_ms ·
-//! u64 body_offset · u32 body_len`, page `k` holding entries `k * page_entries ..`.
+//! `count` 48-byte entries `u64 position · u64 id · i64 timestamp_ns · i64 available_at_ms ·
+//! u64 body_offset · u32 body_len · u32 body CRC-32C`, page `k` holding entries `k * page_entries ..`.
 //!
 //! The index is trusted at open only when its `segment_len` equals the segment file's length
 //! and the header and directory CRCs match (otherwise the segment is scanned and the index
@@ -21,13 +21,14 @@ use crate::log::Entry;
 use crate::record::{u32_at, u64_at};
 
 const MAGIC: &[u8; 4] = b"RQI7";
-const VERSION: u8 = 2;
+/// Version 3 adds each body's CRC-32C to its entry; an older index is rebuilt by a scan.
+const VERSION: u8 = 3;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 80;
 /// Bytes of one page-directory entry.
 pub const DIR_ENTRY_LEN: usize = 20;
 /// Bytes of one encoded entry.
-pub const ENTRY_LEN: usize = 44;
+pub const ENTRY_LEN: usize = 48;
 /// Entries per page (the last page of a segment may hold fewer).
 pub const PAGE_ENTRIES: usize = 4_096;
 
@@ -89,6 +90,7 @@ fn encode_entry(out: &mut Vec<u8>, e: &Entry) {
     out.extend_from_slice(&e.available_at_ms.to_be_bytes());
     out.extend_from_slice(&e.body_offset.to_be_bytes());
     out.extend_from_slice(&e.body_len.to_be_bytes());
+    out.extend_from_slice(&e.body_crc.to_be_bytes());
 }
 
 /// Encodes the index of a sealed segment (`entries` in position order) and its summary.
@@ -234,6 +236,7 @@ pub fn read_page(
             available_at_ms: u64_at(c, 24) as i64,
             body_offset: u64_at(c, 32),
             body_len: u32_at(c, 40),
+            body_crc: u32_at(c, 44),
             segment: segment_base,
         })
         .collect();
@@ -259,6 +262,7 @@ mod tests {
             available_at_ms: 6,
             body_offset: 72 * p,
             body_len: 3,
+            body_crc: p as u32,
             segment: 9,
         }
     }

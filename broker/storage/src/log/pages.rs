@@ -183,6 +183,7 @@ mod tests {
                 available_at_ms: 0,
                 body_offset: 0,
                 body_len: 0,
+                body_crc: 0,
                 segment: 1,
             })
             .collect()

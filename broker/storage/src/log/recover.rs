@@ -5,9 +5,18 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{PageCache, Segment, TopicLog, pages, segment_path};
+use super::{DamageSink, PageCache, Segment, TopicLog, pages, segment_path};
 use crate::fs::Fs;
+use crate::quarantine::{DamageKind, Finding};
 use crate::{Fault, StorageError, io_err};
+
+/// Damage at the end of a sealed segment whose lost positions are known only once the next
+/// segment's first position is.
+pub(super) struct OpenTail {
+    pub(super) file: std::path::PathBuf,
+    pub(super) range: (u64, u64),
+    pub(super) prev: Option<u64>,
+}
 
 fn parse_name(name: &str) -> Option<(u64, &str)> {
     let rest = name.strip_prefix("segment-")?;
@@ -21,6 +30,8 @@ fn parse_name(name: &str) -> Option<(u64, &str)> {
 impl TopicLog {
     /// Opens (recovering) or creates the log in `dir`; `min_next_position` comes from the
     /// manifest. Sealed metadata pages go to `cache`, which every log of one store shares.
+    /// Damaged records are quarantined through `damage` (docs/storage-format.md, "Damage at
+    /// rest"); only I/O failures and impossible layouts refuse.
     pub fn open(
         fs: Arc<dyn Fs>,
         dir: &Path,
@@ -28,6 +39,7 @@ impl TopicLog {
         max_segment_bytes: u64,
         min_next_position: u64,
         cache: Arc<PageCache>,
+        damage: DamageSink,
     ) -> Result<TopicLog, StorageError> {
         fs.create_dir_all(dir)
             .map_err(io_err("create directory", dir))?;
@@ -73,10 +85,16 @@ impl TopicLog {
             durable_position: 0,
             appended_bytes: 0,
             durable_bytes: 0,
+            damage,
         };
         let count = bases.len();
+        let mut open_tail: Option<OpenTail> = None;
         for (i, base) in bases.into_iter().enumerate() {
-            log.recover_segment(base, i + 1 == count)?;
+            let tail = log.recover_segment(base, i + 1 == count, open_tail.is_some())?;
+            if let Some(t) = open_tail.take() {
+                log.report_open_tail(t)?;
+            }
+            open_tail = tail;
         }
         if log.segments.is_empty() {
             log.create_segment()?;
@@ -88,9 +106,45 @@ impl TopicLog {
         Ok(log)
     }
 
-    fn recover_segment(&mut self, base: u64, last: bool) -> Result<(), StorageError> {
+    /// Positions lost at the end of the previous sealed segment: those below this one's first.
+    fn report_open_tail(&self, t: OpenTail) -> Result<(), StorageError> {
+        let Some(first) = self
+            .segments
+            .last()
+            .and_then(|s| s.summary.as_ref().map(|m| m.first_position))
+            .filter(|&p| p > 0)
+            .or_else(|| self.active.front().map(|e| e.position))
+        else {
+            return Ok(());
+        };
+        let Some(prev) = t.prev else { return Ok(()) };
+        let positions: Vec<u64> = (prev + 1..first).collect();
+        if positions.is_empty() {
+            return Ok(());
+        }
+        self.damage.report(Finding {
+            positions,
+            ..self.damage.finding(
+                DamageKind::SegmentRecord,
+                &t.file,
+                t.range,
+                self.damage.opening(),
+                "damaged bytes at the end of a sealed segment skipped; its index was rebuilt without them",
+            )
+        })
+    }
+
+    /// Opens one segment; returns damage at its end whose lost positions the next segment
+    /// will tell. `after_damage`: the previous segment ended in damage, so records (log
+    /// indexes) between them may be gone.
+    fn recover_segment(
+        &mut self,
+        base: u64,
+        last: bool,
+        after_damage: bool,
+    ) -> Result<Option<OpenTail>, StorageError> {
         let path = segment_path(&self.dir, base, "rqlog");
-        if base != self.next_index {
+        if base < self.next_index || (base > self.next_index && !after_damage) {
             return Err(StorageError::Corrupt {
                 file: path,
                 offset: 0,
@@ -111,9 +165,10 @@ impl TopicLog {
             last_position: None,
             summary: None,
         };
+        self.next_index = base;
         if !last {
-            let summary = match self.read_summary(&seg) {
-                Some(s) => s,
+            let (summary, tail) = match self.read_summary(&seg) {
+                Some(s) => (s, None),
                 None => self.reindex(&seg)?,
             };
             seg.last_log_index = Some(summary.last_log_index);
@@ -122,11 +177,21 @@ impl TopicLog {
             self.next_index = summary.last_log_index + 1;
             seg.summary = Some(summary);
             self.segments.push(seg);
-            return Ok(());
+            return Ok(tail);
         }
-        let scan = self.scan(&seg, true)?;
+        let scan = self.walk_segment(&seg, true)?;
+        for d in &scan.damages {
+            let action = if d.tail {
+                let kept = self.set_aside(&seg, d.range)?;
+                format!("damaged tail copied to {kept} and cut from the active segment")
+            } else {
+                "damaged bytes skipped; the records around them are kept".to_string()
+            };
+            self.damage
+                .report_segment(&seg.path, d, self.damage.opening(), &action)?;
+        }
         if scan.end < len {
-            // Torn tail of the last segment: cut it off durably.
+            // Torn (or set-aside damaged) tail of the last segment: cut it off durably.
             seg.file
                 .truncate(scan.end)
                 .map_err(io_err("truncate torn tail", &path))?;
@@ -141,6 +206,27 @@ impl TopicLog {
         self.last_ts = self.last_ts.max(scan.last_ts);
         self.active = scan.entries.into();
         self.segments.push(seg);
-        Ok(())
+        Ok(None)
+    }
+
+    /// Copies damaged bytes of `seg` to `<topic>/quarantine/` (durably) before they are cut
+    /// off, so an operator can still look at them; returns the copy's name.
+    fn set_aside(&self, seg: &Segment, range: (u64, u64)) -> Result<String, StorageError> {
+        let topic_dir = self.dir.parent().unwrap_or(&self.dir);
+        let qdir = topic_dir.join("quarantine");
+        self.fs
+            .create_dir_all(&qdir)
+            .map_err(io_err("create directory", &qdir))?;
+        let name = format!("segment-{:020}.rqlog.{:020}.damaged", seg.base, range.0);
+        let path = qdir.join(&name);
+        let mut bytes = vec![0u8; (range.1 - range.0) as usize];
+        seg.file
+            .read_exact_at(&mut bytes, range.0)
+            .map_err(io_err("read", &seg.path))?;
+        crate::meta::atomic_write(self.fs.as_ref(), &path, &bytes)?;
+        self.fs
+            .sync_dir(topic_dir)
+            .map_err(io_err("fsync directory", topic_dir))?;
+        Ok(format!("quarantine/{name}"))
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::index;
 use super::{Entry, Segment, TopicLog, find, segment_path};
+use crate::quarantine::{DamageKind, Detector};
 use crate::{StorageError, io_err, meta};
 
 impl TopicLog {
@@ -31,19 +32,41 @@ impl TopicLog {
             .flatten()
     }
 
-    /// Scans a sealed segment whose index is missing or invalid, writes a fresh index
-    /// atomically (so the next open is fast again) and returns its summary.
-    pub(super) fn reindex(&self, seg: &Segment) -> Result<index::Summary, StorageError> {
-        let scan = self.scan(seg, false)?;
-        let last_log_index = scan.last_log_index.ok_or_else(|| StorageError::Corrupt {
-            file: seg.path.clone(),
-            offset: 0,
-            detail: "sealed segment holds no record".into(),
-        })?;
+    /// Scans a sealed segment whose index is missing or invalid, quarantines damaged
+    /// records, writes a fresh index atomically (so the next open is fast again) and returns
+    /// its summary, with damage at its end whose lost positions the next segment tells.
+    pub(super) fn reindex(
+        &self,
+        seg: &Segment,
+    ) -> Result<(index::Summary, Option<super::recover::OpenTail>), StorageError> {
+        let scan = self.walk_segment(seg, false)?;
+        let prev = self
+            .segments
+            .iter()
+            .filter_map(|s| s.last_position)
+            .next_back();
+        let mut open_tail = None;
+        for d in &scan.damages {
+            if d.tail && !d.recovered && d.positions.is_empty() {
+                open_tail = Some(super::recover::OpenTail {
+                    file: seg.path.clone(),
+                    range: d.range,
+                    prev: scan.entries.last().map(|e| e.position).or(prev),
+                });
+                continue;
+            }
+            self.damage.report_segment(
+                &seg.path,
+                d,
+                self.damage.opening(),
+                "damaged bytes skipped; the segment's index was rebuilt without them",
+            )?;
+        }
+        let last_log_index = scan.last_log_index.unwrap_or(seg.base.saturating_sub(1));
         let (bytes, summary) = index::encode(seg.base, seg.len, last_log_index, &scan.entries);
         let path = segment_path(&self.dir, seg.base, "rqidx");
         meta::atomic_write(self.fs.as_ref(), &path, &bytes)?;
-        Ok(summary)
+        Ok((summary, open_tail))
     }
 
     /// The sealed segment that would hold `position`, with its summary.
@@ -60,14 +83,32 @@ impl TopicLog {
         find(page.len(), |i| page[i], position)
     }
 
-    /// Page `k` of a sealed segment, from the cache or its index. A failed or mismatching
-    /// read trips the fault (storage is isolated) and yields `None`.
+    /// Page `k` of a sealed segment, from the cache or its index. A page that fails its CRC
+    /// is rebuilt from the segment (and the index rewritten, the damage quarantined) when the
+    /// segment still yields the same index; a failed read, or a segment that no longer
+    /// matches, trips the fault (storage is isolated) and yields `None`.
     fn page(&self, seg: &Segment, summary: &index::Summary, k: usize) -> Option<Arc<[Entry]>> {
         let key = (self.log_id, seg.base, k as u32);
         if let Some(page) = self.cache.get(key) {
             return Some(page);
         }
-        match self.load_page(seg, summary, k) {
+        let loaded = match self.load_page(seg, summary, k) {
+            Err(StorageError::Corrupt { file, offset, .. }) => {
+                self.rebuild_page(seg, summary, k).and_then(|page| {
+                    let end = offset + (summary.page_len(k) * index::ENTRY_LEN) as u64;
+                    self.damage.report(self.damage.finding(
+                        DamageKind::SegmentIndex,
+                        &file,
+                        (offset, end),
+                        Detector::Read,
+                        "index page failed its CRC; the index was rebuilt from its segment",
+                    ))?;
+                    Ok(page)
+                })
+            }
+            other => other,
+        };
+        match loaded {
             Ok(page) => {
                 let page: Arc<[Entry]> = page.into();
                 self.cache.insert(key, page.clone());
@@ -78,6 +119,36 @@ impl TopicLog {
                 None
             }
         }
+    }
+
+    /// Rebuilds the index of `seg` from its records; succeeds only if it equals the summary
+    /// in use (the segment is intact), then rewrites the file and returns page `k`.
+    fn rebuild_page(
+        &self,
+        seg: &Segment,
+        summary: &index::Summary,
+        k: usize,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let path = segment_path(&self.dir, seg.base, "rqidx");
+        let scan = self.walk_segment(seg, false)?;
+        let last = scan.last_log_index.unwrap_or(seg.base.saturating_sub(1));
+        let (bytes, rebuilt) = index::encode(seg.base, seg.len, last, &scan.entries);
+        if &rebuilt != summary {
+            return Err(StorageError::Corrupt {
+                file: path,
+                offset: summary.page_offset(k),
+                detail: format!(
+                    "index page {k} does not match its CRC and its segment no longer yields the same index"
+                ),
+            });
+        }
+        meta::atomic_write(self.fs.as_ref(), &path, &bytes)?;
+        Ok(scan
+            .entries
+            .chunks(index::PAGE_ENTRIES)
+            .nth(k)
+            .map(<[Entry]>::to_vec)
+            .unwrap_or_default())
     }
 
     fn load_page(
