@@ -73,12 +73,14 @@ fn decode_checkpoint(path: &Path, b: &[u8]) -> Result<ChannelState, StorageError
     }
     let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) as usize;
     let crc = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
-    let body = b
-        .get(12..12 + len)
-        .ok_or_else(|| bad("checkpoint shorter than its length"))?;
-    if crc32fast::hash(body) != crc {
-        return Err(bad("checkpoint CRC mismatch"));
-    }
+    // The whole file is the body unless the length field says otherwise; a checkpoint whose
+    // only damage is its length field still matches its CRC over the rest of the file.
+    let body = match b.get(12..12 + len) {
+        Some(body) if crc32fast::hash(body) == crc => body,
+        _ if crc32fast::hash(&b[12..]) == crc => &b[12..],
+        Some(_) => return Err(bad("checkpoint CRC mismatch")),
+        None => return Err(bad("checkpoint shorter than its length")),
+    };
     serde_json::from_slice(body).map_err(|e| bad(&format!("checkpoint JSON: {e}")))
 }
 
@@ -111,6 +113,16 @@ fn frame_at(data: &[u8], at: usize) -> Frame {
         Some(cmd) => Frame::Whole(cmd, at + FRAME_HEADER + blen),
         None => Frame::Bad,
     }
+}
+
+/// The command of `bytes` if they are one frame whose only fault is its length field.
+fn whole_with_length(bytes: &[u8]) -> Option<ChannelCommand> {
+    let body = bytes.get(FRAME_HEADER..)?;
+    let crc = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if &bytes[0..4] != WAL_MAGIC || crc32fast::hash(body) != crc {
+        return None;
+    }
+    ChannelCommand::decode(body)
 }
 
 impl ChannelWal {
@@ -214,11 +226,28 @@ impl ChannelWal {
                 Frame::Torn | Frame::Bad => {
                     let next = (at + 1..data.len())
                         .find(|&i| matches!(frame_at(&data, i), Frame::Whole(..)));
+                    let end = next.unwrap_or(data.len());
+                    // Only the length field damaged? Then the frame is whole up to `end`.
+                    if let Some(cmd) = whole_with_length(&data[at..end]) {
+                        state.apply(&cmd);
+                        count += 1;
+                        findings.push(Finding {
+                            channel: Some(name.to_string()),
+                            ..sink.finding(
+                                DamageKind::ChannelWal,
+                                &wal_path,
+                                (at as u64, end as u64),
+                                sink.opening(),
+                                "only the frame's length field was damaged: read whole, nothing forgotten",
+                            )
+                        });
+                        at = end;
+                        continue;
+                    }
                     // A short frame with nothing whole after it is a torn tail, not damage.
                     if next.is_none() && matches!(frame_at(&data, at), Frame::Torn) {
                         break;
                     }
-                    let end = next.unwrap_or(data.len());
                     findings.push(Finding {
                         channel: Some(name.to_string()),
                         ..sink.finding(

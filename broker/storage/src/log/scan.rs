@@ -252,6 +252,29 @@ fn accept(out: &mut Walk, w: &Whole, offset: u64, base: u64) {
     out.records += 1;
 }
 
+/// How many messages the damaged record at the start of `bytes` held, read leniently: one
+/// flipped bit damages one field, so either the batch count agrees with a walk of the item
+/// lengths, or a walk that ignores the count reaches the payload's end, or (a length damaged)
+/// the count is intact.
+fn lenient_count(bytes: &[u8]) -> Option<u64> {
+    let h = record::header_unchecked(bytes.get(..HEADER_LEN)?);
+    let plen = (h.payload_len as usize).min(bytes.len() - HEADER_LEN);
+    let payload = &bytes[HEADER_LEN..HEADER_LEN + plen];
+    let count = u64::from(record::u32_at(payload.get(..4)?, 0));
+    let mut at = 4usize;
+    let mut walked = 0u64;
+    while at + record::ITEM_LEN <= payload.len() {
+        at += record::ITEM_LEN + record::u32_at(payload, at + 16) as usize;
+        walked += 1;
+    }
+    if at == payload.len() && walked > 0 {
+        return Some(walked);
+    }
+    (1..=record::MAX_BATCH as u64)
+        .contains(&count)
+        .then_some(count)
+}
+
 /// The positions (and ids when the damaged bytes still frame one record) lost in `bytes`,
 /// between the last good position `prev` and the first position after them, `after`.
 fn lost(bytes: &[u8], prev: Option<u64>, after: Option<u64>) -> (Vec<u64>, Vec<u64>) {
@@ -264,32 +287,28 @@ fn lost(bytes: &[u8], prev: Option<u64>, after: Option<u64>) -> (Vec<u64>, Vec<u
         })
         .flatten()
         .unwrap_or_default();
-    let first = prev.map_or(1, |p| p + 1);
-    match after {
-        Some(after) => {
-            let range: Vec<u64> = (first..after).collect();
-            let same = framed.len() == range.len()
-                && framed.iter().zip(&range).all(|(i, p)| i.position == *p);
-            let ids = if same {
-                framed.iter().map(|i| i.id).collect()
-            } else {
-                Vec::new()
-            };
-            (range, ids)
-        }
-        None => {
-            // Nothing whole follows: only what the damaged bytes still say can be counted.
-            let plausible = framed.first().is_some_and(|i| i.position == first);
-            if plausible {
-                (
-                    framed.iter().map(|i| i.position).collect(),
-                    framed.iter().map(|i| i.id).collect(),
-                )
-            } else {
-                (Vec::new(), Vec::new())
-            }
-        }
-    }
+    let count = (bytes.len() >= HEADER_LEN + 4)
+        .then(|| lenient_count(bytes))
+        .flatten();
+    let first = match (prev, after, count) {
+        (Some(p), _, _) => p + 1,
+        (None, Some(a), Some(n)) => a.saturating_sub(n).max(1),
+        (None, _, _) => framed.first().map_or(1, |i| i.position),
+    };
+    let end = match (after, count) {
+        (Some(a), _) => a,
+        (None, Some(n)) => first + n,
+        (None, None) => first,
+    };
+    let range: Vec<u64> = (first..end.max(first)).collect();
+    let same =
+        framed.len() == range.len() && framed.iter().zip(&range).all(|(i, p)| i.position == *p);
+    let ids = if same {
+        framed.iter().map(|i| i.id).collect()
+    } else {
+        Vec::new()
+    };
+    (range, ids)
 }
 
 impl TopicLog {
@@ -322,5 +341,14 @@ mod tests {
         assert_eq!(lost(&[0u8; 10], Some(4), Some(7)), (vec![5, 6], vec![]));
         assert_eq!(lost(&[0u8; 10], None, Some(2)), (vec![1], vec![]));
         assert_eq!(lost(&[0u8; 10], Some(4), None), (vec![], vec![]));
+        // A tail record whose count field is damaged: the item walk still counts two.
+        let mut rec = vec![0u8; HEADER_LEN];
+        rec[40..44].copy_from_slice(&50u32.to_be_bytes());
+        rec.extend_from_slice(&77u32.to_be_bytes());
+        for p in [5u64, 6] {
+            rec.extend_from_slice(&record::item_header(p, p + 100, 3));
+            rec.extend_from_slice(b"abc");
+        }
+        assert_eq!(lost(&rec, Some(4), None), (vec![5, 6], vec![]));
     }
 }
