@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat e2e-operator fuzz-smoke images-test ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd e2e-operator fuzz-smoke images-test ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -99,6 +99,15 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # operator exactly as e2e-operator builds them so the two stages share one build (a release
 # build would add minutes, and the matrix measures behaviour, not speed), plus about 4 minutes
 # of official-client runs against it and against nsqd.
+
+.PHONY: compat-lookupd
+compat-lookupd: ## lookup parity: go-nsq and pynsq via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
+	scripts/deps.sh nsqd nsqlookupd python
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	@status=0; for target in nsqlookupd discovery; do \
+	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
+	    e2e/compat/lookupd/run.sh $$target go python || status=1; \
+	done; exit $$status
 
 # --- Kubernetes testbed: see docs/e2e.md --------------------------------------------------------
 # The control plane (etcd, kube-apiserver, -controller-manager, -scheduler) is built once from

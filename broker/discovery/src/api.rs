@@ -198,7 +198,7 @@ fn info(shared: &Shared) -> Response {
             "broadcast_address": "rustqueue-discovery",
             "hostname": "rustqueue-discovery",
             "tcp_port": 0,
-            "http_port": 4161,
+            "http_port": shared.http_port.load(std::sync::atomic::Ordering::Relaxed),
             "broker_count": shared.read().consume_ready_count(),
         }),
     )

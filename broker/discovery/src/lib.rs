@@ -13,6 +13,7 @@ pub mod poller;
 pub mod query;
 pub mod source;
 
+use std::sync::atomic::AtomicU16;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,8 @@ pub struct Shared {
     last_error: Mutex<Option<String>>,
     /// Prometheus metrics.
     pub metrics: metrics::Metrics,
+    /// The HTTP port reported by `/info`.
+    pub http_port: AtomicU16,
 }
 
 impl Default for Shared {
@@ -39,6 +42,7 @@ impl Default for Shared {
             last_success: Mutex::new(None),
             last_error: Mutex::new(None),
             metrics: metrics::Metrics::new(),
+            http_port: AtomicU16::new(4161),
         }
     }
 }

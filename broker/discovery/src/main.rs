@@ -96,7 +96,11 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cli.address)
         .await
         .with_context(|| format!("bind {}", cli.address))?;
-    tracing::info!(address = %listener.local_addr()?, "rustqueue-discovery listening");
+    let local = listener.local_addr()?;
+    shared
+        .http_port
+        .store(local.port(), std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(address = %local, "rustqueue-discovery listening");
     axum::serve(listener, api::router(shared))
         .with_graceful_shutdown(shutdown())
         .await?;

@@ -66,19 +66,46 @@ async fn get_limited(
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
-    let mut resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let mut resp = req.send().await.map_err(|e| {
+        // Nothing listens (refused) or the address is unreachable: the broker is gone, not
+        // slow. Said so in the message so the caller can drop it at once.
+        if e.is_connect() {
+            format!("{GONE}{url}: {}", chain(&e))
+        } else {
+            format!("{url}: {}", chain(&e))
+        }
+    })?;
     let status = resp.status();
     if resp.content_length().is_some_and(|n| n > limit as u64) {
         return Err(format!("{url}: body larger than {limit} bytes"));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| format!("{url}: {}", chain(&e)))?
+    {
         if body.len() + chunk.len() > limit {
             return Err(format!("{url}: body larger than {limit} bytes"));
         }
         body.extend_from_slice(&chunk);
     }
     Ok((status, body))
+}
+
+/// Prefix of a poll error that means the broker cannot be connected to at all.
+const GONE: &str = "connect failed: ";
+
+/// An error with its sources (reqwest's own message omits the cause).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 /// Parse a `/v1/registry/head` body.
@@ -217,6 +244,12 @@ impl Poller {
                         }
                         Err(e) => {
                             shared.metrics.poll_failures.inc();
+                            if e.starts_with(GONE) {
+                                // A broker nobody can connect to is no use to a consumer:
+                                // leave the lookup now rather than after the staleness bound.
+                                shared.write().remove(&ep);
+                                self.seen.remove(&ep);
+                            }
                             tracing::debug!(endpoint = %ep, error = %e, "registry poll failed");
                             last_err = Some(e);
                         }

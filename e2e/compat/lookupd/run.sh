@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Lookup parity: the official clients (go-nsq Consumer.ConnectToNSQLookupd, pynsq
+# Reader(lookupd_http_addresses=...)) find topics through a lookup service, with a ledger.
+#
+# Usage: e2e/compat/lookupd/run.sh <nsqlookupd|discovery> [go|python]...   (default: both)
+#
+#   nsqlookupd: official nsqlookupd v1.3.0 and two official nsqd (--lookupd-tcp-address)
+#   discovery:  rustqueue-discovery in static mode (docs/discovery.md) and two rustqueued
+#
+# Each client gets a fresh cluster on free 127.0.0.1 ports (its last scenario stops broker 2)
+# and runs the scenarios discover, new-topic and broker-leaves; each prints PASS/FAIL and a
+# `ledger <name>: published N received M missing K` line. This script ends each client with
+#   compat-lookupd-<client>-<target>: N passed, M failed
+# and exits non-zero on any failure or any ledger with missing > 0.
+#
+# Env: RUSTQUEUED_BIN, DISCOVERY_BIN (default $CARGO_TARGET_DIR/debug/...), COMPAT_KEEP=1.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/../../../scripts/lib.sh"
+
+target="${1:-}"
+case "$target" in nsqlookupd | discovery) shift ;; *) die "usage: $0 <nsqlookupd|discovery> [go|python]..." ;; esac
+clients=("$@")
+[ ${#clients[@]} -gt 0 ] || clients=(go python)
+
+NSQ_BIN="$RUSTQUEUE_CACHE/nsqd-$NSQD_VERSION/bin"
+NSQLOOKUPD_BIN="$RUSTQUEUE_CACHE/nsqlookupd-$NSQLOOKUPD_VERSION/bin/nsqlookupd"
+PY="${COMPAT_PY:-$RUSTQUEUE_CACHE/pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION/bin/python}"
+BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-$BIN_DIR/rustqueued}"
+DISCOVERY_BIN="${DISCOVERY_BIN:-$BIN_DIR/rustqueue-discovery}"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rq-lookupd-$target.XXXXXX")"
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${COMPAT_KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start NAME CMD...: run CMD in the background, output in $WORK/NAME.log, pid in PID_NAME.
+start() {
+  local name="$1"
+  shift
+  "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$name=$!"
+}
+
+# stop_all: stop everything the previous cluster ran.
+stop_all() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+
+wait_http() {
+  local name="$1" addr="$2" pidvar="PID_$1" i
+  for i in $(seq 1 200); do
+    curl -fsS -o /dev/null "http://$addr/ping" 2>/dev/null && return 0
+    if ! kill -0 "${!pidvar}" 2>/dev/null; then
+      tail -n 30 "$WORK/$name.log" >&2
+      die "$name exited before answering on $addr"
+    fi
+    sleep 0.1
+  done
+  tail -n 30 "$WORK/$name.log" >&2
+  die "$name did not answer on $addr/ping within 20 s"
+}
+
+# A cluster: LOOKUP (HTTP), broker 1 and 2 (B1_TCP/B1_HTTP, B2_TCP/B2_HTTP), PID_b2.
+start_nsqlookupd() {
+  local dir="$1" ltcp
+  ltcp="127.0.0.1:$(free_port)" LOOKUP="127.0.0.1:$(free_port)"
+  start lookup "$NSQLOOKUPD_BIN" --tcp-address="$ltcp" --http-address="$LOOKUP" \
+    --broadcast-address=127.0.0.1 --log-level=warn
+  wait_http lookup "$LOOKUP"
+  local n
+  for n in 1 2; do
+    local tcp="127.0.0.1:$(free_port)" http="127.0.0.1:$(free_port)"
+    mkdir -p "$dir/data-$n"
+    start "b$n" "$NSQ_BIN/nsqd" --tcp-address="$tcp" --http-address="$http" \
+      --broadcast-address=127.0.0.1 --data-path="$dir/data-$n" --log-level=warn \
+      --lookupd-tcp-address="$ltcp"
+    eval "B${n}_TCP=$tcp B${n}_HTTP=$http"
+  done
+}
+
+start_discovery() {
+  local dir="$1" n
+  for n in 1 2; do
+    local tcp="127.0.0.1:$(free_port)" http="127.0.0.1:$(free_port)"
+    cat >"$dir/b$n.toml" <<EOT
+[node]
+id = $n
+broadcast_address = "127.0.0.1"
+
+[network]
+tcp_address = "$tcp"
+http_address = "$http"
+
+[storage]
+data_path = "$dir/data-$n"
+# The test machine's free disk must not throttle publishing.
+disk_high_watermark_percent = 100
+disk_low_watermark_percent = 99
+min_free_bytes = 1
+EOT
+    start "b$n" env RUST_LOG="${RUST_LOG:-warn}" "$RUSTQUEUED_BIN" --config "$dir/b$n.toml"
+    eval "B${n}_TCP=$tcp B${n}_HTTP=$http"
+  done
+  LOOKUP="127.0.0.1:$(free_port)"
+  start lookup env RUST_LOG="${RUST_LOG:-warn}" "$DISCOVERY_BIN" --address "$LOOKUP" \
+    --static-brokers "$B1_HTTP,$B2_HTTP"
+  wait_http lookup "$LOOKUP"
+}
+
+check_tools() {
+  if [ "$target" = nsqlookupd ]; then
+    [ -x "$NSQLOOKUPD_BIN" ] || die "no nsqlookupd at $NSQLOOKUPD_BIN: run scripts/deps.sh nsqlookupd"
+    [ -x "$NSQ_BIN/nsqd" ] || die "no nsqd in $NSQ_BIN: run scripts/deps.sh nsqd"
+  else
+    [ -x "$RUSTQUEUED_BIN" ] || die "no rustqueued at $RUSTQUEUED_BIN: cargo build -p rustqueue-server"
+    [ -x "$DISCOVERY_BIN" ] || die "no rustqueue-discovery at $DISCOVERY_BIN: cargo build -p rustqueue-discovery"
+  fi
+  local c
+  for c in "${clients[@]}"; do
+    case "$c" in
+      go) command -v go >/dev/null || die "go is not installed" ;;
+      python) [ -x "$PY" ] || die "no pynsq venv at $PY: run scripts/deps.sh python" ;;
+      *) die "unknown client '$c' (expected: go python)" ;;
+    esac
+  done
+}
+
+main() {
+  check_tools
+  if [[ " ${clients[*]} " == *" go "* ]]; then
+    GO_BIN="$RUSTQUEUE_CACHE/compat-go/lookupd-go"
+    log "building the go-nsq lookup suite (go build cache)"
+    (cd "$HERE/go" && go build -o "$GO_BIN" .)
+  fi
+  local failed_any=0 client out pass fail rc
+  for client in "${clients[@]}"; do
+    local dir="$WORK/$client"
+    mkdir -p "$dir"
+    "start_$target" "$dir"
+    wait_http b1 "$B1_HTTP"
+    wait_http b2 "$B2_HTTP"
+    log "$target lookup=$LOOKUP b1=$B1_TCP/$B1_HTTP b2=$B2_TCP/$B2_HTTP ($client)"
+    local args=(--lookup "$LOOKUP" --b1-tcp "$B1_TCP" --b1-http "$B1_HTTP"
+      --b2-tcp "$B2_TCP" --b2-http "$B2_HTTP" --leave-pid "$PID_b2")
+    out="$WORK/$client.out"
+    rc=0
+    case "$client" in
+      go) "$GO_BIN" "${args[@]}" 2>"$WORK/$client.stderr" | tee "$out" || rc=$? ;;
+      python) "$PY" "$HERE/python/lookup.py" "${args[@]}" 2>"$WORK/$client.stderr" | tee "$out" || rc=$? ;;
+    esac
+    pass=$(grep -c '^PASS ' "$out" || true)
+    fail=$(grep -c '^FAIL ' "$out" || true)
+    if grep -Eq '^ledger .* missing [1-9]' "$out"; then fail=$((fail + 1)); fi
+    if [ "$rc" != 0 ] && [ "$fail" = 0 ]; then
+      echo "FAIL suite: the $client suite exited $rc without a failing scenario"
+      tail -n 20 "$WORK/$client.stderr" | sed 's/^/    | /'
+      fail=1
+    fi
+    [ "$pass" -gt 0 ] || fail=$((fail + 1))
+    echo "compat-lookupd-$client-$target: $pass passed, $fail failed"
+    [ "$fail" = 0 ] || failed_any=1
+    if ! kill -0 "$PID_b1" 2>/dev/null || ! kill -0 "$PID_lookup" 2>/dev/null; then
+      echo "broker 1 or the lookup service died during the run:"
+      tail -n 20 "$WORK/b1.log" "$WORK/lookup.log"
+      failed_any=1
+    fi
+    stop_all
+  done
+  return "$failed_any"
+}
+
+main
