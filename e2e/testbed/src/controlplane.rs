@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -16,11 +16,11 @@ use std::os::unix::process::CommandExt;
 
 use crate::Error;
 use crate::pki::{CertPair, Pki};
-use crate::process::ProcessGroups;
+use crate::process::{ProcessGroups, ProcessSet};
 
 /// A running control plane.
 pub(crate) struct ControlPlane {
-    procs: Vec<(String, Child)>,
+    procs: ProcessSet,
     /// The apiserver's secure port on 127.0.0.1.
     pub(crate) apiserver_port: u16,
     /// Admin kubeconfig (group `system:masters`).
@@ -162,7 +162,7 @@ impl ControlPlane {
             server: format!("https://127.0.0.1:{apiserver_port}"),
         };
         let mut cp = ControlPlane {
-            procs: Vec::new(),
+            procs: ProcessSet::default(),
             apiserver_port,
             admin_kubeconfig: at.kubeconfig("kubeconfig", &pki.ca.cert, "admin", &pki.admin)?,
         };
@@ -331,23 +331,13 @@ impl ControlPlane {
                 name: name.into(),
                 source,
             })?;
-        groups.add(child.id());
-        self.procs.push((name.to_string(), child));
+        self.procs.push(name, child, groups);
         Ok(())
     }
 
     /// Errors if a control-plane process has exited.
     pub(crate) fn check_alive(&mut self, dir: &Path) -> Result<(), Error> {
-        for (name, child) in &mut self.procs {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(Error::Exited {
-                    name: name.clone(),
-                    status: status.to_string(),
-                    log_tail: tail(&dir.join(format!("{name}.log")), 30),
-                });
-            }
-        }
-        Ok(())
+        self.procs.check_alive(dir)
     }
 
     async fn wait_ready(&mut self, dir: &Path, client: &kube::Client) -> Result<(), Error> {
@@ -376,20 +366,6 @@ impl ControlPlane {
 
     /// SIGKILLs every component (etcd's data is throwaway) and reaps them.
     pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
-        for (_, child) in self.procs.iter_mut().rev() {
-            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-            groups.remove(child.id());
-        }
-        self.procs.clear();
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        for (_, child) in self.procs.iter_mut().rev() {
-            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-        }
+        self.procs.stop(groups);
     }
 }

@@ -16,13 +16,13 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::Error;
-use crate::process::ProcessGroups;
+use crate::process::{ProcessGroups, ProcessSet};
 
 /// The Service (ClusterIP) range, given to the API server and routed locally in the namespace.
 pub const SERVICE_CIDR: &str = "10.0.0.0/24";
@@ -52,7 +52,7 @@ pub fn resolv_conf(namespace: &str) -> String {
 
 /// kube-proxy and CoreDNS, running.
 pub(crate) struct ClusterNetwork {
-    procs: Vec<(String, Child)>,
+    procs: ProcessSet,
 }
 
 impl ClusterNetwork {
@@ -86,7 +86,9 @@ impl ClusterNetwork {
         ])?;
         crate::netns::ip(&["addr", "add", &format!("{CLUSTER_DNS}/32"), "dev", "lo"])?;
 
-        let mut net = ClusterNetwork { procs: Vec::new() };
+        let mut net = ClusterNetwork {
+            procs: ProcessSet::default(),
+        };
         let proxy_health = crate::controlplane::free_port()?;
         let proxy_metrics = crate::controlplane::free_port()?;
         net.spawn(
@@ -156,8 +158,7 @@ impl ClusterNetwork {
                 name: name.into(),
                 source,
             })?;
-        groups.add(child.id());
-        self.procs.push((name.to_string(), child));
+        self.procs.push(name, child, groups);
         Ok(())
     }
 
@@ -173,15 +174,7 @@ impl ClusterNetwork {
         let limit = Duration::from_secs(60);
         let start = Instant::now();
         loop {
-            for (n, child) in &mut self.procs {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(Error::Exited {
-                        name: n.clone(),
-                        status: status.to_string(),
-                        log_tail: crate::controlplane::tail(&dir.join(format!("{n}.log")), 30),
-                    });
-                }
-            }
+            self.procs.check_alive(dir)?;
             if http_status(port, path).await == Some(200) {
                 return Ok(());
             }
@@ -198,21 +191,7 @@ impl ClusterNetwork {
 
     /// SIGKILLs both and reaps them.
     pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
-        for (_, child) in self.procs.iter_mut().rev() {
-            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-            groups.remove(child.id());
-        }
-        self.procs.clear();
-    }
-}
-
-impl Drop for ClusterNetwork {
-    fn drop(&mut self) {
-        for (_, child) in self.procs.iter_mut() {
-            crate::process::signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-        }
+        self.procs.stop(groups);
     }
 }
 

@@ -3,6 +3,8 @@
 //! all synchronously, without an async runtime.
 
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{Signal, killpg};
@@ -42,6 +44,61 @@ impl ProcessGroups {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The long-running processes one part of the testbed started (control plane, registry,
+/// cluster network), each the leader of its own process group and registered in
+/// [`ProcessGroups`], with the name its log is written under (`<dir>/<name>.log`).
+/// [`ProcessSet::stop`] kills them newest first; dropping the set (a panic between start and
+/// stop) kills them too.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessSet {
+    procs: Vec<(String, Child)>,
+}
+
+impl ProcessSet {
+    /// Adds a started process (its own group leader) and registers its group in `groups`.
+    pub(crate) fn push(&mut self, name: &str, child: Child, groups: &ProcessGroups) {
+        groups.add(child.id());
+        self.procs.push((name.to_string(), child));
+    }
+
+    /// Errors with the exit status and the last lines of `<dir>/<name>.log` of the first process
+    /// that has exited.
+    pub(crate) fn check_alive(&mut self, dir: &Path) -> Result<(), crate::Error> {
+        for (name, child) in &mut self.procs {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(crate::Error::Exited {
+                    name: name.clone(),
+                    status: status.to_string(),
+                    log_tail: crate::controlplane::tail(&dir.join(format!("{name}.log")), 30),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs every process's group, newest first, reaps them and unregisters the groups.
+    pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
+        self.kill();
+        for (_, child) in &self.procs {
+            groups.remove(child.id());
+        }
+        self.procs.clear();
+    }
+
+    fn kill(&mut self) {
+        for (_, child) in self.procs.iter_mut().rev() {
+            signal_group(child.id(), Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ProcessSet {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

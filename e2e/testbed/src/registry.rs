@@ -5,14 +5,14 @@
 //! process kubelet pulls from it (see [`crate::oci`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
 use crate::Error;
 use crate::oci::ImageRef;
-use crate::process::ProcessGroups;
+use crate::process::{ProcessGroups, ProcessSet};
 
 /// Where `scripts/deps.sh crane` installs crane (`$RUSTQUEUE_CRANE` overrides it).
 pub fn crane_path() -> PathBuf {
@@ -26,7 +26,7 @@ pub fn crane_path() -> PathBuf {
 
 /// A running registry.
 pub(crate) struct Registry {
-    child: Child,
+    procs: ProcessSet,
     host: String,
     crane: PathBuf,
 }
@@ -64,21 +64,16 @@ impl Registry {
                 name: "registry".into(),
                 source,
             })?;
-        groups.add(child.id());
-        let mut registry = Registry { child, host, crane };
+        let mut procs = ProcessSet::default();
+        procs.push("registry", child, groups);
+        let mut registry = Registry { procs, host, crane };
         let limit = Duration::from_secs(20);
         let start = Instant::now();
         while tokio::net::TcpStream::connect(&registry.host)
             .await
             .is_err()
         {
-            if let Ok(Some(status)) = registry.child.try_wait() {
-                return Err(Error::Exited {
-                    name: "registry".into(),
-                    status: status.to_string(),
-                    log_tail: crate::controlplane::tail(&log_path, 20),
-                });
-            }
+            registry.procs.check_alive(dir)?;
             if start.elapsed() > limit {
                 return Err(Error::NotReady {
                     name: "registry".into(),
@@ -135,15 +130,6 @@ impl Registry {
 
     /// Stops the registry.
     pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
-        crate::process::signal_group(self.child.id(), nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-        groups.remove(self.child.id());
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        crate::process::signal_group(self.child.id(), nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
+        self.procs.stop(groups);
     }
 }
