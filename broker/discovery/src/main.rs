@@ -60,6 +60,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let cli = Cli::parse();
+    // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let shared = Arc::new(Shared::default());
     let statics: Vec<String> = cli
         .static_brokers

@@ -1,0 +1,128 @@
+//! The poller against fake brokers on loopback (static mode): heads are polled, the full
+//! registry is fetched only when the revision changes, readiness flags move brokers in and out
+//! of the lists without a fetch, a broker that stops leaves the lookup, and with every broker
+//! gone the service fails closed within the staleness bound.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustqueue_discovery::{Shared, source};
+use support::{FakeBroker, start_discovery};
+use tokio::sync::watch;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_mode_polls_heads_and_fetches_on_revision_change() {
+    let a = FakeBroker::start("127.0.0.1:0", 1, &["orders"]).await;
+    let b = FakeBroker::start("127.0.0.1:0", 2, &["orders", "audit"]).await;
+    let (_tx, rx) = watch::channel(source::static_view(&[
+        a.addr.to_string(),
+        b.addr.to_string(),
+    ]));
+    let d = start_discovery(rx, Arc::new(Shared::default()), vec![]).await;
+    let bound = Duration::from_secs(5);
+
+    d.wait_lookup("orders", Some(vec![1, 2]), bound).await;
+    let (code, v) = d.get("/channels?topic=audit").await;
+    assert_eq!(
+        (code, v["channels"].clone()),
+        (200, serde_json::json!(["c"]))
+    );
+    assert_eq!(
+        d.get("/topics").await.1["topics"],
+        serde_json::json!(["audit", "orders"])
+    );
+    assert_eq!(
+        d.get("/v1/brokers").await.1["producers"][0]["version"],
+        "9.9.9"
+    );
+
+    // Steady state: heads keep coming, no full fetch.
+    let (fa, ha) = (a.fetches(), a.heads());
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(
+        a.fetches(),
+        fa,
+        "a full registry fetch without a revision change"
+    );
+    assert!(
+        a.heads() >= ha + 2,
+        "heads not polled: {} -> {}",
+        ha,
+        a.heads()
+    );
+
+    // A new topic: the revision changes, one fetch, /lookup follows.
+    a.set_topics(&["orders", "fresh"]);
+    let took = d.wait_lookup("fresh", Some(vec![1]), bound).await;
+    assert_eq!(a.fetches(), fa + 1);
+    eprintln!("new topic visible after {took:?}");
+
+    // Not consume-ready: out of /lookup (topic still registered), no fetch.
+    a.state.lock().unwrap().consume_ready = false;
+    d.wait_lookup("fresh", Some(vec![]), bound).await;
+    assert_eq!(a.fetches(), fa + 1);
+    // Not publish-ready: out of /v1/publishers, and the revision moves.
+    let (_, before) = d.get("/v1/publishers/head").await;
+    b.state.lock().unwrap().publish_ready = false;
+    let start = std::time::Instant::now();
+    loop {
+        let (_, now) = d.get("/v1/publishers/head").await;
+        if now["broker_count"] == 1 {
+            assert_ne!(now["revision"], before["revision"]);
+            break;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "publisher list never shrank: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A broker stops: it leaves the lookup well within the bound.
+    b.stop();
+    let took = d.wait_lookup("audit", None, bound).await;
+    eprintln!("stopped broker left /lookup after {took:?}");
+
+    // Every broker gone: fail closed within the staleness bound (+ one poll period).
+    a.stop();
+    let start = std::time::Instant::now();
+    loop {
+        let (code, v) = d.get("/lookup?topic=orders").await;
+        if code == 503 {
+            assert_eq!(v["message"], "discovery source is not ready");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(8),
+            "still serving: {code} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, h) = d.get("/v1/health").await;
+    assert_eq!(code, 503);
+    assert_eq!(h["status"], "source-unavailable");
+    assert!(h["reason"].as_str().unwrap().contains("connect"), "{h}");
+    assert_eq!(d.get("/ping").await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_agree_on_the_revision() {
+    let a = FakeBroker::start("127.0.0.1:0", 1, &["t"]).await;
+    let b = FakeBroker::start("127.0.0.1:0", 2, &["t"]).await;
+    let v1 = source::static_view(&[a.addr.to_string(), b.addr.to_string()]);
+    let v2 = source::static_view(&[b.addr.to_string(), a.addr.to_string()]);
+    let (_t1, r1) = watch::channel(v1);
+    let (_t2, r2) = watch::channel(v2);
+    let d1 = start_discovery(r1, Arc::new(Shared::default()), vec![]).await;
+    let d2 = start_discovery(r2, Arc::new(Shared::default()), vec![]).await;
+    d1.wait_lookup("t", Some(vec![1, 2]), Duration::from_secs(5))
+        .await;
+    d2.wait_lookup("t", Some(vec![1, 2]), Duration::from_secs(5))
+        .await;
+    let (_, p1) = d1.get("/v1/publishers").await;
+    let (_, p2) = d2.get("/v1/publishers").await;
+    assert_eq!(p1, p2);
+    assert_eq!(d1.get("/v1/brokers").await.1, d2.get("/v1/brokers").await.1);
+}
