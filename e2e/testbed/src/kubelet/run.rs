@@ -2,6 +2,7 @@
 //! verdicts, the termination message, and its ContainerStatus.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -245,6 +246,9 @@ impl Ctr {
                 std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
             }
             std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
+            // World-writable, as the kubelet makes it: a non-root container writes its message.
+            std::fs::set_permissions(&term_file, std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| format!("termination file: {e}"))?;
             let mut mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
             mounts.extend(resolv_conf(ctx)?);
             let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
