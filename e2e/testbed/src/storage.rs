@@ -8,6 +8,7 @@
 //! - a bound claim whose request grew gets its PV capacity raised, then its status capacity
 //!   (the size is bookkeeping: a host directory has no quota).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -166,6 +167,10 @@ impl Provisioner {
         }
         let dir = self.root.join(&name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+        // World-writable like rancher's local-path provisioner (kind's `standard` class), so a
+        // non-root Pod without an fsGroup can write its claim there too.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| Error::io("chmod", &dir, e))?;
         let spec = pvc.spec.clone().unwrap_or_default();
         let pv: PersistentVolume = serde_json::from_value(json!({
             "metadata": {
