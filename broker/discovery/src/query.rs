@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 /// Longest query string accepted; a longer one is answered `414 URI_TOO_LONG`.
-pub const MAX_QUERY_BYTES: usize = 8 * 1024;
+pub const MAX_QUERY_BYTES: usize = 64 * 1024;
 
 /// Why a query string was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

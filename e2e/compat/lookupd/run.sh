@@ -11,6 +11,9 @@
 # and runs the scenarios discover, new-topic and broker-leaves; each prints PASS/FAIL and a
 # `ledger <name>: published N received M missing K` line. This script ends each client with
 #   compat-lookupd-<client>-<target>: N passed, M failed
+# Before the first client, http_cases.py checks nsqlookupd's HTTP answers (status codes,
+# error bodies, headers, with and without the Accept header) on the fresh cluster:
+#   compat-lookupd-http-<target>: N passed, M failed
 # and exits non-zero on any failure or any ledger with missing > 0.
 #
 # Env: RUSTQUEUED_BIN, DISCOVERY_BIN (default $CARGO_TARGET_DIR/debug/...), COMPAT_KEEP=1.
@@ -120,6 +123,14 @@ EOT
   start lookup env RUST_LOG="${RUST_LOG:-warn}" "$DISCOVERY_BIN" --address "$LOOKUP" \
     --static-brokers "$B1_HTTP,$B2_HTTP"
   wait_http lookup "$LOOKUP"
+  # Serving lookups once its first poll of the brokers succeeded (503 before, fail closed).
+  local i
+  for i in $(seq 1 100); do
+    curl -fsS -o /dev/null "http://$LOOKUP/v1/health" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  curl -sS "http://$LOOKUP/v1/health" >&2 || true
+  die "rustqueue-discovery did not become ready within 10 s"
 }
 
 check_tools() {
@@ -147,13 +158,24 @@ main() {
     log "building the go-nsq lookup suite (go build cache)"
     (cd "$HERE/go" && go build -o "$GO_BIN" .)
   fi
-  local failed_any=0 client out pass fail rc
+  local failed_any=0 client out pass fail rc http_done=0
   for client in "${clients[@]}"; do
     local dir="$WORK/$client"
     mkdir -p "$dir"
     "start_$target" "$dir"
     wait_http b1 "$B1_HTTP"
     wait_http b2 "$B2_HTTP"
+    if [ "$http_done" = 0 ]; then
+      # nsqlookupd's HTTP answers, on the fresh cluster (no topics yet).
+      http_done=1 rc=0
+      python3 "$HERE/http_cases.py" "$LOOKUP" >"$WORK/http.out" || rc=$?
+      grep '^FAIL' "$WORK/http.out" || true
+      pass=$(grep -c '^PASS ' "$WORK/http.out" || true)
+      fail=$(grep -c '^FAIL ' "$WORK/http.out" || true)
+      [ "$rc" = 0 ] && [ "$pass" -gt 0 ] || fail=$((fail + 1))
+      echo "compat-lookupd-http-$target: $pass passed, $fail failed"
+      [ "$fail" = 0 ] || failed_any=1
+    fi
     log "$target lookup=$LOOKUP b1=$B1_TCP/$B1_HTTP b2=$B2_TCP/$B2_HTTP ($client)"
     local args=(--lookup "$LOOKUP" --b1-tcp "$B1_TCP" --b1-http "$B1_HTTP"
       --b2-tcp "$B2_TCP" --b2-http "$B2_HTTP" --leave-pid "$PID_b2")
