@@ -46,8 +46,11 @@ pub use gauges::{QueueGauges, TopicGauges};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 /// What the engine reports about a data directory and this build's storage.
 pub use rustqueue_storage::Compatibility;
+/// Offline tools over a stopped broker's data directory (`rustqueued storage ...`).
+pub use rustqueue_storage::offline;
 pub use rustqueue_storage::{
-    DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, StorageError,
+    DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, RealFs,
+    StorageError,
 };
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,

@@ -25,6 +25,7 @@ mod fs;
 mod log;
 mod memfs;
 mod meta;
+pub mod offline;
 mod quarantine;
 mod record;
 #[cfg(any(test, feature = "test-support"))]

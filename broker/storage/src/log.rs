@@ -25,7 +25,7 @@ pub(crate) mod index;
 mod oldest;
 mod pages;
 mod recover;
-mod scan;
+pub(crate) mod scan;
 pub mod scrub;
 mod sealed;
 #[cfg(test)]

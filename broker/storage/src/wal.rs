@@ -125,6 +125,56 @@ fn whole_with_length(bytes: &[u8]) -> Option<ChannelCommand> {
     ChannelCommand::decode(body)
 }
 
+/// What a read-only check of a WAL found.
+pub(crate) struct FrameCheck {
+    /// Whole frames.
+    pub(crate) frames: u64,
+    /// Damaged byte ranges.
+    pub(crate) bad: Vec<(usize, usize)>,
+    /// End of the last whole frame or damage (a partial frame may follow).
+    pub(crate) end: usize,
+}
+
+/// Checks the frames of a WAL without applying them (`storage verify`).
+pub(crate) fn verify_frames(data: &[u8]) -> FrameCheck {
+    let mut out = FrameCheck {
+        frames: 0,
+        bad: Vec::new(),
+        end: 0,
+    };
+    let mut at = 0;
+    while at < data.len() {
+        match frame_at(data, at) {
+            Frame::Whole(_, next) => {
+                out.frames += 1;
+                at = next;
+            }
+            f => {
+                let next =
+                    (at + 1..data.len()).find(|&i| matches!(frame_at(data, i), Frame::Whole(..)));
+                if next.is_none() && matches!(f, Frame::Torn) {
+                    break;
+                }
+                let end = next.unwrap_or(data.len());
+                out.bad.push((at, end));
+                at = end;
+            }
+        }
+    }
+    out.end = at;
+    out
+}
+
+/// Checks a checkpoint file without opening the channel (`storage verify`).
+pub(crate) fn verify_checkpoint(fs: &dyn Fs, path: &Path, name: &str) -> Result<(), String> {
+    let bytes = fs.read(path).map_err(|e| e.to_string())?;
+    let state = decode_checkpoint(path, &bytes).map_err(|e| e.to_string())?;
+    if state.name != name {
+        return Err(format!("checkpoint names channel {:?}", state.name));
+    }
+    Ok(())
+}
+
 impl ChannelWal {
     /// Creates a channel durably: empty WAL (fsynced), then the checkpoint, then the directory.
     pub fn create(

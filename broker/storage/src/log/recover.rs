@@ -106,22 +106,19 @@ impl TopicLog {
         Ok(log)
     }
 
-    /// Positions lost at the end of the previous sealed segment: those below this one's first.
+    /// Damage at the end of the previous sealed segment; the positions it lost are those
+    /// below this segment's first.
     fn report_open_tail(&self, t: OpenTail) -> Result<(), StorageError> {
-        let Some(first) = self
+        let first = self
             .segments
             .last()
             .and_then(|s| s.summary.as_ref().map(|m| m.first_position))
             .filter(|&p| p > 0)
             .or_else(|| self.active.front().map(|e| e.position))
-        else {
-            return Ok(());
-        };
-        let Some(prev) = t.prev else { return Ok(()) };
-        let positions: Vec<u64> = (prev + 1..first).collect();
-        if positions.is_empty() {
-            return Ok(());
-        }
+            .unwrap_or(self.next_position);
+        let positions: Vec<u64> = t
+            .prev
+            .map_or(Vec::new(), |prev| (prev + 1..first).collect());
         self.damage.report(Finding {
             positions,
             ..self.damage.finding(

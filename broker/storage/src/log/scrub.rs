@@ -78,6 +78,10 @@ pub fn verify_segment(
         offset,
         detail,
     };
+    let detected_by = match sink.opening() {
+        Detector::Repair => Detector::Repair,
+        _ => Detector::Scrub,
+    };
     let len = seg.file.len().map_err(io_err("stat", &seg.path))?;
     if len != seg.len {
         return Err(corrupt(
@@ -138,7 +142,7 @@ pub fn verify_segment(
             ..d.clone()
         };
         let before = sink.quarantine().records().len();
-        sink.report_segment(&seg.path, &damage, Detector::Scrub, &action)?;
+        sink.report_segment(&seg.path, &damage, detected_by, &action)?;
         report.findings += (sink.quarantine().records().len() - before) as u64;
     }
     if let (Some(idx), None) = (&seg.index, &indexed) {
@@ -151,7 +155,7 @@ pub fn verify_segment(
             DamageKind::SegmentIndex,
             &idx.path,
             (0, bytes.len() as u64),
-            Detector::Scrub,
+            detected_by,
             "index failed its checks; rebuilt from its segment",
         ))?;
         report.findings += (sink.quarantine().records().len() - before) as u64;

@@ -1,0 +1,430 @@
+//! Offline tools over the data directory of a stopped broker (docs/operations.md):
+//! [`verify`] reads every file and reports what it finds without writing anything;
+//! [`repair`] runs the recovery a start would run (quarantining damage, rebuilding indexes,
+//! checkpointing damaged channels, rebuilding manifests), then scrubs every sealed segment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::fs::Fs;
+use crate::log::index;
+use crate::log::scan::walk;
+use crate::meta::{self, BrokerMeta, Compatibility, FormatFile, unhex};
+use crate::quarantine::{self, Detector, QuarantineRecord};
+use crate::store::{Store, StoreOptions};
+use crate::wal;
+use crate::{StorageError, io_err};
+
+/// What verify found in one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileStatus {
+    /// Every check passed.
+    Ok,
+    /// A partial record or frame at the end of an active file: a start cuts it off.
+    TornTail,
+    /// An index that a start will not trust (missing, stale or damaged header): rebuilt by a
+    /// scan at the next start.
+    Rebuilt,
+    /// Damage: a start or `storage repair` quarantines it.
+    Damaged,
+    /// Damage already on record in `audit/` (quarantined earlier); nothing more to do.
+    Quarantined,
+}
+
+/// One file's line in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileReport {
+    /// Path relative to the data directory.
+    pub file: String,
+    /// `format`, `compatibility`, `broker_meta`, `manifest`, `segment`, `index`,
+    /// `channel_wal`, `channel_checkpoint`.
+    pub kind: &'static str,
+    /// The verdict.
+    pub status: FileStatus,
+    /// What was checked or found.
+    pub detail: String,
+    /// Messages that would be lost (positions), for damaged segments.
+    pub lost_positions: Vec<u64>,
+}
+
+/// The whole verify report.
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifyReport {
+    /// Every file checked, in directory order.
+    pub files: Vec<FileReport>,
+    /// Files with [`FileStatus::Damaged`].
+    pub damaged_files: usize,
+    /// Quarantine records already on disk.
+    pub quarantine_on_record: Vec<QuarantineRecord>,
+}
+
+struct Reporter<'a> {
+    root: &'a Path,
+    files: Vec<FileReport>,
+    /// `(file, offset_start)` of every quarantine record on disk.
+    known: std::collections::HashSet<(String, u64)>,
+}
+
+impl Reporter<'_> {
+    fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    fn add(&mut self, path: &Path, kind: &'static str, status: FileStatus, detail: String) {
+        self.add_lost(path, kind, status, detail, Vec::new());
+    }
+
+    fn add_lost(
+        &mut self,
+        path: &Path,
+        kind: &'static str,
+        status: FileStatus,
+        detail: String,
+        lost_positions: Vec<u64>,
+    ) {
+        self.files.push(FileReport {
+            file: self.relative(path),
+            kind,
+            status,
+            detail,
+            lost_positions,
+        });
+    }
+}
+
+fn check_json<T: serde::de::DeserializeOwned>(
+    fs: &dyn Fs,
+    r: &mut Reporter<'_>,
+    path: &Path,
+    kind: &'static str,
+) {
+    if !fs.exists(path) {
+        return;
+    }
+    match meta::read_json::<T>(fs, path) {
+        Ok(_) => r.add(path, kind, FileStatus::Ok, "parses".into()),
+        Err(e) => r.add(path, kind, FileStatus::Damaged, e.to_string()),
+    }
+}
+
+/// Reads every file of the data directory `root` and reports on each; writes nothing.
+pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
+    let on_record = quarantine::list(fs, root);
+    let mut r = Reporter {
+        root,
+        files: Vec::new(),
+        known: on_record
+            .iter()
+            .map(|q| (q.file.clone(), q.offset_start))
+            .collect(),
+    };
+    check_json::<FormatFile>(fs, &mut r, &root.join("FORMAT"), "format");
+    check_json::<Compatibility>(fs, &mut r, &root.join("COMPATIBILITY"), "compatibility");
+    check_json::<BrokerMeta>(fs, &mut r, &root.join("broker.meta"), "broker_meta");
+    let topics = root.join("topics");
+    let mut names = if fs.exists(&topics) {
+        fs.list(&topics).map_err(io_err("list", &topics))?
+    } else {
+        Vec::new()
+    };
+    names.sort();
+    for name in names {
+        verify_topic(fs, &mut r, &topics.join(&name))?;
+    }
+    let damaged_files = r
+        .files
+        .iter()
+        .filter(|f| f.status == FileStatus::Damaged)
+        .count();
+    Ok(VerifyReport {
+        files: r.files,
+        damaged_files,
+        quarantine_on_record: on_record,
+    })
+}
+
+fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), StorageError> {
+    let mpath = dir.join("manifest");
+    match meta::read_manifest(fs, &mpath) {
+        Ok(_) => r.add(
+            &mpath,
+            "manifest",
+            FileStatus::Ok,
+            "checksum matches".into(),
+        ),
+        Err(e) => r.add(&mpath, "manifest", FileStatus::Damaged, e.to_string()),
+    }
+    let sdir = dir.join("segments");
+    let mut segs: BTreeMap<u64, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
+    if fs.exists(&sdir) {
+        for n in fs.list(&sdir).map_err(io_err("list", &sdir))? {
+            let Some((base, ext)) = n
+                .strip_prefix("segment-")
+                .and_then(|rest| rest.split_once('.'))
+                .and_then(|(num, ext)| Some((num.parse::<u64>().ok()?, ext)))
+            else {
+                continue;
+            };
+            let e = segs.entry(base).or_default();
+            match ext {
+                "rqlog" => e.0 = Some(sdir.join(&n)),
+                "rqidx" => e.1 = Some(sdir.join(&n)),
+                _ => {}
+            }
+        }
+    }
+    let last = segs
+        .iter()
+        .filter(|(_, (l, _))| l.is_some())
+        .map(|(b, _)| *b)
+        .next_back();
+    let mut prev = None;
+    for (base, (log, idx)) in &segs {
+        let Some(log) = log else { continue };
+        let file = fs.open(log, false).map_err(io_err("open", log))?;
+        let len = file.len().map_err(io_err("stat", log))?;
+        let is_last = Some(*base) == last;
+        let w = walk(file.as_ref(), log, *base, len, is_last, prev, &mut |_| {})?;
+        let lost: Vec<u64> = w
+            .damages
+            .iter()
+            .flat_map(|d| d.positions.iter().copied())
+            .collect();
+        let (status, detail) = if !w.damages.is_empty() {
+            let ranges: Vec<String> = w
+                .damages
+                .iter()
+                .map(|d| {
+                    format!(
+                        "bytes {}..{}{}",
+                        d.range.0,
+                        d.range.1,
+                        if d.recovered {
+                            " (length field only: read whole)"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect();
+            let file = r.relative(log);
+            let known = w
+                .damages
+                .iter()
+                .all(|d| r.known.contains(&(file.clone(), d.range.0)));
+            (
+                if known {
+                    FileStatus::Quarantined
+                } else {
+                    FileStatus::Damaged
+                },
+                format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
+            )
+        } else if w.end < len {
+            (
+                FileStatus::TornTail,
+                format!(
+                    "{} whole records; partial record from offset {} (cut off at start)",
+                    w.records, w.end
+                ),
+            )
+        } else {
+            (
+                FileStatus::Ok,
+                format!("{} records, every CRC matches", w.records),
+            )
+        };
+        r.add_lost(log, "segment", status, detail, lost);
+        if let Some(p) = w.entries.last().map(|e| e.position) {
+            prev = Some(p);
+        }
+        if let Some(idx) = idx {
+            let damaged: Vec<(u64, u64)> = w.damages.iter().map(|d| d.range).collect();
+            verify_index(fs, r, idx, *base, len, &w.entries, &damaged)?;
+        } else if !is_last {
+            r.add(
+                &log.with_extension("rqidx"),
+                "index",
+                FileStatus::Rebuilt,
+                "missing: rebuilt by a scan at the next start".into(),
+            );
+        }
+    }
+    let cdir = dir.join("channels");
+    if fs.exists(&cdir) {
+        let mut stems: Vec<String> = fs
+            .list(&cdir)
+            .map_err(io_err("list", &cdir))?
+            .into_iter()
+            .filter_map(|n| n.rsplit_once('.').map(|(s, _)| s.to_string()))
+            .collect();
+        stems.sort();
+        stems.dedup();
+        for stem in stems {
+            let Some(name) = unhex(&stem) else { continue };
+            let (w, c) = wal::paths(&cdir, &name);
+            if fs.exists(&c) {
+                let (status, detail) = match wal::verify_checkpoint(fs, &c, &name) {
+                    Ok(()) => (FileStatus::Ok, "CRC matches".to_string()),
+                    Err(e) => (FileStatus::Damaged, e),
+                };
+                r.add(&c, "channel_checkpoint", status, detail);
+            }
+            if fs.exists(&w) {
+                let data = fs.read(&w).map_err(io_err("read", &w))?;
+                let v = wal::verify_frames(&data);
+                let (status, detail) = if !v.bad.is_empty() {
+                    let ranges: Vec<String> = v
+                        .bad
+                        .iter()
+                        .map(|(a, b)| format!("bytes {a}..{b}"))
+                        .collect();
+                    (
+                        FileStatus::Damaged,
+                        format!("{} whole frames; damaged {}", v.frames, ranges.join(", ")),
+                    )
+                } else if v.end < data.len() {
+                    (
+                        FileStatus::TornTail,
+                        format!("{} whole frames; partial frame at {}", v.frames, v.end),
+                    )
+                } else {
+                    (
+                        FileStatus::Ok,
+                        format!("{} frames, every CRC matches", v.frames),
+                    )
+                };
+                r.add(&w, "channel_wal", status, detail);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn verify_index(
+    fs: &dyn Fs,
+    r: &mut Reporter<'_>,
+    path: &Path,
+    base: u64,
+    segment_len: u64,
+    entries: &[crate::log::Entry],
+    damaged: &[(u64, u64)],
+) -> Result<(), StorageError> {
+    let file = fs.open(path, false).map_err(io_err("open", path))?;
+    let Some(summary) =
+        index::read_summary(file.as_ref(), base, segment_len).map_err(io_err("read", path))?
+    else {
+        r.add(
+            path,
+            "index",
+            FileStatus::Rebuilt,
+            "header or directory not usable (damaged, stale or an older version): rebuilt by a scan at the next start".into(),
+        );
+        return Ok(());
+    };
+    let mut read = Vec::with_capacity(summary.count as usize);
+    for k in 0..summary.pages.len() {
+        match index::read_page(file.as_ref(), &summary, base, k).map_err(io_err("read", path))? {
+            Some(page) => read.extend(page),
+            None => {
+                r.add(
+                    path,
+                    "index",
+                    FileStatus::Damaged,
+                    format!(
+                        "page {k} fails its CRC (offset {}): rebuilt from its segment when read",
+                        summary.page_offset(k)
+                    ),
+                );
+                return Ok(());
+            }
+        }
+    }
+    // Entries of damaged records are the index's to keep (their bodies fail their CRC-32C
+    // when read); every other entry must be exactly what the segment says.
+    let (in_damage, read): (Vec<_>, Vec<_>) = read.into_iter().partition(|e| {
+        damaged
+            .iter()
+            .any(|&(a, b)| e.body_offset >= a && e.body_offset < b)
+    });
+    if read != entries {
+        r.add(
+            path,
+            "index",
+            FileStatus::Damaged,
+            "entries differ from the segment's records".into(),
+        );
+    } else {
+        r.add(
+            path,
+            "index",
+            FileStatus::Ok,
+            format!(
+                "{} entries match the segment, {} point into damaged records",
+                read.len(),
+                in_damage.len()
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// What repair did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RepairReport {
+    /// Topics opened.
+    pub topics: usize,
+    /// Sealed segments scrubbed.
+    pub segments_scrubbed: usize,
+    /// Indexes rewritten by the scrub.
+    pub indexes_rebuilt: usize,
+    /// Quarantine records written by this repair.
+    pub new_findings: Vec<QuarantineRecord>,
+}
+
+/// Opens `root` as a start would (its own node id and feature level, damage attributed to
+/// [`Detector::Repair`]), scrubs every sealed segment, and closes it cleanly.
+pub fn repair(fs: Arc<dyn Fs>, root: &Path) -> Result<RepairReport, StorageError> {
+    let bm: BrokerMeta = meta::read_json(fs.as_ref(), &root.join("broker.meta"))?;
+    let level =
+        meta::read_compatibility(fs.as_ref(), root)?.map_or(1, |c| c.active_writer_feature_level);
+    let opts = StoreOptions {
+        node_id: bm.node_id,
+        feature_level: level,
+        max_segment_bytes: 1 << 30,
+        page_cache: Default::default(),
+    };
+    let before = quarantine::list(fs.as_ref(), root).len();
+    let (store, topics) = Store::open_as(fs.clone(), root, opts, Detector::Repair)?;
+    let mut report = RepairReport {
+        topics: topics.len(),
+        segments_scrubbed: 0,
+        indexes_rebuilt: 0,
+        new_findings: Vec::new(),
+    };
+    for mut t in topics {
+        for seg in t.log.sealed_segments() {
+            let r = crate::verify_segment(&seg, t.log.damage_sink(), &mut |_| {})?;
+            report.segments_scrubbed += 1;
+            if let Some(rebuilt) = r.rebuilt_index {
+                t.log.adopt_index(rebuilt);
+                report.indexes_rebuilt += 1;
+            }
+        }
+        for c in t.channels {
+            let mut w = c.wal;
+            w.checkpoint(&c.state)?;
+        }
+    }
+    store.fault().check()?;
+    store.release_lock();
+    report.new_findings = store.quarantine().records().split_off(before);
+    Ok(report)
+}
