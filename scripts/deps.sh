@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|python|node|k8s|kubectl|crane|coredns|nftables|openssl|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -20,19 +20,25 @@ deps_nsqd() {
   finish "$name"
 }
 
-deps_nsqlookupd() {
-  # Official nsqlookupd, the lookup parity peer (e2e/compat/lookupd). Its own cache entry,
-  # keyed by its own version, built the same way as nsqd from the downloaded module.
-  local name="nsqlookupd-$NSQLOOKUPD_VERSION"
+# Builds one official NSQ app from the downloaded module at its own pinned version, into its
+# own cache entry `<app>-<version>`, the same way as nsqd.
+nsq_app() {
+  local app="$1" version="$2" name="$1-$2"
   cached "$name" && return 0
-  log "building official nsqlookupd $NSQLOOKUPD_VERSION (one time)"
+  log "building official $app $version (one time)"
   local src
-  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/nsqio/nsq@$NSQLOOKUPD_VERSION" |
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/nsqio/nsq@$version" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
-  (cd "$src" && go build -o "$RUSTQUEUE_CACHE/$name/bin/" ./apps/nsqlookupd)
+  (cd "$src" && go build -o "$RUSTQUEUE_CACHE/$name/bin/" "./apps/$app")
   finish "$name"
 }
+
+# Official nsqlookupd, the lookup parity peer (e2e/compat/lookupd).
+deps_nsqlookupd() { nsq_app nsqlookupd "$NSQLOOKUPD_VERSION"; }
+
+# Official nsqadmin: what an NSQ fleet's operators look at (e2e/compat/fleet).
+deps_nsqadmin() { nsq_app nsqadmin "$NSQADMIN_VERSION"; }
 
 deps_python() {
   local name="pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION"
@@ -178,9 +184,9 @@ main() {
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_nsqlookupd; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl ;;
-      nsqd | nsqlookupd | python | node | k8s | kubectl | crane | coredns | nftables | openssl) "deps_$t" ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd python node k8s kubectl crane coredns nftables openssl all)" ;;
+      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl) "deps_$t" ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl all)" ;;
     esac
   done
 }

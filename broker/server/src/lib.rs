@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod http;
 pub mod isolation;
+pub mod lookupd;
 pub mod server;
 pub mod state;
 pub mod tcp;

@@ -170,6 +170,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             tracing::error!("HTTP server failed: {e}");
         }
     });
+    for addr in &shared.cfg.network.lookupd_tcp_addresses {
+        tasks.spawn(crate::lookupd::run(shared.clone(), addr.clone()));
+    }
     tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, "rustqueued listening");
     Ok(Running {
         shared,

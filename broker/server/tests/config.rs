@@ -66,9 +66,17 @@ fn environment_overrides_the_file() {
             ("RUSTQUEUE_LOG_FORMAT", "json"),
             ("RUSTQUEUE_PROTECTIVE_EVICTION_ENABLED", "true"),
             ("RUSTQUEUE_DISK_PRESSURE_GRACE_SECONDS", "5"),
+            (
+                "RUSTQUEUE_LOOKUPD_TCP_ADDRESSES",
+                "lookupd-0.lookupd:4160, 127.0.0.1:4160",
+            ),
         ],
     )
     .unwrap();
+    assert_eq!(
+        c.network.lookupd_tcp_addresses,
+        ["lookupd-0.lookupd:4160", "127.0.0.1:4160"]
+    );
     assert!(c.storage.protective_eviction_enabled);
     assert_eq!(c.storage.disk_pressure_grace_seconds, 5);
     assert_eq!(c.network.tcp_address, "127.0.0.1:2");
@@ -112,6 +120,11 @@ fn invalid_values_are_refused_with_the_key_name() {
             None,
             &[("RUSTQUEUE_TCP_ADDRESS", "nowhere")],
             "network.tcp_address",
+        ),
+        (
+            Some("[network]\nlookupd_tcp_addresses = [\"lookupd\"]\n"),
+            &[],
+            "network.lookupd_tcp_addresses",
         ),
         (
             None,

@@ -86,6 +86,10 @@ pub struct NetworkConfig {
     pub deflate_enabled: bool,
     /// Highest deflate level, 1..=9.
     pub max_deflate_level: u32,
+    /// nsqlookupd TCP addresses (`host:port`) to register with, as nsqd's
+    /// `--lookupd-tcp-address`; empty registers nowhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lookupd_tcp_addresses: Vec<String>,
 }
 
 impl Default for NetworkConfig {
@@ -99,6 +103,7 @@ impl Default for NetworkConfig {
             snappy_enabled: true,
             deflate_enabled: true,
             max_deflate_level: 6,
+            lookupd_tcp_addresses: Vec::new(),
         }
     }
 }
@@ -393,8 +398,12 @@ pub struct EnvOverride {
     pub key: &'static str,
 }
 
+/// Keys holding a list: an environment override of one takes comma-separated values.
+pub const LIST_KEYS: &[&str] = &["network.lookupd_tcp_addresses"];
+
 /// Every environment override, applied after the file in this order. A value is taken as the
-/// key's type: numbers and booleans are trimmed and parsed, strings taken as they are. Without
+/// key's type: numbers and booleans are trimmed and parsed, strings taken as they are, lists
+/// ([`LIST_KEYS`]) split at commas. Without
 /// `RUSTQUEUE_NODE_ID`, a `POD_NAME` ending in `-<ordinal>` gives `node.id = ordinal + 1`
 /// (StatefulSet pods).
 pub const ENV_OVERRIDES: &[EnvOverride] = &[
@@ -413,6 +422,10 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
     EnvOverride {
         var: "RUSTQUEUE_HTTP_ADDRESS",
         key: "network.http_address",
+    },
+    EnvOverride {
+        var: "RUSTQUEUE_LOOKUPD_TCP_ADDRESSES",
+        key: "network.lookupd_tcp_addresses",
     },
     EnvOverride {
         var: "RUSTQUEUE_KODO_HTTP_ADDRESS",

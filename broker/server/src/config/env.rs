@@ -1,7 +1,7 @@
 //! Environment overrides (docs/configuration.md, "Environment variables"), applied after the
 //! file: the table is [`ENV_OVERRIDES`] in the shared config schema.
 
-use rustqueue_api::broker_config::{ENV_OVERRIDES, EnvOverride};
+use rustqueue_api::broker_config::{ENV_OVERRIDES, EnvOverride, LIST_KEYS};
 use serde_json::Value;
 
 use super::{Config, ConfigError};
@@ -55,6 +55,15 @@ fn set(cfg: &mut Config, o: &EnvOverride, value: String) -> Result<(), ConfigErr
             .parse::<bool>()
             .map(Value::from)
             .map_err(|e| invalid(e.to_string(), &value))?,
+        // a list key (absent while empty) takes comma-separated values
+        _ if LIST_KEYS.contains(&o.key) => Value::Array(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(|v| Value::String(v.to_string()))
+                .collect(),
+        ),
         _ => Value::String(value.clone()),
     };
     *cfg = serde_json::from_value(doc).map_err(|e| invalid(e.to_string(), &value))?;

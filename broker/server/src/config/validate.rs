@@ -40,6 +40,15 @@ fn node_and_network(cfg: &Config) -> Result<(), ConfigError> {
     check(cfg.network.kodo_http_address.is_none(), || {
         "network.kodo_http_address is only allowed with Kodo cleanup, which is disabled".into()
     })?;
+    for addr in &cfg.network.lookupd_tcp_addresses {
+        // host:port with a host name allowed (nsqd resolves it on every connection)
+        let port = addr
+            .rsplit_once(':')
+            .and_then(|(host, port)| (!host.is_empty()).then_some(port.parse::<u16>().ok()?));
+        check(port.is_some_and(|p| p > 0), || {
+            format!("network.lookupd_tcp_addresses: {addr:?} is not a host:port address")
+        })?;
+    }
     check((1..=9).contains(&cfg.network.max_deflate_level), || {
         format!(
             "network.max_deflate_level = {} must be 1..=9",

@@ -98,7 +98,11 @@ fn stats_json(shared: &Shared, q: &HashMap<String, String>) -> Value {
         _ => Vec::new(),
     };
     let include_clients = flag(q, "include_clients");
+    // nsqd without --e2e-processing-latency-percentiles reports an empty aggregate; nsqadmin
+    // dereferences it when it merges the nodes' stats, so it must be there.
+    let no_latency = || json!({"count": 0, "percentiles": null});
     for t in &mut topics {
+        t["e2e_processing_latency"] = no_latency();
         let tname = t
             .get("topic_name")
             .and_then(Value::as_str)
@@ -111,6 +115,7 @@ fn stats_json(shared: &Shared, q: &HashMap<String, String>) -> Value {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
+                c["e2e_processing_latency"] = no_latency();
                 let clients = shared.clients.subscribers_json(&tname, &cname);
                 c["client_count"] = json!(clients.len());
                 c["clients"] = if include_clients {
