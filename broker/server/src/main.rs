@@ -1,9 +1,9 @@
 //! `rustqueued` entry point: flags, config, logging, signals, and the storage-fault exit.
 //!
 //! Exit status: 0 after a signal-driven graceful shutdown (or `--check-config` /
-//! `--capabilities-output`); 1 when the configuration or startup is refused (including
-//! corrupt data found by recovery); 2 for bad command-line flags; 3 when storage became
-//! isolated at runtime ([`rustqueue_server::isolation`]).
+//! `--capabilities-output`); 1 when the configuration or startup is refused; 2 for bad
+//! command-line flags; 3 when storage became isolated at runtime
+//! ([`rustqueue_server::isolation`]); 4 when `storage verify` found damage.
 
 use std::path::PathBuf;
 
@@ -26,6 +26,113 @@ struct Args {
     /// the file and exit without starting (the operator's preflight probe).
     #[arg(long, value_name = "FILE")]
     capabilities_output: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Cmd {
+    /// Offline tools for the data directory of a stopped broker (docs/operations.md).
+    Storage {
+        #[command(subcommand)]
+        action: StorageCmd,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum StorageCmd {
+    /// Read every file and report what is intact, torn or damaged; writes nothing. Exit 0
+    /// when nothing is damaged, 4 when something is.
+    Verify {
+        /// Data directory (default: `storage.data_path` of the configuration).
+        #[arg(long)]
+        data_path: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recover as a start would (quarantine damage, rebuild indexes, checkpoint channels),
+    /// scrub every sealed segment, and print what was quarantined.
+    Repair {
+        /// Data directory (default: `storage.data_path` of the configuration).
+        #[arg(long)]
+        data_path: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Exit status of `storage verify` when it found damage.
+const EXIT_DAMAGE_FOUND: i32 = 4;
+
+/// Runs a `storage` subcommand; returns the process exit status.
+fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
+    use rustqueue_engine::offline;
+    let fs = std::sync::Arc::new(rustqueue_engine::RealFs);
+    match action {
+        StorageCmd::Verify { data_path, json } => {
+            let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
+            let report = offline::verify(fs.as_ref(), &root)
+                .with_context(|| format!("verifying {}", root.display()))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for f in &report.files {
+                    println!(
+                        "{:<11} {:<18} {}: {}",
+                        format!("{:?}", f.status).to_lowercase(),
+                        f.kind,
+                        f.file,
+                        f.detail
+                    );
+                    if !f.lost_positions.is_empty() {
+                        println!("            lost positions: {:?}", f.lost_positions);
+                    }
+                }
+                println!(
+                    "{} files checked, {} damaged, {} quarantine records on file",
+                    report.files.len(),
+                    report.damaged_files,
+                    report.quarantine_on_record.len()
+                );
+            }
+            Ok(if report.damaged_files > 0 {
+                EXIT_DAMAGE_FOUND
+            } else {
+                0
+            })
+        }
+        StorageCmd::Repair { data_path, json } => {
+            let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
+            let report = offline::repair(fs, &root)
+                .with_context(|| format!("repairing {}", root.display()))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for r in &report.new_findings {
+                    println!(
+                        "quarantined {:?} {} bytes {}..{}: {} messages {:?}; {}",
+                        r.kind,
+                        r.file,
+                        r.offset_start,
+                        r.offset_end,
+                        r.messages,
+                        r.positions,
+                        r.action
+                    );
+                }
+                println!(
+                    "{} topics, {} sealed segments scrubbed, {} indexes rebuilt, {} new quarantine records",
+                    report.topics,
+                    report.segments_scrubbed,
+                    report.indexes_rebuilt,
+                    report.new_findings.len()
+                );
+            }
+            Ok(0)
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {
@@ -65,6 +172,10 @@ async fn main() -> anyhow::Result<()> {
         let json = serde_json::to_string_pretty(&caps).context("encoding capabilities")?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         return Ok(());
+    }
+    if let Some(Cmd::Storage { action }) = args.command {
+        let code = storage_command(action, &cfg)?;
+        std::process::exit(code);
     }
     if args.check_config {
         println!("configuration OK\n{cfg:#?}");

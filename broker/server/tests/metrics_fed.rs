@@ -193,7 +193,9 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Finally a corrupt sealed segment: scrub fails and counts a storage error.
+    // Finally damage at rest and a failed write. A flipped byte in a sealed segment's last
+    // body is quarantined by the scrub (the broker stays up); a sealed segment that grew
+    // fails the scrub and counts a storage error.
     let seg_dir = b
         .dir
         .path()
@@ -210,9 +212,16 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
     let mut bytes = std::fs::read(&sealed[0]).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
-    std::fs::write(&sealed[0], bytes).unwrap();
-
+    std::fs::write(&sealed[0], &bytes).unwrap();
+    assert_eq!(post(url.clone(), Some("admin-secret")).await, 200);
     let text = b.metrics().await;
+    assert_eq!(
+        metric(&text, "rustqueue_storage_quarantined_messages_total"),
+        Some(1.0)
+    );
+
+    bytes.extend_from_slice(b"grown");
+    std::fs::write(&sealed[0], bytes).unwrap();
     assert_eq!(post(url, Some("admin-secret")).await, 503);
     let after = b.metrics().await;
     assert!(metric(&after, "rustqueue_storage_errors_total") >= Some(1.0));

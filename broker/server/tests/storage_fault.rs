@@ -1,7 +1,13 @@
-//! Storage isolation (docs/configuration.md, "Storage isolation"): a scrub that finds a corrupt sealed segment isolates
-//! storage; the broker refuses publishes and reports `storage_fault`, and the real
-//! `rustqueued` exits with status 3 so its supervisor restarts it. What the restart does with
-//! the still-corrupt segment is checked too (docs/storage-format.md, "Recovery and integrity rules").
+//! Storage faults on the real `rustqueued`.
+//!
+//! Isolation (docs/configuration.md, "Storage isolation"): a sealed segment whose length
+//! changed is a failed write, not damage at rest; the scrub isolates storage, the broker
+//! refuses publishes and reports `storage_fault`, and `rustqueued` exits with status 3 so its
+//! supervisor restarts it into recovery.
+//!
+//! Damage at rest (docs/storage-format.md, "Damage at rest"): a bit flipped in a sealed
+//! segment while the broker is stopped costs exactly the message it hit, which is never
+//! delivered and is reported; the broker keeps serving and the scrub does not stop it.
 
 mod common;
 
@@ -110,20 +116,55 @@ fn sealed_segments(data: &Path, topic: &str) -> Vec<PathBuf> {
     logs
 }
 
-/// Flips one payload byte of the second record of `segment`; returns that record's offset
-/// (where a CRC check must report the damage).
-fn corrupt_second_record(segment: &Path) -> u64 {
+/// The body of the `i`-th message of the scenario: 100 bytes that say which one it is.
+fn scenario_body(i: usize) -> Vec<u8> {
+    let mut b = format!("message {i:05} ").into_bytes();
+    b.resize(100, b'a' + (i % 26) as u8);
+    b
+}
+
+/// A seed for the random choices of a test, printed so a failure can be replayed with
+/// `RUSTQUEUE_TEST_SEED`.
+fn seed() -> u64 {
+    let seed = std::env::var("RUSTQUEUE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("RUSTQUEUE_TEST_SEED={seed}");
+    seed
+}
+
+fn next_rand(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Flips one bit at a random position inside the body of a random record of `segment` (one
+/// message per record); returns that message's position and the flipped file offset.
+fn flip_a_body_bit(segment: &Path, rand: &mut u64) -> (u64, u64) {
     let mut bytes = std::fs::read(segment).unwrap();
-    let first = decode_header(&bytes[..HEADER_LEN]).unwrap();
-    let offset = HEADER_LEN + first.payload_len as usize;
-    let second = decode_header(&bytes[offset..offset + HEADER_LEN]).unwrap();
-    assert!(
-        offset + HEADER_LEN + (second.payload_len as usize) <= bytes.len(),
-        "the sealed segment holds two complete records"
-    );
-    bytes[offset + HEADER_LEN + second.payload_len as usize / 2] ^= 0x5a;
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let h = decode_header(&bytes[at..at + HEADER_LEN]).unwrap();
+        records.push(at);
+        at += HEADER_LEN + h.payload_len as usize;
+    }
+    let rec = records[(next_rand(rand) % records.len() as u64) as usize];
+    let item = rec + HEADER_LEN + 4;
+    let position = u64::from_be_bytes(bytes[item..item + 8].try_into().unwrap());
+    let body_len = u32::from_be_bytes(bytes[item + 16..item + 20].try_into().unwrap()) as u64;
+    let flip = item as u64 + 20 + next_rand(rand) % body_len;
+    bytes[flip as usize] ^= 1 << (next_rand(rand) % 8);
     std::fs::write(segment, bytes).unwrap();
-    offset as u64
+    (position, flip)
 }
 
 /// Publishes `n` bodies of 20 KB (three fit in one 64 KiB segment).
@@ -151,8 +192,18 @@ fn assert_names_damage(text: &str, segment: &Path, offset: u64) {
     );
 }
 
+/// Appends bytes to a sealed segment: its length no longer matches what was sealed, which
+/// the scrub treats as a failed write to an immutable file (isolation), not as damage at rest.
+fn grow_sealed_segment(segment: &Path) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(segment)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"garbage").unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scrub_that_finds_corruption_makes_rustqueued_exit_for_a_restart() {
+async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restart() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let mut p = Proc::start(data.path(), work.path(), "first").await;
@@ -162,7 +213,7 @@ async fn a_scrub_that_finds_corruption_makes_rustqueued_exit_for_a_restart() {
     let clean = scrub(p.url("/v1/storage/scrub")).await;
     assert_eq!(clean.0, 200, "{:?}", clean.1);
     let segment = sealed[0].clone();
-    let offset = corrupt_second_record(&segment);
+    grow_sealed_segment(&segment);
 
     let (status, body) = scrub(p.url("/v1/storage/scrub")).await;
     assert_eq!(
@@ -170,7 +221,7 @@ async fn a_scrub_that_finds_corruption_makes_rustqueued_exit_for_a_restart() {
         (503, &"E_STORAGE".into()),
         "{body}"
     );
-    assert_names_damage(body["detail"].as_str().unwrap(), &segment, offset);
+    assert_names_damage(body["detail"].as_str().unwrap(), &segment, 0);
     // Until it exits, the broker must not look ready (it may already be gone).
     if let Ok(r) = reqwest::get(p.url("/v1/health")).await {
         let status = r.status().as_u16();
@@ -184,32 +235,31 @@ async fn a_scrub_that_finds_corruption_makes_rustqueued_exit_for_a_restart() {
     let log = p.stderr();
     assert!(log.contains("storage isolated: "), "{log}");
     assert!(log.contains("supervisor restarts the broker"), "{log}");
-    assert_names_damage(&log, &segment, offset);
+    assert_names_damage(&log, &segment, 0);
 
-    // The restart: a sealed segment with a valid index is trusted at startup (its body CRCs
-    // are the scrub's job, docs/storage-format.md), so the broker comes back and serves...
-    let mut p = Proc::start(data.path(), work.path(), "second").await;
-    publish_large(p.tcp, "t", 1).await;
-    // ...and the next scrub finds the same damage, naming the same file and offset.
+    // The restart no longer trusts that segment's index: it scans it, quarantines the bytes
+    // that are not a record (no message was in them) and serves every message.
+    let p = Proc::start(data.path(), work.path(), "second").await;
+    let health: serde_json::Value = reqwest::get(p.url("/v1/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ready", "{health}");
+    let damage = &health["storage_damage"];
+    assert_eq!(damage["findings_on_record"], 1, "{health}");
+    assert_eq!(damage["messages_on_record"], 0, "{health}");
+    assert_eq!(damage["latest"][0]["kind"], "segment_record", "{health}");
+    let mut c = Client::connect(p.tcp).await;
+    c.subscribe("t", "c", 10).await;
+    for i in 0..8u8 {
+        let (id, _, body) = c.expect_message().await;
+        assert_eq!(body, vec![b'a' + i; 20_000], "message {i}");
+        c.fin(&id).await;
+    }
     let (status, body) = scrub(p.url("/v1/storage/scrub")).await;
-    assert_eq!(status, 503, "{body}");
-    assert_names_damage(body["detail"].as_str().unwrap(), &segment, offset);
-    let exit = p.exit_within(EXIT_WITHIN).await;
-    assert_eq!(exit.code(), Some(3), "exit {exit}; stderr:\n{}", p.stderr());
-
-    // Without its index the segment is scanned at startup, and recovery refuses to start,
-    // naming the file and offset and saying what to do.
-    let index = segment.with_extension("rqidx");
-    std::fs::remove_file(&index).unwrap();
-    let mut p = Proc::spawn(data.path(), work.path(), "third");
-    let exit = p.exit_within(Duration::from_secs(10)).await;
-    assert_eq!(exit.code(), Some(1), "exit {exit}; stderr:\n{}", p.stderr());
-    let log = p.stderr();
-    assert_names_damage(&log, &segment, offset);
-    assert!(
-        log.contains("restore the file or remove the topic"),
-        "{log}"
-    );
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,11 +275,11 @@ async fn an_isolated_broker_refuses_publishes_and_reports_storage_fault() {
     let health = reqwest::get(b.url("/v1/health")).await.unwrap();
     assert_eq!(health.status(), 200);
     let sealed = sealed_segments(b.dir.path(), "t");
-    let offset = corrupt_second_record(&sealed[0]);
+    grow_sealed_segment(&sealed[0]);
 
     let (status, body) = scrub(b.url("/v1/storage/scrub")).await;
     assert_eq!(status, 503, "{body}");
-    assert_names_damage(body["detail"].as_str().unwrap(), &sealed[0], offset);
+    assert_names_damage(body["detail"].as_str().unwrap(), &sealed[0], 0);
 
     let health = reqwest::get(b.url("/v1/health")).await.unwrap();
     assert_eq!(health.status(), 503);
@@ -251,4 +301,182 @@ async fn an_isolated_broker_refuses_publishes_and_reports_storage_fault() {
     tokio::time::timeout(Duration::from_secs(10), b.stop())
         .await
         .expect("shutdown of an isolated broker finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_restart() {
+    let mut rand = seed() | 1;
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut p = Proc::start(data.path(), work.path(), "first").await;
+    const N: usize = 3_000;
+    let mut c = Client::connect(p.tcp).await;
+    for chunk in (0..N).collect::<Vec<_>>().chunks(300) {
+        for &i in chunk {
+            c.cmd_body("PUB issue", &scenario_body(i)).await;
+        }
+        for _ in chunk {
+            c.expect_ok().await;
+        }
+    }
+    drop(c);
+    // Stopped gracefully, then damaged at rest.
+    let pid = p.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let exit = p.exit_within(Duration::from_secs(20)).await;
+    assert_eq!(exit.code(), Some(0), "stderr:\n{}", p.stderr());
+    let sealed = sealed_segments(data.path(), "issue");
+    assert!(sealed.len() >= 3, "{sealed:?}");
+    let segment = &sealed[(next_rand(&mut rand) % sealed.len() as u64) as usize];
+    let (lost, flipped) = flip_a_body_bit(segment, &mut rand);
+    eprintln!(
+        "flipped a bit at offset {flipped} of {}, in the body of position {lost}",
+        segment.display()
+    );
+
+    let mut p = Proc::start(data.path(), work.path(), "second").await;
+    let mut c = Client::connect(p.tcp).await;
+    c.subscribe("issue", "consumer", 200).await;
+    let mut seen = vec![false; N];
+    for _ in 0..N - 1 {
+        let (id, _, body) = c.expect_message().await;
+        let i: usize = std::str::from_utf8(&body[8..13]).unwrap().parse().unwrap();
+        assert_eq!(body, scenario_body(i), "message {i} delivered corrupted");
+        assert!(!seen[i], "message {i} delivered twice");
+        seen[i] = true;
+        c.fin(&id).await;
+    }
+    let missing: Vec<usize> = (0..N).filter(|&i| !seen[i]).collect();
+    assert_eq!(missing, vec![lost as usize - 1], "positions are 1-based");
+    // Nothing else comes: the damaged message is never sent.
+    c.cmd("NOP").await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), c.next())
+            .await
+            .is_err(),
+        "no further message"
+    );
+
+    // The loss is reported: health detail, counter, audit record.
+    let health: serde_json::Value = reqwest::get(p.url("/v1/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ready", "{health}");
+    let damage = &health["storage_damage"];
+    assert_eq!(damage["quarantined_messages_since_start"], 1, "{health}");
+    let rec = &damage["latest"][0];
+    assert_eq!(rec["kind"], "message_body", "{health}");
+    assert_eq!(rec["detected_by"], "read", "{health}");
+    assert_eq!(rec["topic"], "issue", "{health}");
+    assert_eq!(rec["positions"], serde_json::json!([lost]), "{health}");
+    assert_eq!(rec["message_ids"].as_array().unwrap().len(), 1, "{health}");
+    let metrics = reqwest::get(p.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        common::metric(&metrics, "rustqueue_storage_quarantined_messages_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    let audits: Vec<_> = std::fs::read_dir(data.path().join("audit"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("quarantine-"))
+        .collect();
+    assert_eq!(audits.len(), 1, "{audits:?}");
+
+    // The scrub finds the same record damaged, counts nothing twice, and the broker stays.
+    let (status, body) = scrub(p.url("/v1/storage/scrub")).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(p.child.try_wait().unwrap().is_none(), "{}", p.stderr());
+    let health = reqwest::get(p.url("/v1/health")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert_eq!(
+        health["storage_damage"]["quarantined_messages_since_start"], 1,
+        "{health}"
+    );
+    // Publishing and consuming go on.
+    let mut pb = Client::connect(p.tcp).await;
+    pb.publish("issue", b"after the damage").await;
+    let (_, _, body) = c.expect_message().await;
+    assert_eq!(body, b"after the damage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
+    let mut rand = seed() | 1;
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut p = Proc::start(data.path(), work.path(), "writer").await;
+    let mut c = Client::connect(p.tcp).await;
+    // 800 records of 172 bytes: at least one sealed 64 KiB segment.
+    for i in 0..800 {
+        c.cmd_body("PUB tools", &scenario_body(i)).await;
+    }
+    for _ in 0..800 {
+        c.expect_ok().await;
+    }
+    let pid = p.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert_eq!(p.exit_within(Duration::from_secs(20)).await.code(), Some(0));
+    let sealed = sealed_segments(data.path(), "tools");
+    let (lost, _) = flip_a_body_bit(&sealed[0], &mut rand);
+
+    let tool = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+            .args(["storage"])
+            .args(args)
+            .arg("--data-path")
+            .arg(data.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = tool(&["verify"]);
+    assert_eq!(code, Some(4), "{text}");
+    let name = sealed[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("damaged") && l.contains(&name)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("lost positions: [{lost}]")),
+        "{text}"
+    );
+
+    let (code, text) = tool(&["repair"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("quarantined SegmentRecord"), "{text}");
+    assert!(text.contains(&format!("[{lost}]")), "{text}");
+
+    let (code, text) = tool(&["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("quarantined"), "{text}");
+
+    // The broker starts on the repaired directory and serves the other 799.
+    let p = Proc::start(data.path(), work.path(), "reader").await;
+    let mut c = Client::connect(p.tcp).await;
+    c.subscribe("tools", "c", 100).await;
+    for _ in 0..799 {
+        let (id, _, body) = c.expect_message().await;
+        let i: usize = std::str::from_utf8(&body[8..13]).unwrap().parse().unwrap();
+        assert_eq!(body, scenario_body(i));
+        assert_ne!(i as u64 + 1, lost);
+        c.fin(&id).await;
+    }
 }

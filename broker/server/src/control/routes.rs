@@ -89,10 +89,19 @@ pub async fn nsq_scopes(
     next.run(req).await
 }
 
+/// The contract's `Health` body plus the `storage_damage` detail (docs/api.md, "Damage at
+/// rest"); clients that do not know the key ignore it.
 async fn health(State(s): State<Arc<ControlState>>) -> Response {
     let h = drain::health(&s);
     let status = StatusCode::from_u16(h.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    (status, Json(h)).into_response()
+    let mut body = serde_json::to_value(&h).unwrap_or_default();
+    if let serde_json::Value::Object(map) = &mut body {
+        map.insert(
+            "storage_damage".into(),
+            serde_json::to_value(s.engine.storage_damage()).unwrap_or_default(),
+        );
+    }
+    (status, Json(body)).into_response()
 }
 
 async fn capabilities(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
