@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd e2e-operator fuzz-smoke images-test ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -96,9 +96,8 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 	python3 e2e/compat/lib/matrix.py $(COMPAT_RESULTS); exit $$status
 
 # The client matrix is part of the whole suite: the debug rustqueued, built together with the
-# operator exactly as e2e-operator builds them so the two stages share one build (a release
-# build would add minutes, and the matrix measures behaviour, not speed), plus about 4 minutes
-# of official-client runs against it and against nsqd.
+# operator (a release build would add minutes, and the matrix measures behaviour, not speed),
+# plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
 compat-lookupd: ## lookup parity: go-nsq and pynsq via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
@@ -126,13 +125,17 @@ e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kub
 	$(CARGO) test -p rustqueue-testbed --locked
 
 # The operator installed with kubectl from config/, two replicas, the sample on three
-# Nodes, pynsq consuming, a broker Pod replaced, leader failover, a CEL refusal.
-E2E_BIN_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))/debug
+# Nodes, pynsq consuming (also by the brokers' DNS names), a broker Pod replaced, leader
+# failover, rollouts, a CEL refusal. Brokers and operator run from the very images `make images`
+# built (pushed into the testbed's registry; the scenario's other releases are derived from
+# them by e2e/k8s/fixture-images.sh), so `make test` builds the images once for this stage and
+# images-test. With KUBECONFIG set it runs on that cluster instead: see docs/e2e.md.
 .PHONY: e2e-operator
-e2e-operator: deps-k8s ## the operator scenario on the testbed (kubectl apply -k config/default, ...)
+e2e-operator: deps-k8s images ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
 	scripts/deps.sh python
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator --bins
-	RUSTQUEUE_E2E_BIN_DIR=$(E2E_BIN_DIR) $(CARGO) test --locked -p rustqueue-e2e
+	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
+	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release \
+	  $(CARGO) test --locked -p rustqueue-e2e
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke

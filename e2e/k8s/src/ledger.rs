@@ -55,9 +55,45 @@ impl Ledger {
     /// Starts publishing `rate` messages per second to `topic` on `addresses` (`ip:port`) and
     /// consuming them from `channel`.
     pub fn start(addresses: &[String], topic: &str, channel: &str, rate: u32) -> Ledger {
+        Ledger::spawn(
+            Command::new(pynsq_python()),
+            addresses,
+            topic,
+            channel,
+            rate,
+        )
+    }
+
+    /// Like [`Ledger::start`], but the clients resolve names with `resolv_conf` as their
+    /// `/etc/resolv.conf`, bind-mounted in a mount namespace of their own the way a Pod's is
+    /// (`unshare`, root needed): `<pod>.<service>.<namespace>.svc.cluster.local:4150`
+    /// addresses are looked up by the C library in the cluster DNS, as in a Pod.
+    pub fn start_resolving(
+        resolv_conf: &Path,
+        addresses: &[String],
+        topic: &str,
+        channel: &str,
+        rate: u32,
+    ) -> Ledger {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+            .arg(resolv_conf)
+            .arg(pynsq_python());
+        Ledger::spawn(cmd, addresses, topic, channel, rate)
+    }
+
+    /// Runs `cmd` (the interpreter, or what wraps it) with the script and its arguments.
+    fn spawn(
+        mut cmd: Command,
+        addresses: &[String],
+        topic: &str,
+        channel: &str,
+        rate: u32,
+    ) -> Ledger {
         let dir = tempfile::tempdir().expect("ledger work dir");
         write_addresses(&dir.path().join("addresses"), addresses);
-        let child = Command::new(pynsq_python())
+        let child = cmd
             .arg(crate::crate_dir().join("pynsq_ledger.py"))
             .arg(dir.path())
             .args([topic, channel, &rate.to_string()])

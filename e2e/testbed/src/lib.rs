@@ -177,7 +177,8 @@ pub struct Testbed {
     tasks: Vec<JoinHandle<()>>,
 }
 
-pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
+/// A `kube::Client` for the kubeconfig file at `path` (its current context).
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kc =

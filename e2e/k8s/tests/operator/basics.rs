@@ -1,24 +1,18 @@
 //! The steps a new user walks through first: install, the sample cluster, publish/consume,
 //! a broker Pod back on its PVC, leader failover, Events and a CEL refusal.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rustqueue_e2e::tools::{kubectl, kubectl_ok, pynsq_consume};
 use rustqueue_e2e::{Poll, eventually, repo_root};
-use rustqueue_testbed::STORAGE_CLASS;
 
-use crate::cluster::{Cluster, LONG, NS, RQ, http_post};
+use crate::cluster::{Cluster, DEV, LONG, NS, RQ, http_post};
 
 /// `kubectl apply -k config/default`: namespace, CRD, RBAC and the two-replica operator.
 pub async fn the_operator_installs_from_config_default(c: &Cluster) {
-    let out = kubectl_ok(
-        c.kubeconfig(),
-        &[
-            "apply",
-            "-k",
-            repo_root().join("config/default").to_str().unwrap(),
-        ],
-    );
+    let install = install_dir(c);
+    let out = kubectl_ok(c.kubeconfig(), &["apply", "-k", install.to_str().unwrap()]);
     assert!(
         out.contains("customresourcedefinition.apiextensions.k8s.io/rustqueues.rustqueue.io"),
         "kubectl apply -k config/default did not create the CRD:\n{out}"
@@ -34,16 +28,42 @@ pub async fn the_operator_installs_from_config_default(c: &Cluster) {
     );
 }
 
-/// The sample, adapted to the testbed through a kustomize overlay the way a user adapts it to
-/// their cluster, is applied and `kubectl wait --for=condition=Ready` returns with 3 Ready
-/// brokers. The overlay names the testbed's StorageClass and lifts the disk watermarks: a
-/// testbed volume is a directory on the shared host disk (no quota), so the brokers' disk
-/// guard would measure other work's files there, not the claim.
+/// `config/default` itself, or when the images come from elsewhere
+/// (`$RUSTQUEUE_E2E_IMAGE_REGISTRY`, `$RUSTQUEUE_E2E_IMAGE_TAG`) an overlay over it whose
+/// kustomize `images:` entry renames `rustqueue`, as a user points it at their registry.
+fn install_dir(c: &Cluster) -> PathBuf {
+    let default = repo_root().join("config/default");
+    let Some((name, tag)) = DEV
+        .rsplit_once(':')
+        .filter(|_| DEV.as_str() != "rustqueue:dev")
+    else {
+        return default;
+    };
+    let overlay = c.scratch.path().join("install");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources:\n  - {}\nimages:\n  - name: rustqueue\n    newName: {name}\n    \
+             newTag: {tag}\n",
+            relative_to(&overlay, &default)
+        ),
+    )
+    .unwrap();
+    overlay
+}
+
+/// The sample, adapted to the cluster through a kustomize overlay the way a user adapts it to
+/// theirs, is applied and `kubectl wait --for=condition=Ready` returns with 3 Ready brokers.
+/// The overlay names the cluster's StorageClass and the image under test and lifts the disk
+/// watermarks: a testbed volume is a directory on the shared host disk (no quota), so the
+/// brokers' disk guard would measure other work's files there, not the claim.
 pub async fn the_sample_becomes_ready_for_kubectl_wait(c: &Cluster) {
     let overlay = c.scratch.path().join("sample");
     std::fs::create_dir_all(&overlay).unwrap();
     let ops = serde_json::json!([
-        {"op": "replace", "path": "/spec/storageClassName", "value": STORAGE_CLASS},
+        {"op": "replace", "path": "/spec/storageClassName", "value": c.storage_class},
+        {"op": "replace", "path": "/spec/image", "value": *DEV},
         {"op": "add", "path": "/spec/diskHighWatermarkPercent", "value": 100},
         {"op": "add", "path": "/spec/diskLowWatermarkPercent", "value": 99},
     ]);

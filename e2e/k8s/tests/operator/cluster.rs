@@ -1,19 +1,22 @@
-//! The scenario's cluster: a 3-Node testbed with the operator images, the API handles the steps
-//! use, and a read-only view of the RustQueue written against the CRD's JSON field names (so
-//! the steps check what `kubectl` and Argo CD see, whatever the Rust types look like).
+//! The scenario's cluster: a 3-Node testbed running the images `make images` built (or the
+//! kind cluster `$KUBECONFIG` names, with those images loaded), the API handles the steps use,
+//! and a read-only view of the RustQueue written against the CRD's JSON field names (so the
+//! steps check what `kubectl` and Argo CD see, whatever the Rust types look like).
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::DeleteParams;
 use kube::api::{ApiResource, DynamicObject};
 use rustqueue_api::crd::RustQueue;
 use rustqueue_e2e::tools::{Output, kubectl};
 use rustqueue_e2e::{Poll, eventually, repo_root};
-use rustqueue_testbed::{Image, Testbed, TestbedOptions};
+use rustqueue_testbed::{Image, STORAGE_CLASS, Testbed, TestbedOptions};
 use serde_json::Value;
 
 /// The operator's namespace (config/default), where the sample is applied too.
@@ -25,98 +28,168 @@ pub const BROKERS: &str = "app.kubernetes.io/instance=queue,app.kubernetes.io/co
 /// Generous bound for a whole cluster change on a loaded 2-core machine.
 pub const LONG: Duration = Duration::from_secs(180);
 
-/// The workspace's `rustqueued` and `rustqueue-operator` (`$RUSTQUEUE_E2E_BIN_DIR`).
-pub fn bin_dir() -> PathBuf {
-    let dir = std::env::var_os("RUSTQUEUE_E2E_BIN_DIR")
+/// `<$RUSTQUEUE_E2E_IMAGE_REGISTRY/>rustqueue:<tag>`: an image reference as the cluster's
+/// Pods name it. The registry is empty by default (`rustqueue:dev`, as `config/` and the
+/// sample name it; the testbed's registry and `kind load` both serve that name).
+pub fn image(tag: &str) -> String {
+    match std::env::var("RUSTQUEUE_E2E_IMAGE_REGISTRY") {
+        Ok(r) if !r.is_empty() => format!("{}/rustqueue:{tag}", r.trim_end_matches('/')),
+        _ => format!("rustqueue:{tag}"),
+    }
+}
+
+/// The release under test: `make images`' `rustqueue:<IMAGE_TAG>` (`$RUSTQUEUE_E2E_IMAGE_TAG`,
+/// default `dev`).
+pub static DEV: LazyLock<String> = LazyLock::new(|| {
+    image(&std::env::var("RUSTQUEUE_E2E_IMAGE_TAG").unwrap_or_else(|_| "dev".into()))
+});
+/// The same image under a second tag: a new release to roll to (`e2e/k8s/fixture-images.sh`
+/// derives this and the next two from `make images`' archive).
+pub static NEXT: LazyLock<String> = LazyLock::new(|| image("next"));
+/// The release with `RUSTQUEUE_MAX_FEATURE_LEVEL=1` in its image config, the way an older
+/// release reports and enforces its ceiling.
+pub static LEVEL1: LazyLock<String> = LazyLock::new(|| image("level1"));
+/// A release whose configuration is refused at once, even for the capability probe.
+pub static BROKEN: LazyLock<String> = LazyLock::new(|| image("broken"));
+/// A release that passes the capability probe but whose broker exits until the file
+/// [`FLAKY_FIXED`] exists in the scratch dir (a bad release, fixed in place). A directory
+/// image around the workspace's `rustqueued`, so the testbed alone runs it.
+pub const FLAKY: &str = "rustqueue:flaky";
+/// See [`FLAKY`].
+pub const FLAKY_FIXED: &str = "flaky-fixed";
+/// The user the rendered broker Pods run as (the images' `nonroot`).
+const NONROOT: u32 = 65532;
+
+/// `$RUSTQUEUE_E2E_IMAGES`: where `make images` wrote the archives (`rustqueue.tar`) and
+/// `e2e/k8s/fixture-images.sh` the scenario's releases (`e2e/rustqueue-<tag>.tar`).
+pub fn images_dir() -> PathBuf {
+    let dir = std::env::var_os("RUSTQUEUE_E2E_IMAGES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/debug"));
-    for b in ["rustqueued", "rustqueue-operator"] {
+        .unwrap_or_else(|| repo_root().join("target/images"));
+    for f in ["rustqueue.tar", "e2e/rustqueue-next.tar"] {
         assert!(
-            dir.join(b).exists(),
-            "{} missing: run `make e2e`",
-            dir.join(b).display()
+            dir.join(f).exists(),
+            "{} missing: run `make e2e-operator` (it builds the images)",
+            dir.join(f).display()
         );
     }
     dir
 }
 
-/// A second name for the workspace build: a new image to roll to.
-pub const NEXT: &str = "rustqueue:next";
-/// The workspace build lowered to feature level 1 (`RUSTQUEUE_MAX_FEATURE_LEVEL=1`), the way
-/// an older release reports and enforces its ceiling.
-pub const LEVEL1: &str = "rustqueue:level1";
-/// A release whose broker exits at once, even for the capability probe.
-pub const BROKEN: &str = "rustqueue:broken";
-/// A release that passes the capability probe but whose broker exits until the file
-/// [`FLAKY_FIXED`] exists in the scratch dir (a bad release, fixed in place).
-pub const FLAKY: &str = "rustqueue:flaky";
-/// See [`FLAKY`].
-pub const FLAKY_FIXED: &str = "flaky-fixed";
+/// `$RUSTQUEUE_E2E_BIN_DIR/rustqueued`: the release build the images hold, run by [`FLAKY`].
+pub fn broker_binary() -> PathBuf {
+    let bin = std::env::var_os("RUSTQUEUE_E2E_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/release"))
+        .join("rustqueued");
+    assert!(
+        bin.exists(),
+        "{} missing: run `make e2e-operator`",
+        bin.display()
+    );
+    bin
+}
 
-/// The extra images: directories holding a `rustqueued` wrapper script around the workspace
-/// build (the testbed resolves `command[0]` in the image's directory; its env comes from the
-/// Pod, so a release's own settings live in the wrapper).
-fn images(scratch: &Path) -> Vec<(&'static str, Image)> {
-    let real = bin_dir().join("rustqueued");
+/// The testbed's images: the user's artifacts and the derived releases from the archives, pushed
+/// into its registry and run from their own root file system as the rendered securityContext
+/// says; [`FLAKY`] as a directory holding a `rustqueued` wrapper script. A directory image runs
+/// as root in the host's file system, so the wrapper runs the broker as [`NONROOT`] itself:
+/// files it writes on a claim stay writable for the images' brokers that follow it.
+fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
+    let archives = images_dir();
+    opts = opts.registry_image(&DEV, archives.join("rustqueue.tar"));
+    for (reference, tag) in [(&*NEXT, "next"), (&*LEVEL1, "level1"), (&*BROKEN, "broken")] {
+        opts = opts.registry_image(reference, archives.join(format!("e2e/rustqueue-{tag}.tar")));
+    }
+    let real = broker_binary();
     let real = real.display();
     let fixed = scratch.join(FLAKY_FIXED);
     let fixed = fixed.display();
-    let scripts = [
-        (
-            LEVEL1,
-            format!("RUSTQUEUE_MAX_FEATURE_LEVEL=1 exec {real} \"$@\""),
-        ),
-        (BROKEN, "echo 'broken release' >&2; exit 1".to_owned()),
-        (
-            FLAKY,
-            format!(
-                "case \"$*\" in *--capabilities-output*) exec {real} \"$@\";; esac\n\
-                 [ -e {fixed} ] || {{ echo 'flaky release: not fixed yet' >&2; exit 1; }}\n\
-                 exec {real} \"$@\""
-            ),
-        ),
-    ];
-    let mut out = vec![(NEXT, Image::dir(bin_dir()))];
-    for (name, body) in scripts {
-        let dir = scratch.join(name.replace(':', "-"));
-        std::fs::create_dir_all(&dir).expect("image dir");
-        let script = dir.join("rustqueued");
-        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("wrapper script");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod wrapper");
-        out.push((name, Image::dir(dir)));
-    }
-    out
+    let body = format!(
+        "case \"$*\" in *--capabilities-output*) exec {real} \"$@\";; esac\n\
+         [ -e {fixed} ] || {{ echo 'flaky release: not fixed yet' >&2; exit 1; }}\n\
+         exec setpriv --reuid={NONROOT} --regid={NONROOT} --clear-groups --no-new-privs \
+         {real} \"$@\""
+    );
+    let dir = scratch.join("rustqueue-flaky");
+    std::fs::create_dir_all(&dir).expect("image dir");
+    let script = dir.join("rustqueued");
+    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("wrapper script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod wrapper");
+    opts.image(FLAKY, Image::dir(dir))
 }
 
-/// The testbed and the handles every step uses.
+/// The scenario's runtime: on the testbed, inside its private network namespace (Pod IPs are
+/// reachable from this test); with `$KUBECONFIG`, in the host's, which reaches that cluster.
+pub fn runtime() -> tokio::runtime::Runtime {
+    if std::env::var_os("KUBECONFIG").is_some() {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    } else {
+        rustqueue_testbed::netns::isolated_runtime().expect("private network namespace")
+    }
+}
+
+/// Where the scenario runs.
+pub enum Backend {
+    /// A testbed it started (CI, `make e2e-operator`).
+    Testbed(Box<Testbed>),
+    /// The cluster `$KUBECONFIG` names (kind, docs/e2e.md), with the images already loaded.
+    Kubeconfig,
+}
+
+/// The cluster and the handles every step uses.
 pub struct Cluster {
-    pub bed: Testbed,
+    pub backend: Backend,
     pub client: kube::Client,
     pub kc: PathBuf,
     pub pods: Api<Pod>,
     pub pvcs: Api<PersistentVolumeClaim>,
     rqs: Api<DynamicObject>,
-    /// Scratch space (kustomize overlay, image wrappers), removed on drop.
+    /// The StorageClass the sample is given (`$RUSTQUEUE_E2E_STORAGE_CLASS`, else the
+    /// testbed's, else kind's `standard`).
+    pub storage_class: String,
+    /// Scratch space (kustomize overlays, the wrapper image), removed on drop.
     pub scratch: tempfile::TempDir,
 }
 
 impl Cluster {
-    /// Starts a 3-Node testbed whose image table holds the workspace build as `rustqueue:dev`
-    /// and the other "releases" of [`images`].
+    /// With `$KUBECONFIG` set, the cluster it names (see [`Cluster::existing`]); else a 3-Node
+    /// testbed whose registry holds the images (see [`testbed_images`]).
     pub async fn start() -> Cluster {
         let scratch = tempfile::tempdir().expect("scratch dir");
-        let mut opts = TestbedOptions::default()
-            .nodes(3)
-            .node_label("rustqueue.io/eligible", "true")
-            .image("rustqueue:dev", Image::dir(bin_dir()));
-        for (name, image) in images(scratch.path()) {
-            opts = opts.image(name, image);
-        }
-        let bed = Testbed::start(opts).await.expect("testbed starts");
-        let client = bed.client();
-        let kc = bed.kubeconfig_path().to_path_buf();
+        let (backend, kc) = match std::env::var_os("KUBECONFIG") {
+            Some(kc) => (Backend::Kubeconfig, Cluster::existing(PathBuf::from(kc))),
+            None => {
+                // The wrapper image's dir must be reachable for a non-root broker, too.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755))
+                    .expect("chmod scratch");
+                let opts = TestbedOptions::default()
+                    .nodes(3)
+                    .node_label("rustqueue.io/eligible", "true");
+                let opts = testbed_images(opts, scratch.path());
+                let bed = Testbed::start(opts).await.expect("testbed starts");
+                let kc = bed.kubeconfig_path().to_path_buf();
+                (Backend::Testbed(Box::new(bed)), kc)
+            }
+        };
+        let client = match &backend {
+            Backend::Testbed(bed) => bed.client(),
+            Backend::Kubeconfig => rustqueue_testbed::client_from_kubeconfig(&kc)
+                .await
+                .expect("a client for $KUBECONFIG"),
+        };
+        let storage_class =
+            std::env::var("RUSTQUEUE_E2E_STORAGE_CLASS").unwrap_or_else(|_| match backend {
+                Backend::Testbed(_) => STORAGE_CLASS.into(),
+                Backend::Kubeconfig => "standard".into(),
+            });
         let ar = ApiResource::erase::<RustQueue>(&());
         Cluster {
             pods: Api::namespaced(client.clone(), NS),
@@ -124,9 +197,47 @@ impl Cluster {
             rqs: Api::namespaced_with(client.clone(), NS, &ar),
             client,
             kc,
-            bed,
+            backend,
+            storage_class,
             scratch,
         }
+    }
+
+    /// Checks the cluster `kubeconfig` names before anything is installed into it: its
+    /// current context must be a kind cluster's (`kind-*`) unless
+    /// `RUSTQUEUE_E2E_ANY_CLUSTER=1` says otherwise (the scenario installs the operator and
+    /// kills Pods).
+    fn existing(kubeconfig: PathBuf) -> PathBuf {
+        let context = kubectl(&kubeconfig, &["config", "current-context"]);
+        let context = context.stdout.trim();
+        assert!(
+            context.starts_with("kind-")
+                || std::env::var("RUSTQUEUE_E2E_ANY_CLUSTER").as_deref() == Ok("1"),
+            "KUBECONFIG={} has current context {context:?}, not a kind cluster's; set \
+             RUSTQUEUE_E2E_ANY_CLUSTER=1 to run the scenario there anyway (docs/e2e.md)",
+            kubeconfig.display()
+        );
+        eprintln!(
+            "running on the cluster of KUBECONFIG={} (context {context}), images {}",
+            kubeconfig.display(),
+            &*DEV
+        );
+        kubeconfig
+    }
+
+    /// Whether the sample's StorageClass allows volume expansion (kind's `standard` does not).
+    pub async fn storage_class_expands(&self) -> bool {
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        let class = classes
+            .get(&self.storage_class)
+            .await
+            .unwrap_or_else(|e| panic!("StorageClass {}: {e}", self.storage_class));
+        class.allow_volume_expansion == Some(true)
+    }
+
+    /// Whether this is the scenario's own testbed.
+    pub fn is_testbed(&self) -> bool {
+        matches!(self.backend, Backend::Testbed(_))
     }
 
     /// The RustQueue as the API server has it now.
@@ -191,10 +302,13 @@ impl Cluster {
     pub async fn dump_broker_logs(&self) {
         let names = self.broker_names().await;
         for p in names {
-            eprintln!(
-                "--- {p}\n{}",
-                self.bed.logs(NS, &p, "broker").unwrap_or_default()
-            );
+            let log = match &self.backend {
+                Backend::Testbed(bed) => bed.logs(NS, &p, "broker").unwrap_or_default(),
+                Backend::Kubeconfig => kubectl(&self.kc, &["logs", "-n", NS, &p, "-c", "broker"])
+                    .stdout
+                    .clone(),
+            };
+            eprintln!("--- {p}\n{log}");
         }
     }
 

@@ -16,7 +16,7 @@ use crate::rollout::{
 pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, good: &str) {
     c.ready(3).await;
     let revs = pod_revisions(c).await;
-    c.patch_spec_ok(&format!(r#"{{"image":"{BROKEN}"}}"#));
+    c.patch_spec_ok(&format!(r#"{{"image":"{}"}}"#, *BROKEN));
     let rq = c
         .until("PreflightBlocked", LONG, |rq| {
             rq.phase() == "PreflightBlocked"
@@ -27,7 +27,7 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
         "PreflightBlocked should be Degraded and not Ready: {rq:?}"
     );
     assert!(
-        rq.message().contains(BROKEN),
+        rq.message().contains(BROKEN.as_str()),
         "the message should name the image: {:?}",
         rq.message()
     );

@@ -21,7 +21,7 @@ async fn roll_image(c: &Cluster, image: &str) {
 /// broker; with a capable binary rolled first it activates, and status and every broker
 /// report active level 2.
 pub async fn a_feature_level_activates_only_after_a_capable_binary(c: &Cluster, capable: &str) {
-    roll_image(c, LEVEL1).await;
+    roll_image(c, &LEVEL1).await;
     c.patch_spec_ok(r#"{"storageFeatureLevel":2}"#);
     let rq = c
         .until("PreflightBlocked for level 2", LONG, |rq| {
@@ -60,7 +60,8 @@ pub async fn a_feature_level_activates_only_after_a_capable_binary(c: &Cluster, 
 pub async fn a_rollback_is_fenced_by_the_active_level(c: &Cluster) {
     c.ready(3).await;
     c.patch_spec_ok(&format!(
-        r#"{{"rollout":{{"rollbackToImage":"{LEVEL1}"}}}}"#
+        r#"{{"rollout":{{"rollbackToImage":"{}"}}}}"#,
+        *LEVEL1
     ));
     let rq = c
         .until("PreflightBlocked for the rollback", LONG, |rq| {
@@ -74,8 +75,11 @@ pub async fn a_rollback_is_fenced_by_the_active_level(c: &Cluster) {
     );
     no_broker_touched_for(c, Duration::from_secs(3), "while the rollback is fenced").await;
 
-    c.patch_spec_ok(&format!(r#"{{"rollout":{{"rollbackToImage":"{NEXT}"}}}}"#));
-    template_applied(c, NEXT, std::time::Instant::now()).await;
+    c.patch_spec_ok(&format!(
+        r#"{{"rollout":{{"rollbackToImage":"{}"}}}}"#,
+        *NEXT
+    ));
+    template_applied(c, &NEXT, std::time::Instant::now()).await;
     let (rev, _) = template(c).await;
     let rev = rev.expect("template revision");
     let (rq, _) = rolled_to(c, &rev, 2 * LONG).await;
@@ -85,7 +89,8 @@ pub async fn a_rollback_is_fenced_by_the_active_level(c: &Cluster) {
     );
     // Adopt the rolled-back image as the spec's and clear the request: nothing rolls.
     c.patch_spec_ok(&format!(
-        r#"{{"image":"{NEXT}","rollout":{{"rollbackToImage":null}}}}"#
+        r#"{{"image":"{}","rollout":{{"rollbackToImage":null}}}}"#,
+        *NEXT
     ));
     c.ready(3).await;
     assert_eq!(template(c).await.0.as_deref(), Some(rev.as_str()));

@@ -2,11 +2,16 @@
 //! replicas), the sample RustQueue on three eligible Nodes, then one behaviour per named step
 //! on that one cluster start-up (a testbed per step would cost a control plane start each).
 //!
-//! Needs `rustqueued` and `rustqueue-operator` in `$RUSTQUEUE_E2E_BIN_DIR` (`make e2e` builds
-//! them), the testbed's control plane, kubectl and pynsq (`scripts/deps.sh k8s kubectl python`).
+//! Needs the images `make images` built and the releases `e2e/k8s/fixture-images.sh` derives
+//! from them in `$RUSTQUEUE_E2E_IMAGES`, the release `rustqueued` in `$RUSTQUEUE_E2E_BIN_DIR`
+//! (`make e2e-operator` does all of it), the testbed's control plane, kubectl and pynsq
+//! (`scripts/deps.sh k8s kubectl python`). With `$KUBECONFIG` set it runs on that (kind)
+//! cluster instead, the images loaded there (docs/e2e.md, "Running on kind").
 
+mod artifacts;
 mod basics;
 mod cluster;
+mod dns;
 mod failures;
 mod levels;
 mod maintenance;
@@ -16,8 +21,10 @@ mod storage;
 
 use rustqueue_e2e::steps::step;
 
+use artifacts::*;
 use basics::*;
-use cluster::Cluster;
+use cluster::{Cluster, DEV};
+use dns::*;
 use failures::*;
 use levels::*;
 use maintenance::*;
@@ -32,49 +39,61 @@ macro_rules! step {
     };
 }
 
-const DEV: &str = "rustqueue:dev";
+/// Says that step `name` does not apply to this cluster (never on the testbed), and why.
+fn not_run(name: &str, why: &str) {
+    eprintln!("=== step {name} not run on this cluster: {why}");
+}
 
 #[test]
 fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
-    // The testbed's private network namespace: Pod IPs are reachable from this test.
-    rustqueue_testbed::netns::isolated_runtime()
-        .expect("private network namespace")
-        .block_on(async {
-            let c = Cluster::start().await;
-            step!(the_operator_installs_from_config_default(&c)).await;
-            step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
-            step!(the_printer_columns_show_phase_desired_and_ready(&c)).await;
-            step!(argocd_health_reads_the_ready_cluster_as_healthy(&c)).await;
-            step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
-            step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
-            step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
-            let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
-            step!(the_new_leader_reconciles_and_reports_leadership(
-                &c, &leader
-            ))
-            .await;
-            step!(a_terminated_leader_hands_the_lease_over_at_once(&c)).await;
-            step!(phase_transitions_are_recorded_as_events(&c)).await;
-            step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
+    cluster::runtime().block_on(async {
+        let c = Cluster::start().await;
+        step!(the_operator_installs_from_config_default(&c)).await;
+        step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
+        step!(brokers_and_operator_run_the_built_image_as_nonroot(&c)).await;
+        step!(the_printer_columns_show_phase_desired_and_ready(&c)).await;
+        step!(argocd_health_reads_the_ready_cluster_as_healthy(&c)).await;
+        step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
+        step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
+        step!(a_client_reaches_every_broker_by_its_dns_name(&c)).await;
+        step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
+        let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
+        step!(the_new_leader_reconciles_and_reports_leadership(
+            &c, &leader
+        ))
+        .await;
+        step!(a_terminated_leader_hands_the_lease_over_at_once(&c)).await;
+        step!(phase_transitions_are_recorded_as_events(&c)).await;
+        step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
 
-            let t = step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c))
-                .await;
-            eprintln!(
-                "3-broker rollout: first applied object {:.1}s, Ready {:.1}s",
-                t.first_applied.as_secs_f64(),
-                t.ready.as_secs_f64()
-            );
-            step!(paused_and_canary_rollouts_wait_for_a_human(&c, DEV)).await;
-            step!(an_image_that_cannot_start_is_blocked_by_preflight(&c, DEV)).await;
+        let t =
+            step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c)).await;
+        eprintln!(
+            "3-broker rollout: first applied object {:.1}s, Ready {:.1}s",
+            t.first_applied.as_secs_f64(),
+            t.ready.as_secs_f64()
+        );
+        step!(paused_and_canary_rollouts_wait_for_a_human(&c, &DEV)).await;
+        step!(an_image_that_cannot_start_is_blocked_by_preflight(&c, &DEV)).await;
+        if c.is_testbed() {
             step!(a_timed_out_rollout_fails_until_a_new_retry_nonce(&c)).await;
-            step!(a_feature_level_activates_only_after_a_capable_binary(
-                &c, DEV
-            ))
-            .await;
-            step!(a_rollback_is_fenced_by_the_active_level(&c)).await;
-            step!(a_standby_continues_the_leaders_rollout(&c, DEV)).await;
-            step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
+        } else {
+            let why = "its release is a directory image, which only the testbed runs";
+            not_run("a_timed_out_rollout_fails_until_a_new_retry_nonce", why);
+        }
+        step!(a_feature_level_activates_only_after_a_capable_binary(
+            &c, &DEV
+        ))
+        .await;
+        step!(a_rollback_is_fenced_by_the_active_level(&c)).await;
+        step!(a_standby_continues_the_leaders_rollout(&c, &DEV)).await;
+        step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
+        if c.storage_class_expands().await {
             step!(claims_grow_with_storage_size_and_never_shrink(&c)).await;
-            step!(a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(&c)).await;
-        });
+        } else {
+            let why = format!("StorageClass {} cannot expand volumes", c.storage_class);
+            not_run("claims_grow_with_storage_size_and_never_shrink", &why);
+        }
+        step!(a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(&c)).await;
+    });
 }

@@ -154,8 +154,8 @@ pub async fn an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message
     watch.reset();
 
     let t0 = Instant::now();
-    c.patch_spec_ok(&format!(r#"{{"image":"{NEXT}"}}"#));
-    let first_applied = template_applied(c, NEXT, t0).await;
+    c.patch_spec_ok(&format!(r#"{{"image":"{}"}}"#, *NEXT));
+    let first_applied = template_applied(c, &NEXT, t0).await;
     let (new_rev, _) = template(c).await;
     let new_rev = new_rev.expect("the template has a revision");
     assert_ne!(
