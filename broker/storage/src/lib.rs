@@ -12,8 +12,10 @@
 //! All file I/O goes through [`Fs`]: [`RealFs`] for durable data, [`MemFs`] for logs that
 //! never outlive the process (`#ephemeral` topics). Tests (feature `test-support`) add
 //! `simfs::SimFs`, which simulates crashes and failures.
-//! Any write, fsync or CRC failure trips the shared [`Fault`]: from then on every write is
-//! refused ("isolated") so a restart runs normal recovery. Byte layouts: docs/storage-format.md.
+//! Any write, fsync or read failure trips the shared [`Fault`]: from then on every write is
+//! refused ("isolated") so a restart runs normal recovery. Data that fails its checksum at
+//! rest is not a failure of that kind: it is quarantined ([`Quarantine`]) and everything else
+//! keeps working. Byte layouts: docs/storage-format.md.
 
 // Storage failures must surface as errors (and isolate storage), never as panics.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]

@@ -2,9 +2,10 @@
 //! and startup recovery.
 //!
 //! Recovery order: take the lock; check `FORMAT` and `COMPATIBILITY`; load `broker.meta` and
-//! bump the registry revision; then per topic remove half-deleted ones, open the log (torn tail
-//! truncated, middle corruption refused with file and offset) and every channel (checkpoint +
-//! WAL replay), dropping half-created or half-deleted channel files.
+//! bump the registry revision; load the quarantine ledger; then per topic remove half-deleted
+//! ones, read the manifest (rebuilt if damaged), open the log (torn tail truncated, damaged
+//! records quarantined) and every channel (checkpoint + WAL replay, damage falling back to
+//! the last good state), dropping half-created or half-deleted channel files.
 
 use std::any::Any;
 use std::path::{Path, PathBuf};
