@@ -84,6 +84,18 @@ pub struct ClientFacts {
 }
 
 impl ClientStats {
+    /// Whether this client is subscribed to `topic`/`channel`.
+    pub fn subscribed_to(&self, topic: &str, channel: &str) -> bool {
+        self.facts
+            .lock()
+            .map(|f| {
+                f.subscription
+                    .as_ref()
+                    .is_some_and(|(t, ch)| t == topic && ch == channel)
+            })
+            .unwrap_or(false)
+    }
+
     /// Updates the facts under the lock.
     pub fn update(&self, f: impl FnOnce(&mut ClientFacts)) {
         if let Ok(mut facts) = self.facts.lock() {
@@ -158,6 +170,32 @@ impl ClientRegistry {
         }
     }
 
+    /// Subscribes `client` to `topic`/`channel` unless the channel already has `max` other
+    /// subscribers (0 = no limit), counting and claiming under one lock so that concurrent SUBs
+    /// cannot overshoot the limit. Returns the limit when it is reached.
+    pub fn claim_subscription(
+        &self,
+        client: &ClientStats,
+        topic: &str,
+        channel: &str,
+        max: usize,
+    ) -> Result<(), usize> {
+        let Ok(map) = self.clients.lock() else {
+            return Ok(());
+        };
+        if max != 0 {
+            let others = map
+                .values()
+                .filter(|c| c.id != client.id && c.subscribed_to(topic, channel))
+                .count();
+            if others >= max {
+                return Err(max);
+            }
+        }
+        client.update(|f| f.subscription = Some((topic.to_owned(), channel.to_owned())));
+        Ok(())
+    }
+
     /// Number of live connections.
     pub fn len(&self) -> usize {
         self.clients.lock().map(|m| m.len()).unwrap_or(0)
@@ -182,16 +220,7 @@ impl ClientRegistry {
     pub fn subscribers_json(&self, topic: &str, channel: &str) -> Vec<Value> {
         self.snapshot()
             .into_iter()
-            .filter(|c| {
-                c.facts
-                    .lock()
-                    .map(|f| {
-                        f.subscription
-                            .as_ref()
-                            .is_some_and(|(t, ch)| t == topic && ch == channel)
-                    })
-                    .unwrap_or(false)
-            })
+            .filter(|c| c.subscribed_to(topic, channel))
             .map(|c| c.to_json())
             .collect()
     }

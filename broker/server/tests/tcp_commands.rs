@@ -298,3 +298,33 @@ async fn a_consumer_with_nothing_left_to_work_on_gets_buffered_messages_without_
     );
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_channel_takes_no_more_consumers_than_its_limit_like_nsqd() {
+    let b = Broker::start_with(|c| c.limits.max_channel_consumers = 2).await;
+    let mut first = b.client().await;
+    first.subscribe("busy", "ch", 1).await;
+    let mut second = b.client().await;
+    second.subscribe("busy", "ch", 1).await;
+    // nsqd: E_SUB_FAILED (fatal) naming the channel and the limit
+    let mut third = b.client().await;
+    third.cmd("SUB busy ch").await;
+    let msg = third.expect_error("E_SUB_FAILED").await;
+    assert!(
+        msg.contains("consumers for busy:ch exceeds limit of 2"),
+        "{msg}"
+    );
+    third.expect_closed().await;
+    // another channel of the topic has its own count
+    let mut elsewhere = b.client().await;
+    elsewhere.subscribe("busy", "other", 1).await;
+    // a consumer that leaves frees its place
+    drop(first);
+    eventually(async || {
+        let mut again = b.client().await;
+        again.cmd("SUB busy ch").await;
+        matches!(again.frame().await, Some(Frame::Response(r)) if &r[..] == b"OK")
+    })
+    .await;
+    b.stop().await;
+}

@@ -292,6 +292,8 @@ pub struct LimitsConfig {
     pub max_rdy_count: u64,
     /// Concurrent TCP connections.
     pub max_connections: usize,
+    /// Consumers one channel accepts (nsqd's `--max-channel-consumers`); 0 = no limit.
+    pub max_channel_consumers: usize,
     /// Magic + first command deadline.
     pub client_handshake_timeout_ms: u64,
     /// Deadline for a started command line + body.
@@ -336,6 +338,7 @@ impl Default for LimitsConfig {
             connection_delivery_inflight_bytes: 33_554_432,
             max_rdy_count: 2_500,
             max_connections: 10_000,
+            max_channel_consumers: 0,
             client_handshake_timeout_ms: 5_000,
             tcp_command_timeout_ms: 30_000,
             heartbeat_interval_ms: 30_000,
@@ -422,6 +425,10 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
     EnvOverride {
         var: "RUSTQUEUE_HTTP_ADDRESS",
         key: "network.http_address",
+    },
+    EnvOverride {
+        var: "RUSTQUEUE_MAX_CHANNEL_CONSUMERS",
+        key: "limits.max_channel_consumers",
     },
     EnvOverride {
         var: "RUSTQUEUE_LOOKUPD_TCP_ADDRESSES",
@@ -583,10 +590,13 @@ mod tests {
                 })
                 .as_object_mut()
                 .unwrap();
-            let value = table
-                .get(last)
-                .cloned()
-                .unwrap_or_else(|| serde_json::Value::from("x"));
+            let value = table.get(last).cloned().unwrap_or_else(|| {
+                if LIST_KEYS.contains(&o.key) {
+                    serde_json::json!(["x"])
+                } else {
+                    serde_json::Value::from("x")
+                }
+            });
             table.insert(last.to_owned(), value);
             if let Err(e) = serde_json::from_value::<BrokerConfig>(doc) {
                 panic!("{} names no key {}: {e}", o.var, o.key);

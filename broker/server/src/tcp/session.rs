@@ -460,6 +460,17 @@ impl Session {
                 deflate: facts.deflate,
             },
         };
+        let max = self.shared.cfg.limits.max_channel_consumers;
+        if let Err(max) = self
+            .shared
+            .clients
+            .claim_subscription(&self.stats, &topic, &channel, max)
+        {
+            let msg = format!("SUB failed consumers for {topic}:{channel} exceeds limit of {max}");
+            return self
+                .fail(ProtocolError::new(ErrorCode::SubFailed, msg))
+                .await;
+        }
         match self.shared.engine.subscribe(&topic, &channel, opts) {
             Ok(c) => {
                 self.consumer = Some(c);
@@ -470,7 +481,10 @@ impl Session {
                 });
                 self.ok().await
             }
-            Err(e) => self.fail(errors::subscribe(&e, &topic, &channel)).await,
+            Err(e) => {
+                self.stats.update(|f| f.subscription = None);
+                self.fail(errors::subscribe(&e, &topic, &channel)).await
+            }
         }
     }
 
