@@ -8,8 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustqueue_discovery::poller::PollerConfig;
 use rustqueue_discovery::{Shared, source};
-use support::{FakeBroker, start_discovery};
+use support::{FakeBroker, start_discovery, start_discovery_with};
 use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,4 +126,49 @@ async fn replicas_agree_on_the_revision() {
     let (_, p2) = d2.get("/v1/publishers").await;
     assert_eq!(p1, p2);
     assert_eq!(d1.get("/v1/brokers").await.1, d2.get("/v1/brokers").await.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_token_is_sent_and_re_read() {
+    let a = FakeBroker::start("127.0.0.1:0", 1, &["t"]).await;
+    a.state.lock().unwrap().token = Some("secret-1".into());
+    let dir = std::env::temp_dir().join(format!("rq-discovery-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("registry-token");
+    std::fs::write(&file, "secret-1\n").unwrap();
+    let (_tx, rx) = watch::channel(source::static_view(&[a.addr.to_string()]));
+    let cfg = PollerConfig {
+        registry_token_file: Some(file.clone()),
+    };
+    let d = start_discovery_with(rx, Arc::new(Shared::default()), vec![], cfg).await;
+    d.wait_lookup("t", Some(vec![1]), Duration::from_secs(5))
+        .await;
+
+    // The broker's token rotates; the file follows: still served, no restart.
+    a.state.lock().unwrap().token = Some("secret-2".into());
+    std::fs::write(&file, "secret-2").unwrap();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(d.lookup_nodes("t").await, Some(vec![1]));
+
+    // A token the broker refuses: every poll fails, so the service fails closed.
+    std::fs::write(&file, "wrong").unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let (code, h) = d.get("/v1/health").await;
+        if code == 503 {
+            assert!(h["reason"].as_str().unwrap().contains("401"), "{h}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still healthy: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // An empty token file is refused outright.
+    std::fs::write(&file, "  ").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, h) = d.get("/v1/health").await;
+    assert!(h["reason"].as_str().unwrap().contains("empty"), "{h}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use rustqueue_discovery::{Shared, api, poller, source};
 use serde_json::{Value, json};
@@ -25,6 +26,8 @@ pub struct FakeState {
     pub broadcast: String,
     pub heads: u64,
     pub fetches: u64,
+    /// When set, requests without `Authorization: Bearer <token>` get 401.
+    pub token: Option<String>,
 }
 
 /// A running fake broker.
@@ -54,6 +57,7 @@ impl FakeBroker {
             broadcast: addr.ip().to_string(),
             heads: 0,
             fetches: 0,
+            token: None,
         }));
         let app = Router::new()
             .route("/v1/registry/head", get(head))
@@ -101,14 +105,31 @@ fn head_json(s: &FakeState) -> Value {
     })
 }
 
-async fn head(State(s): State<Arc<Mutex<FakeState>>>) -> axum::Json<Value> {
-    let mut s = s.lock().unwrap();
-    s.heads += 1;
-    axum::Json(head_json(&s))
+fn authorized(s: &FakeState, headers: &HeaderMap) -> bool {
+    let Some(t) = &s.token else { return true };
+    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {t}"))
 }
 
-async fn full(State(s): State<Arc<Mutex<FakeState>>>) -> axum::Json<Value> {
+async fn head(
+    State(s): State<Arc<Mutex<FakeState>>>,
+    headers: HeaderMap,
+) -> Result<axum::Json<Value>, StatusCode> {
     let mut s = s.lock().unwrap();
+    if !authorized(&s, &headers) {
+        return Err(StatusCode::UNAUTHORIZED);
+    }
+    s.heads += 1;
+    Ok(axum::Json(head_json(&s)))
+}
+
+async fn full(
+    State(s): State<Arc<Mutex<FakeState>>>,
+    headers: HeaderMap,
+) -> Result<axum::Json<Value>, StatusCode> {
+    let mut s = s.lock().unwrap();
+    if !authorized(&s, &headers) {
+        return Err(StatusCode::UNAUTHORIZED);
+    }
     s.fetches += 1;
     let mut v = head_json(&s);
     let topics: Vec<Value> = s
@@ -130,7 +151,7 @@ async fn full(State(s): State<Arc<Mutex<FakeState>>>) -> axum::Json<Value> {
     for (k, val) in extra.as_object().unwrap() {
         v[k] = val.clone();
     }
-    axum::Json(v)
+    Ok(axum::Json(v))
 }
 
 /// The discovery service, in-process.
@@ -152,13 +173,19 @@ impl Drop for Discovery {
 pub async fn start_discovery(
     rx: watch::Receiver<source::View>,
     shared: Arc<Shared>,
-    mut tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 ) -> Discovery {
-    tasks.push(tokio::spawn(poller::run(
-        rx,
-        poller::PollerConfig::default(),
-        shared.clone(),
-    )));
+    start_discovery_with(rx, shared, tasks, poller::PollerConfig::default()).await
+}
+
+/// [`start_discovery`] with poller settings.
+pub async fn start_discovery_with(
+    rx: watch::Receiver<source::View>,
+    shared: Arc<Shared>,
+    mut tasks: Vec<tokio::task::JoinHandle<()>>,
+    cfg: poller::PollerConfig,
+) -> Discovery {
+    tasks.push(tokio::spawn(poller::run(rx, cfg, shared.clone())));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = api::router(shared.clone());
@@ -209,8 +236,14 @@ impl Discovery {
     ) -> Duration {
         let start = Instant::now();
         loop {
-            let got = self.lookup_nodes(topic).await;
-            if got == want {
+            // 503 before the first successful refresh: not an answer yet.
+            let ready = self.get("/v1/health").await.0 == 200;
+            let got = if ready {
+                self.lookup_nodes(topic).await
+            } else {
+                Some(vec![u64::MAX])
+            };
+            if ready && got == want {
                 return start.elapsed();
             }
             assert!(
