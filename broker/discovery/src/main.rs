@@ -85,7 +85,11 @@ async fn main() -> anyhow::Result<()> {
             tx.clone(),
             shared.clone(),
         ));
-        tracing::info!(namespace = %cli.namespace, service = %cli.broker_service, "watching EndpointSlices");
+        tracing::info!(
+            namespace = %cli.namespace,
+            service = %cli.broker_service,
+            "watching EndpointSlices"
+        );
         (tx, rx)
     } else {
         tracing::info!(brokers = ?statics, "static mode");

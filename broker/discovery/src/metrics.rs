@@ -14,8 +14,10 @@ pub struct Metrics {
     pub poll_failures: IntCounter,
     /// Full `/v1/registry` fetches.
     pub registry_fetches: IntCounter,
-    /// EndpointSlice watch errors.
+    /// EndpointSlice watch and probe errors.
     pub endpoint_slice_errors: IntCounter,
+    /// EndpointSlice probes that timed out.
+    pub endpoint_slice_timeouts: IntCounter,
     /// 1 while the source is fresh.
     pub source_ready: IntGauge,
     /// 1 while lookups are served.
@@ -76,7 +78,12 @@ impl Metrics {
             endpoint_slice_errors: counter(
                 &r,
                 "rustqueue_discovery_endpoint_slice_errors_total",
-                "EndpointSlice watch errors",
+                "EndpointSlice watch and probe errors",
+            ),
+            endpoint_slice_timeouts: counter(
+                &r,
+                "rustqueue_discovery_endpoint_slice_timeouts_total",
+                "EndpointSlice probes that took longer than 1.5 s",
             ),
             source_ready: gauge(
                 &r,

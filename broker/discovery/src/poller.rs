@@ -355,7 +355,9 @@ mod tests {
 
     #[test]
     fn heads_parse_and_reject_missing_fields() {
-        let h = parse_head(br#"{"format":7,"revision":3,"node_id":2,"ready":true,"publish_ready":true,"consume_ready":false}"#).unwrap();
+        let head = br#"{"format":7,"revision":3,"node_id":2,"ready":true,
+            "publish_ready":true,"consume_ready":false}"#;
+        let h = parse_head(head).unwrap();
         assert_eq!((h.revision, h.node_id, h.consume_ready), (3, 2, false));
         assert!(parse_head(br#"{"format":7}"#).is_err());
         assert!(parse_registry(br#"{"format":7,"revision":1}"#).is_err());

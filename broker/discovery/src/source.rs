@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
@@ -81,10 +83,19 @@ fn union(slices: &BTreeMap<String, Vec<String>>) -> BTreeSet<String> {
     slices.values().flatten().cloned().collect()
 }
 
+/// How often the apiserver is probed while watching.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// A probe that takes longer than this counts as a failure.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
+
 /// Watch the EndpointSlices labelled `kubernetes.io/service-name=<service>` in `api`'s
 /// namespace and publish every change. Errors mark the view as a problem (the poller then
 /// stops counting refreshes as successes, so the service fails closed after
 /// [`crate::STALE_AFTER`]) while the watcher backs off and re-lists.
+///
+/// A watch that goes silent (a partitioned apiserver, a dead proxy) sends no error, so every
+/// [`PROBE_INTERVAL`] a one-item list of the same slices must also answer within
+/// [`PROBE_TIMEOUT`]; until one does, the view carries the problem.
 pub async fn watch_endpoint_slices(
     api: Api<EndpointSlice>,
     service: String,
@@ -92,46 +103,72 @@ pub async fn watch_endpoint_slices(
     tx: watch::Sender<View>,
     shared: Arc<Shared>,
 ) {
-    let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
-    let mut stream = watcher(api, cfg).default_backoff().boxed();
+    let selector = format!("kubernetes.io/service-name={service}");
+    let cfg = watcher::Config::default().labels(&selector);
+    let mut stream = watcher(api.clone(), cfg).default_backoff().boxed();
+    let mut probe = tokio::time::interval(PROBE_INTERVAL);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let probe_params = ListParams::default().labels(&selector).limit(1);
     let mut slices: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut buffer: Option<BTreeMap<String, Vec<String>>> = None;
-    let mut listed = false;
-    while let Some(ev) = stream.next().await {
-        let problem = match ev {
-            Ok(watcher::Event::Init) => {
-                buffer = Some(BTreeMap::new());
-                continue;
+    let mut watch_problem: Option<String> = Some("EndpointSlices not listed yet".into());
+    let mut probe_problem: Option<String> = None;
+    loop {
+        tokio::select! {
+            ev = stream.next() => {
+                let Some(ev) = ev else { break };
+                match ev {
+                    Ok(watcher::Event::Init) => {
+                        buffer = Some(BTreeMap::new());
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(s)) => {
+                        buffer
+                            .get_or_insert_with(BTreeMap::new)
+                            .insert(slice_name(&s), slice_endpoints(&s, fallback_port));
+                        continue;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        slices = buffer.take().unwrap_or_default();
+                        watch_problem = None;
+                    }
+                    Ok(watcher::Event::Apply(s)) => {
+                        slices.insert(slice_name(&s), slice_endpoints(&s, fallback_port));
+                    }
+                    Ok(watcher::Event::Delete(s)) => {
+                        slices.remove(&slice_name(&s));
+                    }
+                    Err(e) => {
+                        shared.metrics.endpoint_slice_errors.inc();
+                        tracing::warn!(error = %e, "EndpointSlice watch failed; retrying");
+                        watch_problem = Some(format!("EndpointSlice watch: {e}"));
+                    }
+                }
             }
-            Ok(watcher::Event::InitApply(s)) => {
-                buffer
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(slice_name(&s), slice_endpoints(&s, fallback_port));
-                continue;
+            _ = probe.tick() => {
+                let listed = api.list_metadata(&probe_params);
+                probe_problem = match tokio::time::timeout(PROBE_TIMEOUT, listed).await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => {
+                        shared.metrics.endpoint_slice_errors.inc();
+                        Some(format!("EndpointSlice list: {e}"))
+                    }
+                    Err(_) => {
+                        shared.metrics.endpoint_slice_timeouts.inc();
+                        Some(format!(
+                            "EndpointSlice list took longer than {} ms",
+                            PROBE_TIMEOUT.as_millis()
+                        ))
+                    }
+                };
+                if let Some(p) = &probe_problem {
+                    tracing::warn!(problem = %p, "apiserver probe failed");
+                }
             }
-            Ok(watcher::Event::InitDone) => {
-                slices = buffer.take().unwrap_or_default();
-                listed = true;
-                None
-            }
-            Ok(watcher::Event::Apply(s)) => {
-                slices.insert(slice_name(&s), slice_endpoints(&s, fallback_port));
-                None
-            }
-            Ok(watcher::Event::Delete(s)) => {
-                slices.remove(&slice_name(&s));
-                None
-            }
-            Err(e) => {
-                shared.metrics.endpoint_slice_errors.inc();
-                tracing::warn!(error = %e, "EndpointSlice watch failed; retrying");
-                Some(format!("EndpointSlice watch: {e}"))
-            }
-        };
-        let problem = problem.or_else(|| (!listed).then(|| "EndpointSlices not listed yet".into()));
+        }
         let view = View {
             endpoints: union(&slices),
-            problem,
+            problem: watch_problem.clone().or_else(|| probe_problem.clone()),
         };
         tx.send_if_modified(|cur| {
             if *cur == view {

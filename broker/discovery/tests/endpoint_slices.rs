@@ -1,12 +1,16 @@
 //! The EndpointSlice source against the testbed's real kube-apiserver: slices created, patched
 //! and deleted by hand (as the EndpointSlice controller would for the brokers' headless Service)
 //! and `/lookup` following them within 5 s: ready and not-ready endpoints are polled,
-//! terminating ones are not, a removed slice's brokers leave.
+//! terminating ones are not, a removed slice's brokers leave. Discovery reaches the apiserver
+//! through a TCP proxy the test can freeze: a silent apiserver makes it fail closed, and it
+//! recovers when the apiserver answers again.
 
 mod support;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -14,7 +18,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rustqueue_discovery::{Shared, source};
 use rustqueue_testbed::{Testbed, TestbedOptions};
 use serde_json::{Value, json};
-use support::{FakeBroker, start_discovery};
+use support::{Discovery, FakeBroker, start_discovery};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 const NS: &str = "discovery";
@@ -22,7 +27,10 @@ const SERVICE: &str = "rq-brokers";
 const BOUND: Duration = Duration::from_secs(5);
 
 fn endpoint(ip: &str, ready: bool, terminating: bool) -> Value {
-    json!({"addresses": [ip], "conditions": {"ready": ready, "serving": ready, "terminating": terminating}})
+    json!({
+        "addresses": [ip],
+        "conditions": {"ready": ready, "serving": ready, "terminating": terminating},
+    })
 }
 
 fn slice(name: &str, port: u16, endpoints: Vec<Value>) -> EndpointSlice {
@@ -40,6 +48,64 @@ fn slice(name: &str, port: u16, endpoints: Vec<Value>) -> EndpointSlice {
         "endpoints": endpoints,
     }))
     .unwrap()
+}
+
+/// Copies `r` to `w`, holding every chunk while `frozen` is set.
+async fn pump(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A TCP proxy to `target` on 127.0.0.1 that goes silent (no error, no close) while the
+/// returned flag is set: a partitioned apiserver.
+async fn freezable_proxy(target: SocketAddr) -> (SocketAddr, Arc<AtomicBool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let f = frozen.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(pump(cr, sw, f.clone()));
+            tokio::spawn(pump(sr, cw, f.clone()));
+        }
+    });
+    (addr, frozen)
+}
+
+/// Polls `/v1/health` until it answers `code`; returns how long that took.
+async fn wait_health(d: &Discovery, code: u16, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let (c, body) = d.get("/v1/health").await;
+        if c == code {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "/v1/health still {c} {body}, want {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[test]
@@ -63,13 +129,23 @@ async fn scenario() {
     let _b2 = FakeBroker::start(&format!("10.244.200.2:{port}"), 2, &["orders"]).await;
     let _b3 = FakeBroker::start(&format!("10.244.200.3:{port}"), 3, &["orders", "audit"]).await;
 
+    // Discovery's own client goes through the freezable proxy.
+    let (proxy, frozen) = freezable_proxy(bed.apiserver_addr()).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(bed.kubeconfig_path()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.cluster_url = format!("https://{proxy}").parse().unwrap();
+    let proxied: Api<EndpointSlice> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), NS);
+
     let shared = Arc::new(Shared::default());
     let (tx, rx) = watch::channel(source::View {
         problem: Some("EndpointSlices not listed yet".into()),
         ..Default::default()
     });
     let watcher = tokio::spawn(source::watch_endpoint_slices(
-        slices.clone(),
+        proxied,
         SERVICE.into(),
         4151,
         tx,
@@ -164,6 +240,27 @@ async fn scenario() {
     slices.create(&pp, &other).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(d.lookup_nodes("orders").await, Some(vec![3]));
+
+    // The apiserver goes silent: no error arrives, yet the service fails closed (probe 2 s +
+    // 1.5 s timeout, then the 5 s staleness bound).
+    frozen.store(true, Ordering::SeqCst);
+    let took = wait_health(&d, 503, Duration::from_secs(12)).await;
+    eprintln!("apiserver silent -> /v1/health 503 after {took:?}");
+    let (code, v) = d.get("/lookup?topic=orders").await;
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (503, Some("discovery source is not ready"))
+    );
+    let (_, h) = d.get("/v1/health").await;
+    assert!(
+        h["reason"].as_str().unwrap().contains("EndpointSlice"),
+        "{h}"
+    );
+    // It answers again: lookups come back.
+    frozen.store(false, Ordering::SeqCst);
+    let took = wait_health(&d, 200, Duration::from_secs(10)).await;
+    eprintln!("apiserver back -> /v1/health 200 after {took:?}");
+    d.wait_lookup("orders", Some(vec![3]), BOUND).await;
     drop(d);
     bed.shutdown();
 }
