@@ -11,6 +11,7 @@ pub mod compress;
 pub mod config;
 pub mod control;
 pub mod http;
+pub mod https;
 pub mod isolation;
 pub mod lookupd;
 pub mod server;

@@ -96,6 +96,10 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     };
     let tcp = bind(cfg.network.tcp_address.clone()).await?;
     let http = bind(cfg.network.http_address.clone()).await?;
+    let https = match &cfg.network.https_address {
+        Some(addr) => Some(bind(addr.clone()).await?),
+        None => None,
+    };
     crate::control::preflight(&cfg).map_err(|e| StartError::Engine(e.to_string()))?;
     let engine = Engine::open(engine_config(&cfg))
         .await
@@ -116,6 +120,14 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         addr: "http".into(),
         source,
     })?;
+    let https_addr = https
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()
+        .map_err(|source| StartError::Bind {
+            addr: "https".into(),
+            source,
+        })?;
     let control = Arc::new(crate::control::from_config(
         &cfg,
         engine.clone(),
@@ -132,6 +144,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         start_time: SystemTime::now(),
         tcp_addr,
         http_addr,
+        https_addr,
         hostname: hostname(),
         shutdown: rx,
         engine,
@@ -170,10 +183,31 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             tracing::error!("HTTP server failed: {e}");
         }
     });
+    if let (Some(https), Some(tls)) = (https, shared.tls.clone()) {
+        let s = shared.clone();
+        let listener =
+            crate::https::TlsListener::new(https, tls, s.shutdown.clone()).map_err(|source| {
+                StartError::Bind {
+                    addr: "https".into(),
+                    source,
+                }
+            })?;
+        tasks.spawn(async move {
+            let mut stop = s.shutdown.clone();
+            let served = axum::serve(listener, crate::http::router(s))
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|v| *v).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!("HTTPS server failed: {e}");
+            }
+        });
+    }
     for addr in &shared.cfg.network.lookupd_tcp_addresses {
         tasks.spawn(crate::lookupd::run(shared.clone(), addr.clone()));
     }
-    tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, "rustqueued listening");
+    tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, https = ?shared.https_addr, "rustqueued listening");
     Ok(Running {
         shared,
         shutdown: tx,

@@ -38,6 +38,8 @@ pub struct Shared {
     pub tcp_addr: SocketAddr,
     /// Bound HTTP address.
     pub http_addr: SocketAddr,
+    /// Bound HTTPS address, when `network.https_address` is set.
+    pub https_addr: Option<SocketAddr>,
     /// Host name for `/info` and lookup answers.
     pub hostname: String,
     /// Flips to true when shutdown starts.

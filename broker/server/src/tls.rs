@@ -64,11 +64,23 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         .ok_or_else(|| TlsError::Empty(format!("{} holds no PEM private key", path.display())))
 }
 
-/// Builds the rustls server configuration.
+/// The protocol versions from `tls1.2` on (unset) or `tls1.3` only; validation refuses the
+/// rest, so anything else is treated as unset here.
+pub fn protocol_versions(
+    min_version: Option<&str>,
+) -> &'static [&'static rustls::SupportedProtocolVersion] {
+    static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+    match min_version {
+        Some("tls1.3") => &TLS13_ONLY,
+        _ => rustls::DEFAULT_VERSIONS,
+    }
+}
+
+/// Builds the rustls server configuration (shared by the TCP `tls_v1` upgrade and HTTPS).
 pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(protocol_versions(cfg.min_version.as_deref()))
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
     let builder = match &cfg.client_ca_file {
         Some(ca) => {

@@ -127,6 +127,22 @@ fn invalid_values_are_refused_with_the_key_name() {
             "network.lookupd_tcp_addresses",
         ),
         (
+            Some("[network]\nhttps_address = \"127.0.0.1:4152\"\n"),
+            &[],
+            "network.https_address needs [security.tls]",
+        ),
+        (
+            Some(concat!(
+                "[security.tls]\ncertificate_file = \"",
+                env!("CARGO_MANIFEST_DIR"),
+                "/Cargo.toml\"\nprivate_key_file = \"",
+                env!("CARGO_MANIFEST_DIR"),
+                "/Cargo.toml\"\nmin_version = \"tls1.0\"\n"
+            )),
+            &[],
+            "security.tls.min_version",
+        ),
+        (
             None,
             &[("RUSTQUEUE_PUBLISH_ACK_MODE", "maybe")],
             "publish_ack_mode",

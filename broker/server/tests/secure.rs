@@ -54,6 +54,7 @@ fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::config::
         client_ca_file: mtls.then(|| p.dir.path().join("ca.pem")),
         require_client_certificate: mtls,
         required,
+        min_version: None,
     }
 }
 
@@ -312,5 +313,103 @@ async fn auth_grants_denials_and_ttl_refresh() {
     c.cmd_body("AUTH", b"none").await;
     c.expect_error("E_UNAUTHORIZED AUTH no authorizations found")
         .await;
+    b.stop().await;
+}
+
+/// A TLS client connection to `addr` trusting the test CA, offering only `versions`.
+async fn tls_connect(
+    p: &Pki,
+    addr: std::net::SocketAddr,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(p.ca_der.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+}
+
+/// One HTTP/1.1 request over `io`; the status code and the body.
+async fn http_over(
+    mut io: impl AsyncRead + AsyncWrite + Unpin,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    io.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = io.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    (status, body.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn the_https_listener_serves_the_http_api_with_the_broker_certificate() {
+    let p = pki();
+    let b = Broker::start_with(|c| {
+        c.security.tls = Some(tls_config(&p, false, false));
+        c.network.https_address = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let all = rustls::DEFAULT_VERSIONS;
+    let io = tls_connect(&p, addr, all).await.unwrap();
+    assert_eq!(
+        http_over(io, "POST", "/pub?topic=s", "over https").await.0,
+        200
+    );
+    let io = tls_connect(&p, addr, all).await.unwrap();
+    let (status, stats) = http_over(io, "GET", "/stats?format=json", "").await;
+    assert_eq!(status, 200, "{stats}");
+    assert!(stats.contains("\"topic_name\":\"s\""), "{stats}");
+    // a client that never finishes its handshake holds up nobody
+    let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io = tls_connect(&p, addr, all).await.unwrap();
+    assert_eq!(http_over(io, "GET", "/ping", "").await, (200, "OK".into()));
+    // plain HTTP on the HTTPS port is not answered as HTTP
+    let plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_ne!(http_over(plain, "GET", "/ping", "").await.0, 200);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn tls_min_version_1_3_refuses_a_tls_1_2_client() {
+    let p = pki();
+    let b = Broker::start_with(|c| {
+        let mut tls = tls_config(&p, false, false);
+        tls.min_version = Some("tls1.3".into());
+        c.security.tls = Some(tls);
+        c.network.https_address = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    assert!(
+        tls_connect(&p, addr, &[&rustls::version::TLS12])
+            .await
+            .is_err(),
+        "a TLS 1.2 client got through a tls1.3 minimum"
+    );
+    let io = tls_connect(&p, addr, &[&rustls::version::TLS13])
+        .await
+        .unwrap();
+    assert_eq!(http_over(io, "GET", "/ping", "").await.0, 200);
     b.stop().await;
 }

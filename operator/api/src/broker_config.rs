@@ -71,6 +71,10 @@ pub struct NetworkConfig {
     pub tcp_address: String,
     /// HTTP listener.
     pub http_address: String,
+    /// HTTPS listener (the HTTP API over TLS; needs `[security.tls]`), as nsqd's
+    /// `--https-address`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub https_address: Option<String>,
     /// Kodo cleanup listener (rejected: the feature is disabled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kodo_http_address: Option<String>,
@@ -97,6 +101,7 @@ impl Default for NetworkConfig {
         Self {
             tcp_address: "0.0.0.0:4150".into(),
             http_address: "0.0.0.0:4151".into(),
+            https_address: None,
             kodo_http_address: None,
             advertised_tcp_port: None,
             advertised_http_port: None,
@@ -242,6 +247,10 @@ pub struct TlsConfig {
     pub require_client_certificate: bool,
     /// Refuse every command (but IDENTIFY) on connections that did not upgrade to TLS.
     pub required: bool,
+    /// Lowest TLS version accepted: `tls1.2` (unset) or `tls1.3`, as nsqd's
+    /// `--tls-min-version`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<String>,
 }
 
 /// `[security]`.
@@ -425,6 +434,10 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
     EnvOverride {
         var: "RUSTQUEUE_HTTP_ADDRESS",
         key: "network.http_address",
+    },
+    EnvOverride {
+        var: "RUSTQUEUE_HTTPS_ADDRESS",
+        key: "network.https_address",
     },
     EnvOverride {
         var: "RUSTQUEUE_MAX_CHANNEL_CONSUMERS",

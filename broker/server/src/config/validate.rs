@@ -37,6 +37,14 @@ fn node_and_network(cfg: &Config) -> Result<(), ConfigError> {
             format!("{key} = {addr:?} is not an ip:port socket address")
         })?;
     }
+    if let Some(addr) = &cfg.network.https_address {
+        check(addr.parse::<std::net::SocketAddr>().is_ok(), || {
+            format!("network.https_address = {addr:?} is not an ip:port socket address")
+        })?;
+        check(cfg.security.tls.is_some(), || {
+            "network.https_address needs [security.tls] (its certificate and key)".into()
+        })?;
+    }
     check(cfg.network.kodo_http_address.is_none(), || {
         "network.kodo_http_address is only allowed with Kodo cleanup, which is disabled".into()
     })?;
@@ -223,6 +231,14 @@ fn security(sec: &SecurityConfig) -> Result<(), ConfigError> {
             !tls.require_client_certificate || tls.client_ca_file.is_some(),
             || "security.tls.require_client_certificate needs security.tls.client_ca_file".into(),
         )?;
+        if let Some(v) = &tls.min_version {
+            check(matches!(v.as_str(), "tls1.2" | "tls1.3"), || {
+                format!(
+                    "security.tls.min_version = {v:?}: use \"tls1.2\" or \"tls1.3\" \
+                     (TLS 1.0, 1.1 and SSL 3.0 are not offered at all)"
+                )
+            })?;
+        }
     }
     for (key, p) in [
         ("admin_token_file", &sec.admin_token_file),

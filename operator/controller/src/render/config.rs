@@ -128,6 +128,7 @@ pub fn broker_config(spec: &RustQueueSpec, inputs: &BrokerInputs) -> BrokerConfi
             client_ca_file: Some("/run/tls/rustqueue/ca.crt".into()),
             require_client_certificate: false,
             required: false,
+            min_version: None,
         });
     }
     c
