@@ -100,12 +100,12 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
-compat-lookupd: ## lookup parity: go-nsq and pynsq via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
-	scripts/deps.sh nsqd nsqlookupd python
+compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
+	scripts/deps.sh nsqd nsqlookupd python node
 	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
-	    e2e/compat/lookupd/run.sh $$target go python || status=1; \
+	    e2e/compat/lookupd/run.sh $$target go python node || status=1; \
 	done; exit $$status
 
 # --- Kubernetes testbed: see docs/e2e.md --------------------------------------------------------

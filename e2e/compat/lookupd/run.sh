@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Lookup parity: the official clients (go-nsq Consumer.ConnectToNSQLookupd, pynsq
-# Reader(lookupd_http_addresses=...)) find topics through a lookup service, with a ledger.
+# Reader(lookupd_http_addresses=...), nsqjs Reader({lookupdHTTPAddresses})) find topics
+# through a lookup service, with a ledger.
 #
-# Usage: e2e/compat/lookupd/run.sh <nsqlookupd|discovery> [go|python]...   (default: both)
+# Usage: e2e/compat/lookupd/run.sh <nsqlookupd|discovery> [go|python|node]...   (default: all)
 #
 #   nsqlookupd: official nsqlookupd v1.3.0 and two official nsqd (--lookupd-tcp-address)
 #   discovery:  rustqueue-discovery in static mode (docs/discovery.md) and two rustqueued
@@ -24,11 +25,12 @@ source "$HERE/../../../scripts/lib.sh"
 target="${1:-}"
 case "$target" in nsqlookupd | discovery) shift ;; *) die "usage: $0 <nsqlookupd|discovery> [go|python]..." ;; esac
 clients=("$@")
-[ ${#clients[@]} -gt 0 ] || clients=(go python)
+[ ${#clients[@]} -gt 0 ] || clients=(go python node)
 
 NSQ_BIN="$RUSTQUEUE_CACHE/nsqd-$NSQD_VERSION/bin"
 NSQLOOKUPD_BIN="$RUSTQUEUE_CACHE/nsqlookupd-$NSQLOOKUPD_VERSION/bin/nsqlookupd"
 PY="${COMPAT_PY:-$RUSTQUEUE_CACHE/pynsq-$PYNSQ_VERSION-tornado-$TORNADO_VERSION/bin/python}"
+NODE_MODULES="$RUSTQUEUE_CACHE/nsqjs-$NSQJS_VERSION/node_modules"
 BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-$BIN_DIR/rustqueued}"
 DISCOVERY_BIN="${DISCOVERY_BIN:-$BIN_DIR/rustqueue-discovery}"
@@ -146,7 +148,8 @@ check_tools() {
     case "$c" in
       go) command -v go >/dev/null || die "go is not installed" ;;
       python) [ -x "$PY" ] || die "no pynsq venv at $PY: run scripts/deps.sh python" ;;
-      *) die "unknown client '$c' (expected: go python)" ;;
+      node) [ -d "$NODE_MODULES/nsqjs" ] || die "no nsqjs in $NODE_MODULES: run scripts/deps.sh node" ;;
+      *) die "unknown client '$c' (expected: go python node)" ;;
     esac
   done
 }
@@ -184,6 +187,7 @@ main() {
     case "$client" in
       go) "$GO_BIN" "${args[@]}" 2>"$WORK/$client.stderr" | tee "$out" || rc=$? ;;
       python) "$PY" "$HERE/python/lookup.py" "${args[@]}" 2>"$WORK/$client.stderr" | tee "$out" || rc=$? ;;
+      node) NODE_PATH="$NODE_MODULES" node "$HERE/node/lookup.js" "${args[@]}" 2>"$WORK/$client.stderr" | tee "$out" || rc=$? ;;
     esac
     pass=$(grep -c '^PASS ' "$out" || true)
     fail=$(grep -c '^FAIL ' "$out" || true)
