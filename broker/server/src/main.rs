@@ -26,6 +26,10 @@ struct Args {
     /// the file and exit without starting (the operator's preflight probe).
     #[arg(long, value_name = "FILE")]
     capabilities_output: Option<PathBuf>,
+    /// Register with the nsqlookupd at this TCP address (repeatable), as nsqd's flag of the
+    /// same name; replaces `network.lookupd_tcp_addresses` and its environment variable.
+    #[arg(long = "lookupd-tcp-address", value_name = "HOST:PORT")]
+    lookupd_tcp_addresses: Vec<String>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -165,8 +169,13 @@ async fn wait_for_signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg = Config::load(args.config.as_deref(), |k| std::env::var(k).ok())
-        .context("configuration rejected")?;
+    let lookupd = args.lookupd_tcp_addresses.join(",");
+    let cfg = Config::load(args.config.as_deref(), |k| match k {
+        // the flags go through the same override and validation as the variable
+        "RUSTQUEUE_LOOKUPD_TCP_ADDRESSES" if !lookupd.is_empty() => Some(lookupd.clone()),
+        _ => std::env::var(k).ok(),
+    })
+    .context("configuration rejected")?;
     if let Some(path) = &args.capabilities_output {
         let caps = rustqueue_server::control::binary_capabilities(&cfg);
         let json = serde_json::to_string_pretty(&caps).context("encoding capabilities")?;
