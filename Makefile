@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -107,6 +107,19 @@ compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookup
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
 	    e2e/compat/lookupd/run.sh $$target go python node || status=1; \
 	done; exit $$status
+
+# rustqueued registering with official nsqlookupd beside official nsqd, seen by official
+# nsqadmin, consumed by pynsq through the lookupd (about 20 s): see docs/compatibility.md.
+PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PYNSQ_VERSION-tornado-$$TORNADO_VERSION)/bin/python
+.PHONY: compat-fleet
+compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
+	scripts/deps.sh nsqd nsqlookupd nsqadmin python
+	$(CARGO) build --locked -p rustqueue-server --bins
+	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
+	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
+	  --nsqlookupd $(RUSTQUEUE_CACHE)/nsqlookupd-$$NSQLOOKUPD_VERSION/bin/nsqlookupd \
+	  --nsqadmin $(RUSTQUEUE_CACHE)/nsqadmin-$$NSQADMIN_VERSION/bin/nsqadmin \
+	  --rustqueued $(COMPAT_TARGET)/debug/rustqueued
 
 # --- Kubernetes testbed: see docs/e2e.md --------------------------------------------------------
 # The control plane (etcd, kube-apiserver, -controller-manager, -scheduler) is built once from
