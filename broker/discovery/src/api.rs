@@ -8,7 +8,8 @@
 //!   the header; the envelope was removed in v1.0).
 //! - Errors are `{"message":"<CODE>"}`: 404 `NOT_FOUND`, 405 `METHOD_NOT_ALLOWED`,
 //!   400 `INVALID_REQUEST` / `MISSING_ARG_TOPIC`, 404 `TOPIC_NOT_FOUND`, 414 `URI_TOO_LONG`,
-//!   and 503 `discovery source is not ready` while the source is stale (fail closed).
+//!   and 503 `discovery source is not ready` (plus a `reason`) while the source is stale
+//!   (fail closed).
 //! - `/ping` is plain `OK`.
 
 use std::sync::Arc;
@@ -121,8 +122,11 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
             .insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
         return r;
     }
-    if gated && shared.source_ready().is_err() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, NOT_READY);
+    if gated && let Err(reason) = shared.source_ready() {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({ "message": NOT_READY, "reason": reason }),
+        );
     }
     let q = match query::parse(raw_query) {
         Ok(q) => q,
@@ -367,10 +371,10 @@ mod tests {
         let s = Shared::default();
         s.record(Err("broker down".into()));
         let (c, b) = body(answer(&s, &Method::GET, "/lookup", "topic=t")).await;
-        assert_eq!(
-            (c.as_u16(), b.as_str()),
-            (503, r#"{"message":"discovery source is not ready"}"#)
-        );
+        assert_eq!(c, 503);
+        let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(v["message"], NOT_READY);
+        assert!(v["reason"].as_str().unwrap().contains("broker down"), "{b}");
         let (c, b) = body(answer(&s, &Method::GET, "/v1/health", "")).await;
         assert_eq!(c, 503);
         let v: serde_json::Value = serde_json::from_str(&b).unwrap();
