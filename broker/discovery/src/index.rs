@@ -107,6 +107,8 @@ pub struct Index {
     publisher_list: Vec<Producer>,
     broker_list: Vec<Producer>,
     consume_ready_nodes: usize,
+    /// node_id -> the key its listed producer came from (the first key in order).
+    node_keys: BTreeMap<u32, String>,
 }
 
 impl Index {
@@ -186,6 +188,10 @@ impl Index {
             nodes.insert(b.node_id);
         }
         self.consume_ready_nodes = nodes.len();
+        self.node_keys.clear();
+        for (k, b) in &self.brokers {
+            self.node_keys.entry(b.node_id).or_insert_with(|| k.clone());
+        }
         self.revision = routing_revision(&self.publisher_list, &self.broker_list);
     }
 
@@ -220,11 +226,11 @@ impl Index {
         &self.broker_list
     }
 
-    /// Topics of the broker with this node id (for `/nodes`).
+    /// Topics of the broker with this node id (for `/nodes`): two map lookups, no scan.
     pub fn topics_of(&self, node_id: u32) -> Vec<String> {
-        self.brokers
-            .values()
-            .find(|b| b.node_id == node_id)
+        self.node_keys
+            .get(&node_id)
+            .and_then(|k| self.brokers.get(k))
             .map(|b| b.topics.keys().cloned().collect())
             .unwrap_or_default()
     }
@@ -339,6 +345,11 @@ mod tests {
         assert_eq!(a.publishers().len(), 1);
         assert_eq!(a.revision(), b.revision());
         assert_eq!(a.consume_ready_count(), 2);
+        a.upsert("x:1", broker(2, &[("t", &[])], true, true));
+        assert_eq!(a.topics_of(2), vec!["t"]);
+        assert!(a.topics_of(1).is_empty());
+        assert!(a.topics_of(9).is_empty());
+        a.upsert("x:1", broker(2, &[], true, true));
         b.upsert("x:1", broker(2, &[], false, true));
         assert_ne!(a.revision(), b.revision());
         assert!(b.publishers().is_empty());
