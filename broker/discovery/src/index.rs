@@ -355,6 +355,79 @@ mod tests {
         assert!(b.publishers().is_empty());
     }
 
+    /// What the indexes must answer, computed by scanning every broker (the model).
+    fn model_lookup(
+        brokers: &BTreeMap<String, Broker>,
+        topic: &str,
+    ) -> Option<(Vec<String>, Vec<u32>)> {
+        let holders: Vec<&Broker> = brokers
+            .values()
+            .filter(|b| b.topics.contains_key(topic))
+            .collect();
+        if holders.is_empty() {
+            return None;
+        }
+        let channels: BTreeSet<String> = holders
+            .iter()
+            .flat_map(|b| b.topics[topic].iter().cloned())
+            .collect();
+        let nodes: BTreeSet<u32> = holders
+            .iter()
+            .filter(|b| b.consume_ready)
+            .map(|b| b.node_id)
+            .collect();
+        Some((channels.into_iter().collect(), nodes.into_iter().collect()))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn incremental_indexes_match_a_full_scan(
+            ops in proptest::collection::vec(
+                (0u8..6, 1u32..5, proptest::collection::btree_set(0u8..5, 0..4),
+                 proptest::collection::btree_set(0u8..3, 0..3), proptest::bool::ANY,
+                 proptest::bool::ANY, proptest::bool::ANY),
+                1..60,
+            )
+        ) {
+            let mut ix = Index::default();
+            let mut model: BTreeMap<String, Broker> = BTreeMap::new();
+            for (key, node, topics, chans, publish, consume, remove) in ops {
+                let key = format!("k{key}");
+                if remove {
+                    ix.remove(&key);
+                    model.remove(&key);
+                } else {
+                    let chans: Vec<String> = chans.iter().map(|c| format!("c{c}")).collect();
+                    let b = Broker {
+                        topics: topics
+                            .iter()
+                            .map(|t| (format!("t{t}"), chans.clone()))
+                            .collect(),
+                        ..broker(node, &[], publish, consume)
+                    };
+                    ix.upsert(&key, b.clone());
+                    model.insert(key, b);
+                }
+                for t in 0..5 {
+                    let topic = format!("t{t}");
+                    let got = ix
+                        .lookup(&topic)
+                        .map(|(c, p)| (c, p.iter().map(|p| p.node_id).collect::<Vec<_>>()));
+                    proptest::prop_assert_eq!(got, model_lookup(&model, &topic));
+                }
+                let topics: BTreeSet<String> =
+                    model.values().flat_map(|b| b.topics.keys().cloned()).collect();
+                proptest::prop_assert_eq!(ix.topics(), topics.into_iter().collect::<Vec<_>>());
+                let pubs: BTreeSet<u32> =
+                    model.values().filter(|b| b.publish_ready).map(|b| b.node_id).collect();
+                let got: Vec<u32> = ix.publishers().iter().map(|p| p.node_id).collect();
+                proptest::prop_assert_eq!(got, pubs.into_iter().collect::<Vec<_>>());
+                let all: BTreeSet<u32> = model.values().map(|b| b.node_id).collect();
+                proptest::prop_assert_eq!(ix.brokers().len(), all.len());
+            }
+        }
+    }
+
     #[test]
     fn five_hundred_brokers_index_and_unindex() {
         let mut ix = Index::default();
