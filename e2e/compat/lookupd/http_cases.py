@@ -32,6 +32,8 @@ CASES = [
     ("unknown-deep-route", "GET", "/v2/lookup/x", 404, '{"message":"NOT_FOUND"}', JSON, NSQ),
     ("post-lookup", "POST", "/lookup?topic=x", 405, '{"message":"METHOD_NOT_ALLOWED"}', JSON, NSQ),
     ("delete-topics", "DELETE", "/topics", 405, '{"message":"METHOD_NOT_ALLOWED"}', JSON, NSQ),
+    ("head-ping", "HEAD", "/ping", 405, "", JSON, NSQ),
+    ("options-lookup", "OPTIONS", "/lookup", 200, "", None, None),
     ("trailing-slash", "GET", "/lookup/?topic=x", 301, None, None, None),
 ]
 
