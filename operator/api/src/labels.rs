@@ -20,6 +20,8 @@ pub const APP_NAME: &str = "rustqueue";
 pub const COMPONENT_BROKER: &str = "broker";
 /// Component of the runtime ServiceAccount, Role and RoleBinding.
 pub const COMPONENT_RUNTIME: &str = "runtime";
+/// Component of the discovery Deployment, its Pods, Service and PDB.
+pub const COMPONENT_DISCOVERY: &str = "discovery";
 /// Component of the Kodo gateway Pods (guarded by their own NetworkPolicy).
 pub const COMPONENT_KODO_GATEWAY: &str = "kodo-gateway";
 
@@ -28,6 +30,8 @@ pub const REVISION_ANNOTATION: &str = "rustqueue.io/revision";
 /// Default Node label that marks a Node eligible for a broker.
 pub const DEFAULT_ELIGIBLE_NODE_SELECTOR: &str = "rustqueue.io/eligible=true";
 
+/// HTTP port of discovery (nsqlookupd's HTTP port).
+pub const DISCOVERY_HTTP_PORT: u16 = 4161;
 /// NSQ TCP port of a broker.
 pub const BROKER_TCP_PORT: u16 = 4150;
 /// HTTP port of a broker (NSQ-compatible and `/v1/*` endpoints).

@@ -28,7 +28,9 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         "statefulsets",
         &["get", "list", "watch", "create", "patch"],
     ),
-    // apply: ApplyBrokerSet (SSA).
+    // apply: ApplyRuntime, the discovery Deployment (SSA).
+    ("apps", "deployments", &["create", "patch"]),
+    // apply: ApplyBrokerSet and ApplyRuntime (the brokers' and discovery's PDB), SSA.
     ("policy", "poddisruptionbudgets", &["create", "patch"]),
     // apply: ApplyBrokerSet (the brokers' policy) and ApplyRuntime (the internal one), SSA.
     ("networking.k8s.io", "networkpolicies", &["create", "patch"]),

@@ -229,13 +229,15 @@ impl Applier<'_> {
             Action::CreateAuthSecret { name } => {
                 apply::create_auth_secret(client, self.owner, name).await
             }
-            Action::ApplyRuntime => {
-                // Replicas only size the PDB, which the runtime subset does not apply.
-                let c = self.desired.children(self.owner, 0);
+            Action::ApplyRuntime { image } => {
+                // Replicas only size the brokers' PDB, which the runtime subset does not apply.
+                let c = self.desired.children(self.owner, 0, image);
                 apply::apply_runtime(client, ns, &c).await
             }
             Action::ApplyBrokerSet { replicas } => {
-                let c = self.desired.children(self.owner, *replicas);
+                let c = self
+                    .desired
+                    .children(self.owner, *replicas, &self.desired.spec.image);
                 apply::apply_broker_set(client, ns, &c).await
             }
             Action::Drain { pod, goal } => {
@@ -248,7 +250,9 @@ impl Applier<'_> {
             Action::Resume { pod } => self.drain(pod, DrainRequest::resume()).await,
             Action::DeletePod { pod } => apply::delete_pod(client, ns, pod).await,
             Action::CreateProbePod { .. } => {
-                let c = self.desired.children(self.owner, 0);
+                let c = self
+                    .desired
+                    .children(self.owner, 0, &self.desired.spec.image);
                 apply::create_probe(client, ns, &c.config_map, &self.desired.probe(self.owner))
                     .await
             }

@@ -72,7 +72,9 @@ pub(super) fn decide(c: &Context<'_>, storage: &StorageState, out: &mut Plan) {
     out.message = o.message;
     out.actions
         .extend(preflight::probe_actions(c.obs, c.desired));
-    out.actions.push(Action::ApplyRuntime);
+    out.actions.push(Action::ApplyRuntime {
+        image: runtime_image(c.obs, c.desired),
+    });
     if let Some(replicas) = o.replicas {
         out.actions.push(Action::ApplyBrokerSet { replicas });
         out.actions.extend(stale_config_maps(c));
@@ -100,6 +102,16 @@ pub(super) fn decide(c: &Context<'_>, storage: &StorageState, out: &mut Plan) {
         out.operation = Some(op);
         out.operation_history = history;
     }
+}
+
+/// The image of the runtime workloads: the one an outdated broker still runs, else the
+/// target's (every broker runs it, or there is no broker yet).
+pub(super) fn runtime_image(obs: &Observed, desired: &Desired) -> String {
+    obs.brokers
+        .iter()
+        .filter(|b| !b.runs(&desired.revision))
+        .find_map(|b| b.image.clone())
+        .unwrap_or_else(|| desired.spec.image.clone())
 }
 
 fn choose(c: &Context<'_>, storage: &StorageState) -> Outcome {

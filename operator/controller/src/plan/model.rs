@@ -224,8 +224,13 @@ pub enum Action {
         name: String,
     },
     /// Apply what keeps clients working with the running brokers: ServiceAccount, Role,
-    /// RoleBinding and the broker Service.
-    ApplyRuntime,
+    /// RoleBinding, the internal NetworkPolicy, the broker and discovery Services, and the
+    /// discovery Deployment and PDB, its Pods running `image`.
+    ApplyRuntime {
+        /// The image the brokers run: the target's only once every broker runs the target
+        /// revision, so a blocked or unfinished rollout cannot take discovery down with it.
+        image: String,
+    },
     /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
     /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.
     ApplyBrokerSet {

@@ -78,7 +78,7 @@ fn moves(p: &Plan) -> Vec<Action> {
         .filter(|a| {
             !matches!(
                 a,
-                Action::ApplyRuntime
+                Action::ApplyRuntime { .. }
                     | Action::ApplyBrokerSet { .. }
                     | Action::DeleteConfigMap { .. }
             )
@@ -670,7 +670,11 @@ fn invalid_spec_and_blocked_storage_apply_nothing_to_the_broker_set() {
         &Observed::test().brokers(3).claims("other", "100Gi").build(),
         None,
     );
-    assert_eq!(p.actions, vec![Action::ApplyRuntime], "runtime only");
+    assert!(
+        matches!(&p.actions[..], [Action::ApplyRuntime { .. }]),
+        "runtime only: {:?}",
+        p.actions
+    );
 }
 
 #[test]
@@ -876,4 +880,45 @@ fn the_feature_floor_comes_from_status_and_running_brokers() {
     });
     assert_eq!(feature_floor(&obs, &prev), 3);
     assert_eq!(feature_floor(&obs, &RustQueueStatus::default()), 3);
+}
+
+fn runtime_image(p: &Plan) -> Option<&str> {
+    p.actions.iter().find_map(|a| match a {
+        Action::ApplyRuntime { image } => Some(image.as_str()),
+        _ => None,
+    })
+}
+
+#[test]
+fn discovery_runs_the_brokers_image_until_every_broker_runs_the_target() {
+    let s = spec();
+    let cases: [(&str, Observed, &str); 4] = [
+        (
+            "no broker yet",
+            Observed::test().brokers(0).nodes(3).build(),
+            "rustqueue:b",
+        ),
+        (
+            "every broker at the target",
+            Observed::test().brokers(3).at_revision("b").build(),
+            "rustqueue:b",
+        ),
+        (
+            "mid-rollout: q-2 replaced",
+            Observed::test().brokers(3).revision_of(2, "b").build(),
+            "rustqueue:a",
+        ),
+        (
+            "preflight of a target that cannot start",
+            Observed::test()
+                .brokers(3)
+                .probe(Some(("Pending", Some("ErrImagePull"), None)))
+                .build(),
+            "rustqueue:a",
+        ),
+    ];
+    for (what, obs, want) in cases {
+        let p = run(&s, &obs, None);
+        assert_eq!(runtime_image(&p), Some(want), "{what}: {:?}", p.actions);
+    }
 }

@@ -90,13 +90,13 @@ impl Desired {
         }
     }
 
-    /// The children with `replicas` brokers.
-    pub fn children(&self, owner: &Owner<'_>, replicas: i32) -> Children {
+    /// The children with `replicas` brokers, the runtime workloads running `runtime_image`.
+    pub fn children(&self, owner: &Owner<'_>, replicas: i32, runtime_image: &str) -> Children {
         let inputs = BrokerInputs {
             replicas,
             ..self.inputs.clone()
         };
-        Children::render(owner, &self.spec, &inputs)
+        Children::render(owner, &self.spec, &inputs, runtime_image)
     }
 
     /// The capability probe Pod of this target.
@@ -130,14 +130,14 @@ mod tests {
     #[test]
     fn the_rendered_statefulset_carries_the_desired_revision_and_config_map() {
         let d = Desired::render(&owner(), &spec(), &inputs());
-        let c = d.children(&owner(), 3);
+        let c = d.children(&owner(), 3, "img");
         assert_eq!(c.revision(), d.revision);
         assert_eq!(c.config_map.metadata.name.as_deref(), Some(&*d.config_map));
         assert_eq!(c.stateful_set.spec.replicas, Some(3));
         assert_eq!(
             d.revision,
             Desired::render(&owner(), &spec(), &inputs())
-                .children(&owner(), 5)
+                .children(&owner(), 5, "img")
                 .revision(),
             "replicas never change the revision"
         );

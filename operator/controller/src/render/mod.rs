@@ -7,6 +7,7 @@
 
 mod config;
 mod desired;
+mod discovery;
 mod network;
 mod pod;
 mod policy;
@@ -19,7 +20,7 @@ mod statefulset;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -30,6 +31,7 @@ use rustqueue_api::labels;
 
 pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
+pub use discovery::{discovery_deployment, discovery_pdb, discovery_service};
 pub use network::{broker_network_policy, internal_network_policy};
 pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
@@ -99,6 +101,14 @@ pub mod names {
     /// Broker PDB.
     pub fn pdb(n: &str) -> String {
         format!("{n}-brokers")
+    }
+    /// Discovery Deployment and Service.
+    pub fn discovery(n: &str) -> String {
+        format!("{n}-discovery")
+    }
+    /// Discovery PDB.
+    pub fn discovery_pdb(n: &str) -> String {
+        format!("{n}-discovery-pdb")
     }
     /// NetworkPolicy of the broker Pods.
     pub fn broker_network_policy(n: &str) -> String {
@@ -187,13 +197,27 @@ pub struct Children {
     pub broker_network_policy: NetworkPolicy,
     /// `<n>-internal`.
     pub internal_network_policy: NetworkPolicy,
+    /// `<n>-discovery` Service.
+    pub discovery_service: Service,
+    /// `<n>-discovery` Deployment.
+    pub discovery: Deployment,
+    /// `<n>-discovery-pdb`.
+    pub discovery_pdb: PodDisruptionBudget,
 }
 
 impl Children {
-    /// Render all children.
-    pub fn render(owner: &Owner<'_>, spec: &RustQueueSpec, inputs: &BrokerInputs) -> Self {
+    /// Render all children; the runtime workloads (discovery) run `runtime_image`.
+    pub fn render(
+        owner: &Owner<'_>,
+        spec: &RustQueueSpec,
+        inputs: &BrokerInputs,
+        runtime_image: &str,
+    ) -> Self {
         let toml = broker_toml(owner, spec, inputs);
         Self {
+            discovery: discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image),
+            discovery_service: discovery_service(owner),
+            discovery_pdb: discovery_pdb(owner),
             stateful_set: stateful_set(owner, spec, inputs, &toml),
             config_map: config_map(owner, &toml),
             service_account: service_account(owner),
@@ -235,6 +259,9 @@ impl Children {
             j(&self.role_binding),
             j(&self.internal_network_policy),
             j(&self.service),
+            j(&self.discovery_service),
+            j(&self.discovery),
+            j(&self.discovery_pdb),
         ]
     }
 }
@@ -281,9 +308,9 @@ mod tests {
 
     #[test]
     fn every_child_is_owned_by_the_rustqueue_as_controller() {
-        let c = Children::render(&owner(), &spec(), &inputs());
+        let c = Children::render(&owner(), &spec(), &inputs(), "rustqueue:dev");
         let objs = c.in_apply_order();
-        assert_eq!(objs.len(), 9);
+        assert_eq!(objs.len(), 12);
         for o in objs {
             let refs = &o["metadata"]["ownerReferences"];
             assert_eq!(refs[0]["uid"], "uid-1", "{}", o["kind"]);
@@ -302,7 +329,7 @@ mod tests {
 
     #[test]
     fn apply_order_puts_config_before_the_statefulset_and_the_service_last() {
-        let kinds: Vec<String> = Children::render(&owner(), &spec(), &inputs())
+        let kinds: Vec<String> = Children::render(&owner(), &spec(), &inputs(), "rustqueue:dev")
             .in_apply_order()
             .iter()
             .map(|o| o["kind"].as_str().unwrap().to_string())
@@ -318,7 +345,10 @@ mod tests {
                 "Role",
                 "RoleBinding",
                 "NetworkPolicy",
-                "Service"
+                "Service",
+                "Service",
+                "Deployment",
+                "PodDisruptionBudget"
             ]
         );
     }

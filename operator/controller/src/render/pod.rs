@@ -3,9 +3,11 @@
 //! capability probe runs the target image exactly as a broker would.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, PodSecurityContext, SeccompProfile, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PodSecurityContext, Probe, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::labels;
 
 /// The nonroot user and group of the images.
@@ -13,6 +15,21 @@ pub(super) const RUN_AS: i64 = 65532;
 
 /// Where the client TLS Secret is mounted (the broker config names files under it).
 pub(super) const CLIENT_TLS_DIR: &str = "/run/tls/rustqueue";
+
+/// An HTTP GET on the `http` port.
+pub(super) fn http_probe(path: &str, period: i32, failures: i32, timeout: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(timeout),
+        ..Probe::default()
+    }
+}
 
 /// `rustqueued --config <mounted config>`.
 pub(super) fn config_args() -> Vec<String> {
@@ -50,7 +67,31 @@ pub(super) fn container_security() -> SecurityContext {
     }
 }
 
-fn mount(name: &str, path: &str) -> VolumeMount {
+/// An environment variable from the downward API (`metadata.name`, `status.podIP`, ...).
+pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// A plain environment variable.
+pub(super) fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+pub(super) fn mount(name: &str, path: &str) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),

@@ -12,14 +12,12 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Toleration, VolumeMount,
-    VolumeResourceRequirements,
+    Affinity, Container, ContainerPort, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels::{self, env};
 
@@ -139,8 +137,8 @@ fn broker_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount
         ]),
         env: Some(broker_env(spec, n)),
         volume_mounts: Some(mounts),
-        readiness_probe: Some(http_probe("/v1/health", 2, 2, 1)),
-        liveness_probe: Some(http_probe("/ping", 10, 3, 2)),
+        readiness_probe: Some(pod::http_probe("/v1/health", 2, 2, 1)),
+        liveness_probe: Some(pod::http_probe("/ping", 10, 3, 2)),
         resources: Some(resources(spec)),
         security_context: Some(pod::container_security()),
         ..Container::default()
@@ -150,22 +148,8 @@ fn broker_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount
 /// The Pod's identity from the downward API first: `$(POD_IP)` only expands in variables
 /// defined after it.
 fn broker_env(spec: &RustQueueSpec, n: &str) -> Vec<EnvVar> {
-    let field = |name: &str, path: &str| EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..ObjectFieldSelector::default()
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    };
-    let value = |name: &str, value: String| EnvVar {
-        name: name.into(),
-        value: Some(value),
-        ..EnvVar::default()
-    };
+    let field = pod::field_env;
+    let value = |name: &str, v: String| pod::env(name, v);
     vec![
         field(env::POD_NAME, "metadata.name"),
         field(env::POD_NAMESPACE, "metadata.namespace"),
@@ -191,21 +175,6 @@ fn broker_env(spec: &RustQueueSpec, n: &str) -> Vec<EnvVar> {
             spec.message_index_cache_bytes.to_string(),
         ),
     ]
-}
-
-/// An HTTP GET on the `http` port.
-fn http_probe(path: &str, period: i32, failures: i32, timeout: i32) -> Probe {
-    Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
-            port: IntOrString::String("http".into()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        timeout_seconds: Some(timeout),
-        ..Probe::default()
-    }
 }
 
 /// Requests always; limits only when given.
