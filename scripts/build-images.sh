@@ -3,7 +3,9 @@
 #
 #   rustqueue/rustqueued:<tag>          entrypoint rustqueued
 #   rustqueue/rustqueue-operator:<tag>  entrypoint rustqueue-operator
-#   rustqueue:<tag>                     both binaries (what config/ and the samples name)
+#   rustqueue/rustqueue-discovery:<tag> entrypoint rustqueue-discovery
+#   rustqueue:<tag>                     all three binaries (what config/ and the samples name;
+#                                       the operator runs discovery from the brokers' image)
 #
 # Each image is the same base layer (images/rootfs.sh: Debian packages, CA certificates, users)
 # plus one layer per binary in /usr/local/bin, runs as 65532:65532 and carries OCI annotations
@@ -14,7 +16,7 @@
 #
 # Output (default $CARGO_TARGET_DIR/images, else target/images):
 #   <name>.tar                 docker-save tarball, tagged <repo>:<tag>
-#   oci/                       one OCI image layout holding all three images (ref.name = tag)
+#   oci/                       one OCI image layout holding all four images (ref.name = tag)
 #   <name>.digest              OCI manifest digest (the tarball has the same image ID/config)
 #   images.txt                 `<repo>:<tag> <digest>` per image
 #
@@ -37,7 +39,7 @@ done
 
 crane="$RUSTQUEUE_CACHE/crane-$CRANE_VERSION/bin/crane"
 [ -x "$crane" ] || "$ROOT/scripts/deps.sh" crane
-for b in rustqueued rustqueue-operator; do
+for b in rustqueued rustqueue-operator rustqueue-discovery; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing: run cargo build --release first"
 done
 
@@ -54,10 +56,11 @@ layer() { # layer <tarball> <dir>
 
 log "base root filesystem from Debian packages"
 "$ROOT/images/rootfs.sh" "$work/rootfs" "$RUSTQUEUE_CACHE/debian-$(. /etc/os-release &&
-  echo "$VERSION_CODENAME")-debs" "$bin_dir/rustqueued" "$bin_dir/rustqueue-operator" |
+  echo "$VERSION_CODENAME")-debs" "$bin_dir/rustqueued" "$bin_dir/rustqueue-operator" \
+  "$bin_dir/rustqueue-discovery" |
   sed 's/^/    /' >&2
 layer "$work/layers/base.tar" "$work/rootfs"
-for b in rustqueued rustqueue-operator; do
+for b in rustqueued rustqueue-operator rustqueue-discovery; do
   mkdir -p "$work/$b/usr/local/bin"
   # Release builds carry line tables for backtraces; the image ships the binary without them.
   install -m 0755 "$bin_dir/$b" "$work/$b/usr/local/bin/$b"
@@ -122,9 +125,10 @@ pushed=()
 log "images (tag $tag, version $version, revision $revision)"
 build rustqueue/rustqueued rustqueued rustqueued
 build rustqueue/rustqueue-operator rustqueue-operator rustqueue-operator
-build rustqueue rustqueued rustqueued rustqueue-operator
+build rustqueue/rustqueue-discovery rustqueue-discovery rustqueue-discovery
+build rustqueue rustqueued rustqueued rustqueue-operator rustqueue-discovery
 
-# One OCI layout holding the three images (blobs shared); crane writes it, then each index entry
+# One OCI layout holding the four images (blobs shared); crane writes it, then each index entry
 # gets its tag as org.opencontainers.image.ref.name (crane would name the throwaway registry).
 c pull --insecure --format oci "${pushed[@]}" "$out/oci"
 python3 - "$out/oci/index.json" "$out/images.txt" <<'PY'
@@ -137,5 +141,5 @@ for m in index["manifests"]:
 index["manifests"].sort(key=lambda m: m["annotations"]["org.opencontainers.image.ref.name"])
 json.dump(index, open(index_path, "w"), indent=2)
 PY
-rm -rf "$work/rootfs" "$work/rustqueued" "$work/rustqueue-operator"
+rm -rf "$work/rootfs" "$work/rustqueued" "$work/rustqueue-operator" "$work/rustqueue-discovery"
 log "images written to $out in $((SECONDS - start))s"
