@@ -2,7 +2,11 @@
 bodies, one per line; exits 0 once N arrived, 1 on timeout. Used by the operator e2e
 (e2e/k8s/tests/operator.rs) with the pinned pynsq venv that scripts/deps.sh installs.
 
-usage: pynsq_consume.py <nsqd tcp address> <topic> <channel> <count> [timeout seconds]
+usage: pynsq_consume.py <nsqd tcp address | lookupd http://url> <topic> <channel> <count>
+       [timeout seconds]
+
+An http:// address is a lookupd (rustqueue-discovery): the Reader finds the brokers there, as
+consumers configured with only `lookupd_http_addresses` do.
 """
 import logging
 import sys
@@ -29,13 +33,17 @@ def main():
         sys.stderr.write("timed out with %d of %d messages\n" % (len(bodies), count))
         IOLoop.current().stop()
 
+    if addr.startswith("http://"):
+        where = {"lookupd_http_addresses": [addr], "lookupd_poll_interval": 1}
+    else:
+        where = {"nsqd_tcp_addresses": [addr]}
     reader = nsq.Reader(
         topic=topic,
         channel=channel,
         message_handler=handler,
-        nsqd_tcp_addresses=[addr],
         max_in_flight=count,
         heartbeat_interval=1,
+        **where,
     )
     IOLoop.current().call_later(timeout, give_up)
     IOLoop.current().start()

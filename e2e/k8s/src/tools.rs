@@ -95,8 +95,32 @@ pub fn pynsq_consume(
     n: usize,
     limit: Duration,
 ) -> Vec<String> {
+    pynsq_consume_in(None, addr, topic, channel, n, limit)
+}
+
+/// [`pynsq_consume`], resolving names with `resolv_conf` as `/etc/resolv.conf` (bind-mounted
+/// in a mount namespace of its own, as a Pod's is) when given: for a lookupd whose answers name
+/// brokers by their cluster DNS names.
+pub fn pynsq_consume_in(
+    resolv_conf: Option<&Path>,
+    addr: &str,
+    topic: &str,
+    channel: &str,
+    n: usize,
+    limit: Duration,
+) -> Vec<String> {
     let script = crate::crate_dir().join("pynsq_consume.py");
-    let mut cmd = Command::new(pynsq_python());
+    let mut cmd = match resolv_conf {
+        None => Command::new(pynsq_python()),
+        Some(resolv) => {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+                .arg(resolv)
+                .arg(pynsq_python());
+            c
+        }
+    };
     cmd.arg(script).args([
         addr,
         topic,

@@ -27,11 +27,9 @@ async fn cluster_dns(c: &Cluster) -> String {
     }
 }
 
-/// 60 messages a second for a few seconds through `queue-<i>.queue-brokers...:4150`: nothing
-/// acknowledged goes missing, and each broker's own stats show the topic, so every name
-/// reached its broker.
-pub async fn a_client_reaches_every_broker_by_its_dns_name(c: &Cluster) {
-    c.ready(3).await;
+/// A `resolv.conf` as a Pod in the operator's namespace gets it (the cluster DNS, the
+/// namespace's search path), for clients that must resolve cluster names.
+pub async fn pod_resolv_conf(c: &Cluster) -> std::path::PathBuf {
     let resolv = c.scratch.path().join("resolv.conf");
     std::fs::write(
         &resolv,
@@ -42,6 +40,15 @@ pub async fn a_client_reaches_every_broker_by_its_dns_name(c: &Cluster) {
         ),
     )
     .expect("resolv.conf");
+    resolv
+}
+
+/// 60 messages a second for a few seconds through `queue-<i>.queue-brokers...:4150`: nothing
+/// acknowledged goes missing, and each broker's own stats show the topic, so every name
+/// reached its broker.
+pub async fn a_client_reaches_every_broker_by_its_dns_name(c: &Cluster) {
+    c.ready(3).await;
+    let resolv = pod_resolv_conf(c).await;
     let names: Vec<String> = brokers()
         .iter()
         .map(|b| format!("{b}.{RQ}-brokers.{NS}.svc.cluster.local:4150"))

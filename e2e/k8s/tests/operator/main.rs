@@ -11,6 +11,7 @@
 mod artifacts;
 mod basics;
 mod cluster;
+mod discovery;
 mod dns;
 mod failures;
 mod levels;
@@ -24,6 +25,7 @@ use rustqueue_e2e::steps::step;
 use artifacts::*;
 use basics::*;
 use cluster::{Cluster, DEV};
+use discovery::*;
 use dns::*;
 use failures::*;
 use levels::*;
@@ -56,6 +58,10 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
         step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
         step!(a_client_reaches_every_broker_by_its_dns_name(&c)).await;
+        step!(consumers_find_every_broker_through_the_discovery_service(
+            &c
+        ))
+        .await;
         step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
         let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
         step!(the_new_leader_reconciles_and_reports_leadership(
