@@ -15,7 +15,8 @@ use rustqueue_api::labels;
 
 use crate::Error;
 use crate::plan::{
-    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, auth_secret_name,
+    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, StorageDamage,
+    auth_secret_name,
 };
 use crate::render::{AuthTokens, COMPONENT_PROBE, broker_selector, names, tokens_from_secret};
 
@@ -38,6 +39,30 @@ pub struct Observer<'a> {
     pub http: &'a reqwest::Client,
     /// Namespace of the RustQueue.
     pub namespace: &'a str,
+}
+
+/// The `storage_damage` object of a `/v1/health` body, when it records any finding.
+pub fn storage_damage(health: &serde_json::Value) -> Option<StorageDamage> {
+    let d = health.get("storage_damage")?;
+    let findings = d.get("findings_on_record")?.as_u64()?;
+    if findings == 0 {
+        return None;
+    }
+    let latest = d["latest"].as_array().and_then(|l| l.last()).map(|r| {
+        let field = |k: &str| r[k].as_str().unwrap_or("?").to_string();
+        format!(
+            "{} in topic {} ({}), found by {}",
+            field("kind"),
+            field("topic"),
+            field("file"),
+            field("detected_by")
+        )
+    });
+    Some(StorageDamage {
+        findings,
+        messages: d["messages_on_record"].as_u64().unwrap_or(0),
+        latest,
+    })
 }
 
 impl Observer<'_> {
@@ -145,8 +170,8 @@ impl Observer<'_> {
                 (status.phase.as_deref() == Some("Pending") && status.pod_ip.is_none())
                     .then(|| "Pending".to_string())
             });
-        let (health, drain, capabilities) = match status.pod_ip.as_deref() {
-            None => (Health::Unreachable("no Pod IP".into()), None, None),
+        let ((health, damage), drain, capabilities) = match status.pod_ip.as_deref() {
+            None => ((Health::Unreachable("no Pod IP".into()), None), None, None),
             Some(ip) => {
                 let base = base_url(ip);
                 let (h, d, c) = futures::join!(
@@ -180,20 +205,30 @@ impl Observer<'_> {
                 .and_then(|a| a.get(labels::REVISION_ANNOTATION).cloned()),
             waiting,
             health,
+            damage,
         }
     }
 
-    async fn health(&self, base: &str) -> Health {
+    /// `/v1/health`: readiness, and the damage at rest it reports beside it.
+    async fn health(&self, base: &str) -> (Health, Option<StorageDamage>) {
         let url = format!("{base}{}", paths::HEALTH);
         let resp = match self.http.get(&url).send().await {
             Ok(r) => r,
-            Err(e) => return Health::Unreachable(unreachable_reason(&e)),
+            Err(e) => return (Health::Unreachable(unreachable_reason(&e)), None),
         };
-        match resp.json::<contract::Health>().await {
+        let Ok(body) = resp.json::<serde_json::Value>().await else {
+            return (
+                Health::Unreachable("unreadable /v1/health body".into()),
+                None,
+            );
+        };
+        let damage = storage_damage(&body);
+        let health = match serde_json::from_value::<contract::Health>(body) {
             Ok(contract::Health::Ready { .. }) => Health::Ready,
             Ok(contract::Health::NotReady { reason, .. }) => Health::NotReady(reason),
             Err(_) => Health::Unreachable("unreadable /v1/health body".into()),
-        }
+        };
+        (health, damage)
     }
 }
 
@@ -304,5 +339,35 @@ fn auth_state(spec: &RustQueueSpec, name: &str, secret: Option<&Secret>) -> Auth
             revision: secret.metadata.resource_version.clone().unwrap_or_default(),
         },
         Err(e) => AuthState::Invalid(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_damage_is_read_from_the_documented_health_body() {
+        let body = serde_json::json!({
+            "status": "ready",
+            "storage_damage": {
+                "quarantined_messages_since_start": 1, "findings_since_start": 1,
+                "findings_on_record": 2, "messages_on_record": 3,
+                "latest": [{ "kind": "message_body", "topic": "orders",
+                    "file": "topics/6f/segments/s.rqlog", "detected_by": "read" }]
+            }
+        });
+        let d = storage_damage(&body).unwrap();
+        assert_eq!((d.findings, d.messages), (2, 3));
+        assert_eq!(
+            d.latest.as_deref(),
+            Some("message_body in topic orders (topics/6f/segments/s.rqlog), found by read")
+        );
+        let clean = serde_json::json!({"storage_damage": {"findings_on_record": 0}});
+        assert_eq!(storage_damage(&clean), None);
+        assert_eq!(
+            storage_damage(&serde_json::json!({"status": "ready"})),
+            None
+        );
     }
 }

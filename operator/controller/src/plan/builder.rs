@@ -54,6 +54,7 @@ fn ready_broker(ordinal: usize) -> BrokerPod {
         drain: Some(DrainStatus::default()),
         capabilities: None,
         config_map: Some("q-config-a".into()),
+        damage: None,
     }
 }
 

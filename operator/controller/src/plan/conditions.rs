@@ -1,6 +1,6 @@
 //! Phases and the conditions derived from a plan, in the shape `kubectl wait` and Argo CD read.
 
-use super::{Plan, StorageState};
+use super::{Observed, Plan, StorageState};
 use crate::render::Desired;
 
 /// Summary phase of a RustQueue (`status.phase`).
@@ -226,4 +226,45 @@ pub(super) fn derive(
     }
     out.sort_by_key(|c| c.type_);
     out
+}
+
+/// `StorageDamage`: True while any broker has quarantined damage at rest on record, naming each
+/// broker and what was lost. Damage does not make a broker unready (it keeps serving the rest),
+/// so this is the place a person learns of it; it clears when the records are cleared
+/// (docs/operations.md).
+pub(super) fn storage_damage(obs: &Observed) -> ConditionSpec {
+    let damaged: Vec<String> = obs
+        .brokers
+        .iter()
+        .filter_map(|b| {
+            let d = b.damage.as_ref()?;
+            let latest = d
+                .latest
+                .as_deref()
+                .map(|l| format!("; latest: {l}"))
+                .unwrap_or_default();
+            Some(format!(
+                "{}: {} messages lost in {} quarantine records{latest}",
+                b.name, d.messages, d.findings
+            ))
+        })
+        .collect();
+    if damaged.is_empty() {
+        cond(
+            "StorageDamage",
+            false,
+            "NoneRecorded",
+            "no broker has quarantined damage at rest",
+        )
+    } else {
+        cond(
+            "StorageDamage",
+            true,
+            "Quarantined",
+            &format!(
+                "damage at rest was quarantined (see docs/operations.md): {}",
+                damaged.join("; ")
+            ),
+        )
+    }
 }

@@ -60,6 +60,20 @@ pub struct BrokerPod {
     pub capabilities: Option<Capabilities>,
     /// The ConfigMap its config volume mounts.
     pub config_map: Option<String>,
+    /// Damage at rest the broker quarantined (`storage_damage` of `/v1/health`), when it
+    /// reported any.
+    pub damage: Option<StorageDamage>,
+}
+
+/// What a broker reports of the damage at rest it found and quarantined (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StorageDamage {
+    /// Audit records across restarts.
+    pub findings: u64,
+    /// Messages those records lost (never delivered).
+    pub messages: u64,
+    /// The newest record, in words: kind, topic, file and who found it.
+    pub latest: Option<String>,
 }
 
 impl BrokerPod {

@@ -809,6 +809,7 @@ fn conditions_are_sorted_by_type() {
             "OrphanedPVCs",
             "Progressing",
             "Ready",
+            "StorageDamage",
             "StorageReady",
             "Upgradeable"
         ]
@@ -921,4 +922,43 @@ fn discovery_runs_the_brokers_image_until_every_broker_runs_the_target() {
         let p = run(&s, &obs, None);
         assert_eq!(runtime_image(&p), Some(want), "{what}: {:?}", p.actions);
     }
+}
+
+#[test]
+fn quarantined_damage_raises_storage_damage_naming_the_broker_and_the_loss_without_unreadying_it() {
+    let condition = |p: &Plan, t: &str| p.conditions.iter().find(|c| c.type_ == t).cloned();
+    let clean = run(
+        &spec(),
+        &Observed::test().brokers(3).at_revision("b").build(),
+        None,
+    );
+    let c = condition(&clean, "StorageDamage").unwrap();
+    assert!(!c.status, "{c:?}");
+    let damaged = Observed::test()
+        .brokers(3)
+        .at_revision("b")
+        .broker(1, |b| {
+            b.damage = Some(StorageDamage {
+                findings: 2,
+                messages: 3,
+                latest: Some(
+                    "message_body in topic orders (topics/x/s.rqlog), found by read".into(),
+                ),
+            })
+        })
+        .build();
+    let p = run(&spec(), &damaged, None);
+    let c = condition(&p, "StorageDamage").unwrap();
+    assert!(c.status && c.reason == "Quarantined", "{c:?}");
+    assert!(
+        c.message
+            .contains("q-1: 3 messages lost in 2 quarantine records")
+            && c.message.contains("topic orders"),
+        "{}",
+        c.message
+    );
+    assert!(
+        condition(&p, "Ready").unwrap().status,
+        "the broker keeps serving"
+    );
 }
