@@ -5,17 +5,14 @@
 //! These are runtime objects: they are applied even while a broker rollout is blocked, with the
 //! image the brokers run (see `plan`), so lookups keep working whatever the target image does.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, KeyToPath, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    Container, ContainerPort, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, Volume,
 };
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
@@ -97,13 +94,7 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
             volume_mounts: Some(vec![pod::mount("auth", TOKEN_DIR)]),
             readiness_probe: Some(pod::http_probe("/v1/health", 2, 2, 1)),
             liveness_probe: Some(pod::http_probe("/ping", 10, 3, 2)),
-            resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([
-                    ("cpu".to_string(), Quantity("50m".into())),
-                    ("memory".to_string(), Quantity("64Mi".into())),
-                ])),
-                ..ResourceRequirements::default()
-            }),
+            resources: Some(pod::requests("50m", "64Mi")),
             security_context: Some(pod::container_security()),
             ..Container::default()
         }],
@@ -145,25 +136,18 @@ pub fn discovery_service(owner: &Owner<'_>) -> Service {
 
 /// `<n>-discovery-pdb`: a node drain never takes the last discovery Pod.
 pub fn discovery_pdb(owner: &Owner<'_>) -> PodDisruptionBudget {
-    PodDisruptionBudget {
-        metadata: owner.metadata(
-            &names::discovery_pdb(owner.name),
-            labels::COMPONENT_DISCOVERY,
-        ),
-        spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(1)),
-            selector: Some(match_labels(selector_labels(
-                owner.name,
-                labels::COMPONENT_DISCOVERY,
-            ))),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        ..PodDisruptionBudget::default()
-    }
+    super::policy::pdb(
+        owner,
+        &names::discovery_pdb(owner.name),
+        labels::COMPONENT_DISCOVERY,
+        1,
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::super::fixtures::*;
     use super::*;
 

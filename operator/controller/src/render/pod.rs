@@ -4,9 +4,10 @@
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
-    PodSecurityContext, Probe, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount,
+    PodSecurityContext, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::labels;
 
@@ -37,6 +38,17 @@ pub(super) fn config_args() -> Vec<String> {
         "--config".into(),
         format!("{}/{}", labels::CONFIG_DIR, labels::CONFIG_FILE),
     ]
+}
+
+/// CPU and memory requests, no limits.
+pub(super) fn requests(cpu: &str, memory: &str) -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(std::collections::BTreeMap::from([
+            ("cpu".to_string(), Quantity(cpu.into())),
+            ("memory".to_string(), Quantity(memory.into())),
+        ])),
+        ..ResourceRequirements::default()
+    }
 }
 
 /// Non-root as [`RUN_AS`], the runtime's default seccomp profile; no fsGroup.

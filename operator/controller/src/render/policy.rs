@@ -9,14 +9,26 @@ use super::{Owner, match_labels, names, selector_labels};
 
 /// `<n>-brokers` with minAvailable max(replicas − 1, 1).
 pub fn pod_disruption_budget(owner: &Owner<'_>, replicas: i32) -> PodDisruptionBudget {
+    pdb(
+        owner,
+        &names::pdb(owner.name),
+        labels::COMPONENT_BROKER,
+        (replicas - 1).max(1),
+    )
+}
+
+/// A PDB keeping `min_available` Pods of `component` through voluntary evictions.
+pub(super) fn pdb(
+    owner: &Owner<'_>,
+    name: &str,
+    component: &str,
+    min_available: i32,
+) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: owner.metadata(&names::pdb(owner.name), labels::COMPONENT_BROKER),
+        metadata: owner.metadata(name, component),
         spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int((replicas - 1).max(1))),
-            selector: Some(match_labels(selector_labels(
-                owner.name,
-                labels::COMPONENT_BROKER,
-            ))),
+            min_available: Some(IntOrString::Int(min_available)),
+            selector: Some(match_labels(selector_labels(owner.name, component))),
             ..PodDisruptionBudgetSpec::default()
         }),
         ..PodDisruptionBudget::default()

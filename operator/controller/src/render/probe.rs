@@ -4,10 +4,7 @@
 //! config) before any broker Pod is touched. One Pod per contract: its name carries a
 //! fingerprint of everything the answer depends on, so a change of any of them probes again.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use sha2::{Digest, Sha256};
 
 use super::{Owner, pod};
@@ -68,13 +65,7 @@ pub fn probe_pod(
                 args: Some(args),
                 termination_message_path: Some(TERMINATION_LOG.into()),
                 volume_mounts: Some(mounts),
-                resources: Some(ResourceRequirements {
-                    requests: Some(BTreeMap::from([
-                        ("cpu".to_string(), Quantity("10m".into())),
-                        ("memory".to_string(), Quantity("32Mi".into())),
-                    ])),
-                    ..ResourceRequirements::default()
-                }),
+                resources: Some(pod::requests("10m", "32Mi")),
                 security_context: Some(pod::container_security()),
                 ..Container::default()
             }],
