@@ -88,21 +88,19 @@ async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
 /// Answer one request (separate from axum so tests and fuzzing can drive it directly).
 pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
     let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
-        // httprouter's RedirectTrailingSlash: `/lookup/` -> `/lookup`.
-        if let Some(stripped) = path.strip_suffix('/')
-            && ROUTES.iter().any(|r| r.0 == stripped)
+        // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
+        // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Every route is GET
+        // only, so other methods on such paths are simply not found.
+        if method == Method::GET
+            && let Some(route) = fixed_path(path)
         {
-            let mut loc = stripped.to_string();
-            if !raw_query.is_empty() {
-                loc = format!("{loc}?{raw_query}");
-            }
-            let code = if method == Method::GET {
-                StatusCode::MOVED_PERMANENTLY
+            let loc = if raw_query.is_empty() {
+                route.to_string()
             } else {
-                StatusCode::PERMANENT_REDIRECT
+                format!("{route}?{raw_query}")
             };
             let mut r = Response::new(Body::empty());
-            *r.status_mut() = code;
+            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
             if let Ok(v) = HeaderValue::from_str(&loc) {
                 r.headers_mut().insert(header::LOCATION, v);
             }
@@ -192,6 +190,26 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
         ),
         _ => error(StatusCode::NOT_FOUND, "NOT_FOUND"),
     }
+}
+
+/// The route `path` names once cleaned (`//`, `.` and `..` resolved, a trailing slash dropped)
+/// and compared without case, as httprouter's fixed-path redirect does.
+fn fixed_path(path: &str) -> Option<&'static str> {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    let cleaned = format!("/{}", parts.join("/"));
+    ROUTES
+        .iter()
+        .find(|r| r.0.eq_ignore_ascii_case(&cleaned))
+        .map(|r| r.0)
 }
 
 fn info(shared: &Shared) -> Response {
@@ -359,9 +377,12 @@ mod tests {
         }
         let (c, b) = body(answer(&s, &Method::GET, "/ping", "")).await;
         assert_eq!((c.as_u16(), b.as_str()), (200, "OK"));
-        let r = answer(&s, &Method::GET, "/lookup/", "topic=t");
-        assert_eq!(r.status(), 301);
-        assert_eq!(r.headers()["Location"], "/lookup?topic=t");
+        for p in ["/lookup/", "//lookup", "/LOOKUP", "/x/../lookup"] {
+            let r = answer(&s, &Method::GET, p, "topic=t");
+            assert_eq!(r.status(), 301, "{p}");
+            assert_eq!(r.headers()["Location"], "/lookup?topic=t", "{p}");
+        }
+        assert_eq!(answer(&s, &Method::POST, "/lookup/", "").status(), 404);
         let long = format!("topic={}", "a".repeat(query::MAX_QUERY_BYTES));
         assert_eq!(answer(&s, &Method::GET, "/lookup", &long).status(), 414);
     }
