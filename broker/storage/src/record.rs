@@ -124,14 +124,7 @@ pub fn decode_header(b: &[u8]) -> Result<RecordHeader, DecodeError> {
     if b[5] != KIND_PUBLISH {
         return Err(DecodeError::Corrupt("unknown record kind"));
     }
-    let h = RecordHeader {
-        log_index: u64_at(b, 8),
-        timestamp_ns: u64_at(b, 16) as i64,
-        first_id: u64_at(b, 24),
-        available_at_ms: u64_at(b, 32) as i64,
-        payload_len: u32_at(b, 40),
-        crc: u32_at(b, 44),
-    };
+    let h = header_unchecked(b);
     if u64::from(h.payload_len) > MAX_PAYLOAD || (h.payload_len as usize) < 4 {
         return Err(DecodeError::Corrupt("record payload length out of range"));
     }

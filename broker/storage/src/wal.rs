@@ -278,19 +278,23 @@ impl ChannelWal {
                         .find(|&i| matches!(frame_at(&data, i), Frame::Whole(..)));
                     let end = next.unwrap_or(data.len());
                     // Only the length field damaged? Then the frame is whole up to `end`.
+                    // One finding for the bytes `at..end` of this channel's WAL.
+                    let finding = |action: &str| Finding {
+                        channel: Some(name.to_string()),
+                        ..sink.finding(
+                            DamageKind::ChannelWal,
+                            &wal_path,
+                            (at as u64, end as u64),
+                            sink.opening(),
+                            action,
+                        )
+                    };
                     if let Some(cmd) = whole_with_length(&data[at..end]) {
                         state.apply(&cmd);
                         count += 1;
-                        findings.push(Finding {
-                            channel: Some(name.to_string()),
-                            ..sink.finding(
-                                DamageKind::ChannelWal,
-                                &wal_path,
-                                (at as u64, end as u64),
-                                sink.opening(),
-                                "only the frame's length field was damaged: read whole, nothing forgotten",
-                            )
-                        });
+                        findings.push(finding(
+                            "only the frame's length field was damaged: read whole, nothing forgotten",
+                        ));
                         at = end;
                         continue;
                     }
@@ -298,16 +302,9 @@ impl ChannelWal {
                     if next.is_none() && matches!(frame_at(&data, at), Frame::Torn) {
                         break;
                     }
-                    findings.push(Finding {
-                        channel: Some(name.to_string()),
-                        ..sink.finding(
-                            DamageKind::ChannelWal,
-                            &wal_path,
-                            (at as u64, end as u64),
-                            sink.opening(),
-                            "WAL frames failed their CRC and were skipped: the finishes and requeues they held are forgotten, so those messages are delivered again",
-                        )
-                    });
+                    findings.push(finding(
+                        "WAL frames failed their CRC and were skipped: the finishes and requeues they held are forgotten, so those messages are delivered again",
+                    ));
                     match next {
                         Some(n) => at = n,
                         None => {
