@@ -110,11 +110,13 @@ compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookup
 
 # rustqueued registering with official nsqlookupd beside official nsqd, seen by official
 # nsqadmin, consumed by pynsq through the lookupd (about 20 s): see docs/compatibility.md.
+# The same package set as compat-lookupd, so the two share one build (rustqueue-server alone
+# resolves other features and would rebuild it).
 PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PYNSQ_VERSION-tornado-$$TORNADO_VERSION)/bin/python
 .PHONY: compat-fleet
 compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
 	scripts/deps.sh nsqd nsqlookupd nsqadmin python
-	$(CARGO) build --locked -p rustqueue-server --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
 	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
 	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
 	  --nsqlookupd $(RUSTQUEUE_CACHE)/nsqlookupd-$$NSQLOOKUPD_VERSION/bin/nsqlookupd \
