@@ -71,6 +71,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(a_terminated_leader_hands_the_lease_over_at_once(&c)).await;
         step!(phase_transitions_are_recorded_as_events(&c)).await;
         step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
+        step!(the_api_server_refuses_gateway_settings_until_the_gateway_exists(&c)).await;
 
         let t =
             step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c)).await;
