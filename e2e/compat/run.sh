@@ -30,28 +30,8 @@ NODE_MODULES="$RUSTQUEUE_CACHE/nsqjs-$NSQJS_VERSION/node_modules"
 RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/rustqueued}"
 MAX_MSG=1048576
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/rq-compat-$target.XXXXXX")"
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${COMPAT_KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# start NAME CMD...: run CMD in the background with its output in $WORK/NAME.log.
-start() {
-  local name="$1"
-  shift
-  "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_${name//-/_}=$!"
-}
+WORK_PREFIX="rq-compat-$target"
+source "$HERE/lib/procs.sh"
 
 # wait_http NAME URL: poll URL/ping until it answers, failing early if NAME died. A bare
 # host:port means http://; https:// URLs are checked with the test CA and client certificate.

@@ -35,36 +35,8 @@ BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-$BIN_DIR/rustqueued}"
 DISCOVERY_BIN="${DISCOVERY_BIN:-$BIN_DIR/rustqueue-discovery}"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/rq-lookupd-$target.XXXXXX")"
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${COMPAT_KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# start NAME CMD...: run CMD in the background, output in $WORK/NAME.log, pid in PID_NAME.
-start() {
-  local name="$1"
-  shift
-  "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$name=$!"
-}
-
-# stop_all: stop everything the previous cluster ran.
-stop_all() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
+WORK_PREFIX="rq-lookupd-$target"
+source "$HERE/../lib/procs.sh"
 
 wait_http() {
   local name="$1" addr="$2" pidvar="PID_$1" i
