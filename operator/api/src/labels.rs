@@ -22,6 +22,8 @@ pub const COMPONENT_BROKER: &str = "broker";
 pub const COMPONENT_RUNTIME: &str = "runtime";
 /// Component of the discovery Deployment, its Pods, Service and PDB.
 pub const COMPONENT_DISCOVERY: &str = "discovery";
+/// Component of the producer gateway DaemonSet, its Pods and Service.
+pub const COMPONENT_GATEWAY: &str = "gateway";
 /// Component of the Kodo gateway Pods (guarded by their own NetworkPolicy).
 pub const COMPONENT_KODO_GATEWAY: &str = "kodo-gateway";
 
@@ -36,6 +38,10 @@ pub const DISCOVERY_HTTP_PORT: u16 = 4161;
 pub const BROKER_TCP_PORT: u16 = 4150;
 /// HTTP port of a broker (NSQ-compatible and `/v1/*` endpoints).
 pub const BROKER_HTTP_PORT: u16 = 4151;
+/// NSQ TCP port of the producer gateway (producers connect here as to a broker).
+pub const GATEWAY_TCP_PORT: u16 = 4150;
+/// HTTP port of the producer gateway (`/pub`, `/mpub`, ... forwarded to a broker).
+pub const GATEWAY_HTTP_PORT: u16 = 4151;
 /// Port of the operator's `/healthz`, `/readyz`, `/metrics`.
 pub const OPERATOR_HTTP_PORT: u16 = 8080;
 

@@ -2,7 +2,7 @@
 //! patches status, and records Events. The only module besides `observe` that writes to the
 //! API server.
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
@@ -49,7 +49,9 @@ pub async fn apply_runtime(client: &kube::Client, ns: &str, c: &Children) -> Res
     ssa::<NetworkPolicy>(client, ns, &c.internal_network_policy).await?;
     ssa::<Service>(client, ns, &c.service).await?;
     ssa::<Service>(client, ns, &c.discovery_service).await?;
+    ssa::<Service>(client, ns, &c.gateway_service).await?;
     ssa::<Deployment>(client, ns, &c.discovery).await?;
+    ssa::<DaemonSet>(client, ns, &c.gateway).await?;
     ssa::<PodDisruptionBudget>(client, ns, &c.discovery_pdb).await?;
     Ok(())
 }

@@ -28,8 +28,18 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         "statefulsets",
         &["get", "list", "watch", "create", "patch"],
     ),
-    // apply: ApplyRuntime, the discovery Deployment (SSA).
-    ("apps", "deployments", &["create", "patch"]),
+    // observe: get (is the runtime available); controller: owns; apply: ApplyRuntime, the
+    // discovery Deployment and the gateway DaemonSet (SSA).
+    (
+        "apps",
+        "deployments",
+        &["get", "list", "watch", "create", "patch"],
+    ),
+    (
+        "apps",
+        "daemonsets",
+        &["get", "list", "watch", "create", "patch"],
+    ),
     // apply: ApplyBrokerSet and ApplyRuntime (the brokers' and discovery's PDB), SSA.
     ("policy", "poddisruptionbudgets", &["create", "patch"]),
     // apply: ApplyBrokerSet (the brokers' policy) and ApplyRuntime (the internal one), SSA.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::Recorder;
@@ -113,6 +113,15 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<&str>) {
     )
     .owns(
         api::<Service>(&client, namespace),
+        watcher::Config::default(),
+    )
+    // the runtime workloads' readiness is part of Ready: reconcile when it changes
+    .owns(
+        api::<Deployment>(&client, namespace),
+        watcher::Config::default(),
+    )
+    .owns(
+        api::<DaemonSet>(&client, namespace),
         watcher::Config::default(),
     )
     .watches(api::<Pod>(&client, namespace), broker_pods, |pod| {

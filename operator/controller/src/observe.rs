@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
@@ -16,7 +16,7 @@ use rustqueue_api::labels;
 use crate::Error;
 use crate::plan::{
     AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, StorageDamage,
-    auth_secret_name,
+    Workload, auth_secret_name,
 };
 use crate::render::{AuthTokens, COMPONENT_PROBE, broker_selector, names, tokens_from_secret};
 
@@ -121,6 +121,7 @@ impl Observer<'_> {
             .list(&probe_selector)
             .await
             .map_err(|e| Error::kube("list capability probe Pods", e))?;
+        let (discovery, gateway) = self.runtime(name).await?;
         let tokens = secret.as_ref().and_then(|s| secret_tokens(&secret_name, s));
         let registry = tokens.as_ref().map(|t| t.registry.as_str());
         let brokers =
@@ -150,8 +151,28 @@ impl Observer<'_> {
                 .collect(),
             probes: probes.items.iter().map(probe).collect(),
             auth: auth_state(spec, &secret_name, secret.as_ref()),
+            discovery,
+            gateway,
         };
         Ok((observed, tokens))
+    }
+
+    /// The discovery Deployment and the gateway DaemonSet, as their controllers report them.
+    async fn runtime(&self, name: &str) -> Result<(Option<Workload>, Option<Workload>), Error> {
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace);
+        let discovery = deployments
+            .get_opt(&names::discovery(name))
+            .await
+            .map_err(|e| Error::kube("get discovery Deployment", e))?;
+        let daemon_sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), self.namespace);
+        let gateway = daemon_sets
+            .get_opt(&names::gateway(name))
+            .await
+            .map_err(|e| Error::kube("get gateway DaemonSet", e))?;
+        Ok((
+            discovery.as_ref().map(deployment_workload),
+            gateway.as_ref().map(daemon_set_workload),
+        ))
     }
 
     async fn broker(&self, pod: &Pod, registry_token: Option<&str>) -> BrokerPod {
@@ -342,9 +363,98 @@ fn auth_state(spec: &RustQueueSpec, name: &str, secret: Option<&Secret>) -> Auth
     }
 }
 
+/// A Deployment's Pods: `spec.replicas` wanted, `updatedReplicas` on the latest template,
+/// `readyReplicas` of `replicas` (old Pods included) Ready.
+fn deployment_workload(d: &Deployment) -> Workload {
+    let status = d.status.clone().unwrap_or_default();
+    Workload {
+        observed: status.observed_generation >= d.metadata.generation,
+        desired: d.spec.replicas.unwrap_or(1),
+        updated: status.updated_replicas.unwrap_or(0),
+        ready: status.ready_replicas.unwrap_or(0),
+        total: status.replicas.unwrap_or(0),
+    }
+}
+
+/// A DaemonSet's Pods, counted by Node: `desiredNumberScheduled` wanted,
+/// `updatedNumberScheduled` on the latest template, `numberReady` Ready, and a Node with an
+/// unavailable Pod (`numberUnavailable`) or a Pod where none should run (`numberMisscheduled`)
+/// counts as not Ready.
+fn daemon_set_workload(d: &DaemonSet) -> Workload {
+    let status = d.status.clone().unwrap_or_default();
+    let unavailable = status.number_unavailable.unwrap_or(0);
+    Workload {
+        observed: status.observed_generation >= d.metadata.generation,
+        desired: status.desired_number_scheduled,
+        updated: status.updated_number_scheduled.unwrap_or(0),
+        ready: status
+            .number_ready
+            .min(status.desired_number_scheduled - unavailable),
+        total: status.current_number_scheduled + status.number_misscheduled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_generation<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).expect("a valid object")
+    }
+
+    #[test]
+    fn a_deployment_is_available_once_every_pod_runs_the_latest_template_and_is_ready() {
+        let d = |observed: i64, updated: i32, ready: i32, total: i32| -> Workload {
+            deployment_workload(&with_generation(serde_json::json!({
+                "metadata": {"name": "q-discovery", "generation": 4},
+                "spec": {"replicas": 2, "selector": {}, "template": {}},
+                "status": {"observedGeneration": observed, "updatedReplicas": updated,
+                           "readyReplicas": ready, "replicas": total}
+            })))
+        };
+        assert_eq!(d(4, 2, 2, 2).unavailable(), None);
+        assert!(d(3, 2, 2, 2).unavailable().unwrap().contains("not seen"));
+        // the surge: two new Pods, the old ones not gone yet
+        assert_eq!(
+            d(4, 2, 4, 4).unavailable().as_deref(),
+            Some("2 of 2 Pods updated, 4 of 4 Ready")
+        );
+        assert!(
+            d(4, 2, 1, 2).unavailable().is_some(),
+            "one new Pod not Ready"
+        );
+        assert!(d(4, 1, 2, 2).unavailable().is_some(), "one old Pod left");
+    }
+
+    #[test]
+    fn a_daemon_set_is_available_when_every_selected_node_runs_a_ready_latest_pod() {
+        let ds = |desired: i32, updated: i32, ready: i32, unavailable: i32| -> Workload {
+            daemon_set_workload(&with_generation(serde_json::json!({
+                "metadata": {"name": "q-gateway", "generation": 2},
+                "spec": {"selector": {}, "template": {}},
+                "status": {"observedGeneration": 2, "desiredNumberScheduled": desired,
+                           "currentNumberScheduled": desired, "numberMisscheduled": 0,
+                           "updatedNumberScheduled": updated, "numberReady": ready,
+                           "numberUnavailable": unavailable}
+            })))
+        };
+        assert_eq!(ds(3, 3, 3, 0).unavailable(), None);
+        assert!(
+            ds(3, 2, 3, 0).unavailable().is_some(),
+            "a Node on the old template"
+        );
+        assert!(
+            ds(3, 3, 3, 1).unavailable().is_some(),
+            "a Node's Pod unavailable"
+        );
+        assert!(
+            ds(0, 0, 0, 0)
+                .unavailable()
+                .unwrap()
+                .contains("no Pod is scheduled"),
+            "a selector no Node matches is not available"
+        );
+    }
 
     #[test]
     fn storage_damage_is_read_from_the_documented_health_body() {

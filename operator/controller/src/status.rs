@@ -259,6 +259,7 @@ mod tests {
                 "OrphanedPVCs",
                 "Progressing",
                 "Ready",
+                "RuntimeAvailable",
                 "StorageDamage",
                 "StorageReady",
                 "Upgradeable"

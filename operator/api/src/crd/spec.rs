@@ -58,10 +58,6 @@ use super::status::RustQueueStatus;
         .message("storageClassName cannot change: existing broker claims keep their StorageClass"),
     validation = Rule::new("!self.kodoCompatibility.enabled || (self.minBrokers == 3 && self.maxBrokers == 3 && self.storageFeatureLevel == 2 && self.maxMessageBytes == 104857600 && self.publishAckMode == 'durable' && self.bootstrapRetentionSeconds >= 180)")
         .message("kodoCompatibility needs minBrokers = maxBrokers = 3, storageFeatureLevel 2, maxMessageBytes 104857600, publishAckMode durable and bootstrapRetentionSeconds >= 180"),
-    validation = Rule::new("!has(self.proxyNodeSelector) || size(self.proxyNodeSelector) == 0")
-        .message("proxyNodeSelector is not supported by this operator yet: it places the producer gateway, which is not available; leave it empty"),
-    validation = Rule::new("!has(self.proxyTcpMaxConnectionAgeSeconds) || self.proxyTcpMaxConnectionAgeSeconds == 300")
-        .message("proxyTcpMaxConnectionAgeSeconds is not supported by this operator yet: it tunes the producer gateway, which is not available; leave it at 300")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RustQueueSpec {
@@ -184,12 +180,12 @@ pub struct RustQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub client_tls_secret_name: Option<String>,
-    /// nodeSelector of producer proxies and Kodo Gateways. Refused while not empty: the gateway
-    /// does not exist yet.
+    /// nodeSelector of the producer gateway DaemonSet `<n>-gateway`: a gateway Pod runs on every
+    /// Node it selects (every Node when empty).
     #[serde(default)]
     pub proxy_node_selector: BTreeMap<String, String>,
-    /// Proxy TCP connection rotation (0 disables). Refused unless 300: the gateway does not
-    /// exist yet.
+    /// Seconds after which the gateway closes a producer's TCP tunnel (±10% jitter) so the
+    /// producer reconnects and is placed on the least busy broker again; 0 never rotates.
     #[serde(default = "d::proxy_tcp_max_connection_age_seconds")]
     pub proxy_tcp_max_connection_age_seconds: u64,
     /// Discovery replicas (at least 2).

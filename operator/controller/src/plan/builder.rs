@@ -4,7 +4,9 @@
 
 use rustqueue_api::contract::{DrainStatus, NotReadyReason};
 
-use super::model::{AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState};
+use super::model::{
+    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, Workload,
+};
 
 /// What the probe of a current binary reports: levels 1 and 2, 100 MiB messages.
 pub const CAPABLE: &str = r#"{"binary_version":"0.2.0","data_format":7,"minimum_reader_feature_level":1,"maximum_reader_feature_level":2,"maximum_writer_feature_level":2,"maximum_message_bytes":104857600,"maximum_batch_bytes":134217728}"#;
@@ -37,6 +39,8 @@ impl Observed {
                 revision: "7".into(),
             },
             claim_template_size: None,
+            discovery: Some(Workload::available(2)),
+            gateway: Some(Workload::available(3)),
         })
     }
 }
@@ -244,6 +248,18 @@ impl ObservedBuilder {
                 },
             });
         }
+        self
+    }
+
+    /// The discovery Deployment as observed (`None`: absent).
+    pub fn discovery(mut self, w: Option<Workload>) -> Self {
+        self.0.discovery = w;
+        self
+    }
+
+    /// The gateway DaemonSet as observed (`None`: absent).
+    pub fn gateway(mut self, w: Option<Workload>) -> Self {
+        self.0.gateway = w;
         self
     }
 

@@ -1,6 +1,6 @@
 //! Phases and the conditions derived from a plan, in the shape `kubectl wait` and Argo CD read.
 
-use super::{Observed, Plan, StorageState};
+use super::{Observed, Plan, StorageState, Workload};
 use crate::render::Desired;
 
 /// Summary phase of a RustQueue (`status.phase`).
@@ -115,38 +115,75 @@ fn cond(type_: &'static str, status: bool, reason: &str, message: &str) -> Condi
     }
 }
 
-/// Ready, Progressing, Degraded, BrokersAvailable and StorageReady for `plan`, sorted by type.
+/// `RuntimeAvailable`: whether what clients connect to besides the brokers — the discovery
+/// Deployment (lookupd address) and the gateway DaemonSet (producer address) — runs its latest
+/// template on every Pod, each Ready.
+pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
+    let part = |what: &str, w: Option<&Workload>| match w {
+        None => Some(format!("{what}: not created yet")),
+        Some(w) => w.unavailable().map(|m| format!("{what}: {m}")),
+    };
+    let discovery = part("discovery", obs.discovery.as_ref());
+    let gateway = part("gateway", obs.gateway.as_ref());
+    match (discovery, gateway) {
+        (None, None) => {
+            let pods = |w: Option<&Workload>| w.map_or(0, |w| w.ready);
+            cond(
+                "RuntimeAvailable",
+                true,
+                "AllReady",
+                &format!(
+                    "discovery {} Pods Ready, gateway {} Pods Ready",
+                    pods(obs.discovery.as_ref()),
+                    pods(obs.gateway.as_ref())
+                ),
+            )
+        }
+        (Some(d), None) => cond("RuntimeAvailable", false, "DiscoveryUnavailable", &d),
+        (None, Some(g)) => cond("RuntimeAvailable", false, "GatewayUnavailable", &g),
+        (Some(d), Some(g)) => cond(
+            "RuntimeAvailable",
+            false,
+            "RuntimeUnavailable",
+            &format!("{d}; {g}"),
+        ),
+    }
+}
+
+/// Ready, Progressing, Degraded, BrokersAvailable, StorageReady and `runtime` (see
+/// [`runtime`]) for `plan`, sorted by type.
 pub(super) fn derive(
     plan: &Plan,
     storage: &StorageState,
     unavailable: &[String],
+    runtime: ConditionSpec,
     desired: &Desired,
 ) -> Vec<ConditionSpec> {
     let phase = plan.phase;
     // Ready never overstates: the phase is Ready only when no operation is pending and every
-    // broker of the set runs the target revision; the counts and the claims are checked here.
+    // broker of the set runs the target revision; the counts, the claims and the runtime
+    // workloads are checked here.
+    let waiting = match storage {
+        StorageState::Ready if runtime.status => None,
+        StorageState::Ready => Some(("WaitingForRuntime", runtime.message.clone())),
+        StorageState::Pending(m)
+        | StorageState::Blocked(m)
+        | StorageState::Resizing { message: m, .. } => Some(("WaitingForStorage", m.clone())),
+    };
     let ready = phase == Phase::Ready
         && plan.ready_brokers >= plan.desired_brokers
         && unavailable.is_empty()
-        && *storage == StorageState::Ready;
+        && waiting.is_none();
     let degraded = phase.is_degraded();
     let p = phase.as_str();
-    let ready_message = if phase == Phase::Ready && !ready {
-        match storage {
-            StorageState::Ready => plan.message.clone(),
-            StorageState::Pending(m)
-            | StorageState::Blocked(m)
-            | StorageState::Resizing { message: m, .. } => m.clone(),
-        }
-    } else if ready {
-        format!("{}; revision {}", plan.message, desired.revision)
-    } else {
-        plan.message.clone()
-    };
-    let reason = if phase == Phase::Ready && !ready {
-        "WaitingForStorage"
-    } else {
-        p
+    let (reason, ready_message) = match waiting {
+        Some((reason, message)) if phase == Phase::Ready => (reason, message),
+        _ if ready => (
+            p,
+            format!("{}; revision {}", plan.message, desired.revision),
+        ),
+        _ if phase == Phase::Ready => ("WaitingForBrokers", unavailable.join("; ")),
+        _ => (p, plan.message.clone()),
     };
     let mut out = vec![
         cond("Ready", ready, reason, &ready_message),
@@ -223,6 +260,7 @@ pub(super) fn derive(
             }
             StorageState::Blocked(m) => cond("StorageReady", false, "StorageBlocked", m),
         });
+        out.push(runtime);
     }
     out.sort_by_key(|c| c.type_);
     out

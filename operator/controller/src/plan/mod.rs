@@ -39,7 +39,7 @@ use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 pub use conditions::{ConditionSpec, Phase};
 pub use model::{
     Action, AuthState, BrokerPod, Claim, DrainGoal, Health, Observed, Plan, ProbePod,
-    StorageClassState, StorageDamage,
+    StorageClassState, StorageDamage, Workload,
 };
 pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds};
 pub use preflight::Preflight;
@@ -159,7 +159,8 @@ pub fn plan(
     }
     let unavailable = unavailable(name, obs, out.desired_brokers.max(current(obs)));
     out.ready_brokers = ready_count(name, obs, out.desired_brokers.max(current(obs)));
-    out.conditions = conditions::derive(&out, &storage, &unavailable, desired);
+    let runtime = conditions::runtime(obs);
+    out.conditions = conditions::derive(&out, &storage, &unavailable, runtime, desired);
     out.conditions.push(conditions::storage_damage(obs));
     out.conditions.sort_by_key(|c| c.type_);
     out

@@ -181,6 +181,58 @@ pub struct Observed {
     pub auth: AuthState,
     /// Storage request of the existing StatefulSet's claim template (immutable once created).
     pub claim_template_size: Option<String>,
+    /// The discovery Deployment; `None` when it does not exist.
+    pub discovery: Option<Workload>,
+    /// The producer gateway DaemonSet; `None` when it does not exist.
+    pub gateway: Option<Workload>,
+}
+
+/// A runtime workload (the discovery Deployment, the gateway DaemonSet) as its controller
+/// reports it in `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    /// Its controller has seen the latest spec (`status.observedGeneration >= generation`).
+    pub observed: bool,
+    /// Pods it should run: a Deployment's `spec.replicas`, a DaemonSet's
+    /// `desiredNumberScheduled`.
+    pub desired: i32,
+    /// Of those, how many run the latest Pod template.
+    pub updated: i32,
+    /// Pods (a DaemonSet: Nodes) that are Ready.
+    pub ready: i32,
+    /// Pods that exist, old ones included (a DaemonSet: Nodes with a Pod).
+    pub total: i32,
+}
+
+impl Workload {
+    /// `None` when every Pod runs the latest template and is Ready and no old Pod is left;
+    /// else what is missing, for a condition message.
+    pub fn unavailable(&self) -> Option<String> {
+        if !self.observed {
+            return Some("its controller has not seen the latest spec yet".into());
+        }
+        if self.desired == 0 {
+            return Some("no Pod is scheduled (does any Node match the selector?)".into());
+        }
+        if self.updated < self.desired || self.ready < self.total || self.total > self.desired {
+            return Some(format!(
+                "{} of {} Pods updated, {} of {} Ready",
+                self.updated, self.desired, self.ready, self.total
+            ));
+        }
+        None
+    }
+
+    /// A workload whose `desired` Pods all run the latest template and are Ready.
+    pub fn available(desired: i32) -> Self {
+        Self {
+            observed: true,
+            desired,
+            updated: desired,
+            ready: desired,
+            total: desired,
+        }
+    }
 }
 
 impl Observed {

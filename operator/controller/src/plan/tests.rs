@@ -809,6 +809,7 @@ fn conditions_are_sorted_by_type() {
             "OrphanedPVCs",
             "Progressing",
             "Ready",
+            "RuntimeAvailable",
             "StorageDamage",
             "StorageReady",
             "Upgradeable"
@@ -961,4 +962,60 @@ fn quarantined_damage_raises_storage_damage_naming_the_broker_and_the_loss_witho
         condition(&p, "Ready").unwrap().status,
         "the broker keeps serving"
     );
+}
+
+#[test]
+fn ready_waits_for_the_discovery_and_gateway_pods_clients_connect_to() {
+    let cond = |p: &Plan, t: &str| p.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+    let brokers = || Observed::test().brokers(3).at_revision("b");
+    let all = run(&spec(), &brokers().build(), None);
+    assert_eq!(all.phase, Phase::Ready);
+    assert!(cond(&all, "Ready").status);
+    assert!(cond(&all, "RuntimeAvailable").status);
+
+    let rolling = Workload {
+        updated: 1,
+        ..Workload::available(2)
+    };
+    let rows: [(Option<Workload>, Option<Workload>, &str, &str); 4] = [
+        (
+            None,
+            Some(Workload::available(3)),
+            "DiscoveryUnavailable",
+            "discovery: not created yet",
+        ),
+        (
+            Some(rolling),
+            Some(Workload::available(3)),
+            "DiscoveryUnavailable",
+            "1 of 2 Pods updated",
+        ),
+        (
+            Some(Workload::available(2)),
+            Some(Workload::available(0)),
+            "GatewayUnavailable",
+            "does any Node match the selector?",
+        ),
+        (
+            None,
+            None,
+            "RuntimeUnavailable",
+            "discovery: not created yet; gateway: not created yet",
+        ),
+    ];
+    for (discovery, gateway, reason, says) in rows {
+        let obs = brokers().discovery(discovery).gateway(gateway).build();
+        let p = run(&spec(), &obs, None);
+        assert_eq!(p.phase, Phase::Ready, "the brokers are done: {reason}");
+        let runtime = cond(&p, "RuntimeAvailable");
+        assert!(!runtime.status);
+        assert_eq!(runtime.reason, reason);
+        assert!(runtime.message.contains(says), "{}", runtime.message);
+        let ready = cond(&p, "Ready");
+        assert!(!ready.status, "Ready never overstates: {reason}");
+        assert_eq!(ready.reason, "WaitingForRuntime");
+        assert_eq!(ready.message, runtime.message);
+        assert!(cond(&p, "Progressing").status);
+        assert!(!cond(&p, "Degraded").status);
+    }
 }

@@ -8,6 +8,7 @@
 mod config;
 mod desired;
 mod discovery;
+mod gateway;
 mod network;
 mod pod;
 mod policy;
@@ -20,7 +21,7 @@ mod statefulset;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -32,6 +33,7 @@ use rustqueue_api::labels;
 pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
 pub use discovery::{discovery_deployment, discovery_pdb, discovery_service};
+pub use gateway::{gateway_daemon_set, gateway_service};
 pub use network::{broker_network_policy, internal_network_policy};
 pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
@@ -105,6 +107,10 @@ pub mod names {
     /// Discovery Deployment and Service.
     pub fn discovery(n: &str) -> String {
         format!("{n}-discovery")
+    }
+    /// Producer gateway DaemonSet and Service.
+    pub fn gateway(n: &str) -> String {
+        format!("{n}-gateway")
     }
     /// Discovery PDB.
     pub fn discovery_pdb(n: &str) -> String {
@@ -203,10 +209,14 @@ pub struct Children {
     pub discovery: Deployment,
     /// `<n>-discovery-pdb`.
     pub discovery_pdb: PodDisruptionBudget,
+    /// `<n>-gateway` Service.
+    pub gateway_service: Service,
+    /// `<n>-gateway` DaemonSet.
+    pub gateway: DaemonSet,
 }
 
 impl Children {
-    /// Render all children; the runtime workloads (discovery) run `runtime_image`.
+    /// Render all children; the runtime workloads (discovery, gateway) run `runtime_image`.
     pub fn render(
         owner: &Owner<'_>,
         spec: &RustQueueSpec,
@@ -218,6 +228,8 @@ impl Children {
             discovery: discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image),
             discovery_service: discovery_service(owner),
             discovery_pdb: discovery_pdb(owner),
+            gateway: gateway_daemon_set(owner, spec, runtime_image),
+            gateway_service: gateway_service(owner),
             stateful_set: stateful_set(owner, spec, inputs, &toml),
             config_map: config_map(owner, &toml),
             service_account: service_account(owner),
@@ -260,7 +272,9 @@ impl Children {
             j(&self.internal_network_policy),
             j(&self.service),
             j(&self.discovery_service),
+            j(&self.gateway_service),
             j(&self.discovery),
+            j(&self.gateway),
             j(&self.discovery_pdb),
         ]
     }
@@ -310,7 +324,7 @@ mod tests {
     fn every_child_is_owned_by_the_rustqueue_as_controller() {
         let c = Children::render(&owner(), &spec(), &inputs(), "rustqueue:dev");
         let objs = c.in_apply_order();
-        assert_eq!(objs.len(), 12);
+        assert_eq!(objs.len(), 14);
         for o in objs {
             let refs = &o["metadata"]["ownerReferences"];
             assert_eq!(refs[0]["uid"], "uid-1", "{}", o["kind"]);
@@ -347,7 +361,9 @@ mod tests {
                 "NetworkPolicy",
                 "Service",
                 "Service",
+                "Service",
                 "Deployment",
+                "DaemonSet",
                 "PodDisruptionBudget"
             ]
         );

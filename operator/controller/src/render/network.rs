@@ -1,6 +1,6 @@
 //! NetworkPolicies: on a cluster that enforces them, only the NSQ ports of a broker are
 //! reachable (`<n>-broker-ingress`: TCP 4150 and HTTP 4151, from any namespace), and the
-//! instance's other Pods (discovery, the probe, later the gateway) take ingress from any
+//! instance's other Pods (discovery, the gateway, the probe) take ingress from any
 //! namespace (`<n>-internal`). A port a broker opens later is closed until listed here.
 
 use k8s_openapi::api::networking::v1::{
@@ -142,7 +142,8 @@ mod tests {
         for (component, by_broker) in [
             (labels::COMPONENT_BROKER, true),
             (super::super::COMPONENT_PROBE, false),
-            ("discovery", false),
+            (labels::COMPONENT_DISCOVERY, false),
+            (labels::COMPONENT_GATEWAY, false),
         ] {
             let pod = super::super::object_labels("queue", component);
             assert_eq!(selects(&broker, &pod), by_broker, "{component}");

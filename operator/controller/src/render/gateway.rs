@@ -1,0 +1,227 @@
+//! The producer gateway: the DaemonSet `<n>-gateway` running `rustqueue-gateway` (an NSQ TCP
+//! tunnel and an HTTP forwarder onto the publish-ready brokers it learns from discovery,
+//! docs/gateway.md) on every Node `proxyNodeSelector` selects, and its Service — the one
+//! address producers are given (TCP 4150, HTTP 4151).
+//!
+//! Runtime objects, like discovery: applied even while a broker rollout is blocked, with the
+//! image the brokers run, so publishing keeps working whatever the target image does.
+
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
+};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT};
+
+use super::pod;
+use super::{EffectiveLimits, Owner, match_labels, names, selector_labels};
+
+/// Seconds the gateway lets open requests and tunnels finish after SIGTERM.
+const SHUTDOWN_GRACE_SECONDS: i64 = 30;
+
+/// The gateway DaemonSet, running `image`.
+pub fn gateway_daemon_set(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> DaemonSet {
+    let n = owner.name;
+    let selector = selector_labels(n, labels::COMPONENT_GATEWAY);
+    let mut pod_labels = super::object_labels(n, labels::COMPONENT_GATEWAY);
+    pod_labels.extend(selector.clone());
+    DaemonSet {
+        metadata: owner.metadata(&names::gateway(n), labels::COMPONENT_GATEWAY),
+        spec: DaemonSetSpec {
+            selector: match_labels(selector),
+            // A new gateway Pod starts beside the old one on its Node and the old one stops only
+            // once the new one is Ready: a Node never goes without a gateway during a rollout.
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(spec, n, image)),
+            },
+            ..DaemonSetSpec::default()
+        },
+        ..DaemonSet::default()
+    }
+}
+
+/// The gateway talks to discovery and the brokers only: no API token, nothing to write.
+fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
+    let port = |name: &str, p: u16| ContainerPort {
+        name: Some(name.into()),
+        container_port: p.into(),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    };
+    PodSpec {
+        automount_service_account_token: Some(false),
+        termination_grace_period_seconds: Some(SHUTDOWN_GRACE_SECONDS + 15),
+        node_selector: (!spec.proxy_node_selector.is_empty())
+            .then(|| spec.proxy_node_selector.clone()),
+        security_context: Some(pod::pod_security()),
+        containers: vec![Container {
+            name: "gateway".into(),
+            image: Some(image.into()),
+            image_pull_policy: Some(spec.image_pull_policy.clone()),
+            command: Some(vec!["rustqueue-gateway".into()]),
+            ports: Some(vec![
+                port("tcp", GATEWAY_TCP_PORT),
+                port("http", GATEWAY_HTTP_PORT),
+            ]),
+            env: Some(vec![
+                pod::env(
+                    "RUSTQUEUE_DISCOVERY_URLS",
+                    format!("http://{}:{DISCOVERY_HTTP_PORT}", names::discovery(n)),
+                ),
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS",
+                    spec.proxy_tcp_max_connection_age_seconds.to_string(),
+                ),
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
+                    SHUTDOWN_GRACE_SECONDS.to_string(),
+                ),
+                // the brokers' own limits, so the gateway refuses what they would refuse
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
+                    spec.max_message_bytes.to_string(),
+                ),
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
+                    EffectiveLimits::new(spec, 1).max_body_bytes.to_string(),
+                ),
+            ]),
+            readiness_probe: Some(pod::http_probe("/v1/health", 2, 2, 1)),
+            liveness_probe: Some(pod::http_probe("/ping", 10, 3, 2)),
+            resources: Some(pod::requests("50m", "64Mi")),
+            security_context: Some(pod::container_security()),
+            ..Container::default()
+        }],
+        ..PodSpec::default()
+    }
+}
+
+/// `<n>-gateway`: the producers' address (TCP 4150, HTTP 4151).
+pub fn gateway_service(owner: &Owner<'_>) -> Service {
+    let port = |name: &str, p: u16| ServicePort {
+        name: Some(name.into()),
+        port: p.into(),
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    };
+    Service {
+        metadata: owner.metadata(&names::gateway(owner.name), labels::COMPONENT_GATEWAY),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(owner.name, labels::COMPONENT_GATEWAY)),
+            ports: Some(vec![
+                port("tcp", GATEWAY_TCP_PORT),
+                port("http", GATEWAY_HTTP_PORT),
+            ]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::fixtures::*;
+    use super::*;
+
+    fn env_of(d: &DaemonSet) -> BTreeMap<String, String> {
+        let pod = d.spec.clone().template.spec.unwrap();
+        pod.containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn the_gateway_runs_the_given_image_against_the_discovery_service_without_a_token() {
+        let mut s = spec();
+        s.proxy_tcp_max_connection_age_seconds = 2;
+        let d = gateway_daemon_set(&owner(), &s, "rustqueue:running");
+        assert_eq!(d.metadata.name.as_deref(), Some("queue-gateway"));
+        let env = env_of(&d);
+        assert_eq!(
+            env["RUSTQUEUE_DISCOVERY_URLS"],
+            "http://queue-discovery:4161"
+        );
+        assert_eq!(env["RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS"], "2");
+        assert_eq!(env["RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES"], "20971520");
+        assert_eq!(env["RUSTQUEUE_GATEWAY_MAX_BODY_BYTES"], "67108864");
+        let ds = d.spec;
+        let roll = ds.update_strategy.unwrap().rolling_update.unwrap();
+        assert_eq!(roll.max_unavailable, Some(IntOrString::Int(0)));
+        let pod = ds.template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert!(pod.service_account_name.is_none(), "the default account");
+        assert!(pod.node_selector.is_none(), "every Node by default");
+        assert!(pod.volumes.is_none());
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("rustqueue:running"));
+        assert_eq!(c.command, Some(vec!["rustqueue-gateway".to_string()]));
+        let csc = c.security_context.clone().unwrap();
+        assert_eq!(csc.read_only_root_filesystem, Some(true));
+        assert_eq!(csc.allow_privilege_escalation, Some(false));
+        let ready = c.readiness_probe.clone().unwrap().http_get.unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/v1/health"));
+        assert_eq!(ready.port, IntOrString::String("http".into()));
+    }
+
+    #[test]
+    fn proxy_node_selector_places_the_gateway_pods() {
+        let mut s = spec();
+        s.proxy_node_selector = BTreeMap::from([("pool".into(), "edge".into())]);
+        let d = gateway_daemon_set(&owner(), &s, "img");
+        let pod = d.spec.template.spec.unwrap();
+        assert_eq!(pod.node_selector.unwrap()["pool"], "edge");
+    }
+
+    #[test]
+    fn the_service_selects_the_gateway_pods_on_their_named_ports() {
+        let d = gateway_daemon_set(&owner(), &spec(), "img");
+        let tmpl = d.spec.template;
+        let pod_labels = tmpl.metadata.unwrap().labels.unwrap();
+        let container_ports: Vec<String> = tmpl.spec.unwrap().containers[0]
+            .ports
+            .clone()
+            .unwrap()
+            .into_iter()
+            .filter_map(|p| p.name)
+            .collect();
+        let svc = gateway_service(&owner());
+        assert_eq!(svc.metadata.name.as_deref(), Some("queue-gateway"));
+        let s = svc.spec.unwrap();
+        for (k, v) in s.selector.unwrap() {
+            assert_eq!(pod_labels.get(&k), Some(&v), "{k}");
+        }
+        let ports = s.ports.unwrap();
+        assert_eq!(
+            ports.iter().map(|p| p.port).collect::<Vec<_>>(),
+            [4150, 4151]
+        );
+        for p in ports {
+            let IntOrString::String(target) = p.target_port.unwrap() else {
+                panic!("target ports are named");
+            };
+            assert!(container_ports.contains(&target), "{target}");
+        }
+    }
+}
