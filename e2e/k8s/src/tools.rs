@@ -19,7 +19,8 @@ pub struct Output {
     pub stderr: String,
 }
 
-fn run(mut cmd: Command) -> Output {
+/// Runs `cmd` to the end and collects what it printed.
+pub fn run(mut cmd: Command) -> Output {
     let what = format!("{cmd:?}");
     let out = cmd
         .output()
@@ -85,6 +86,132 @@ pub fn pynsq_python() -> PathBuf {
     p
 }
 
+/// `program`, resolving names with `resolv_conf` as `/etc/resolv.conf` (bind-mounted in a
+/// mount namespace of its own, as a Pod's is) when given.
+fn with_resolv_conf(resolv_conf: Option<&Path>, program: &Path) -> Command {
+    match resolv_conf {
+        None => Command::new(program),
+        Some(resolv) => {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+                .arg(resolv)
+                .arg(program);
+            c
+        }
+    }
+}
+
+/// The official go-nsq client as e2e/k8s/gonsq/main.go drives it, built once per test process
+/// (`go build`, static so it resolves names from `/etc/resolv.conf` itself) into
+/// `$CARGO_TARGET_DIR` or a temporary directory.
+pub fn gonsq() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| crate::repo_root().join("target"), PathBuf::from);
+        let bin = dir.join("e2e-gonsq");
+        let mut cmd = Command::new("go");
+        cmd.current_dir(crate::crate_dir().join("gonsq"))
+            .env("CGO_ENABLED", "0")
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(".");
+        let out = run(cmd);
+        assert!(
+            out.success,
+            "go build e2e/k8s/gonsq failed:\n{}{}",
+            out.stdout, out.stderr
+        );
+        bin
+    })
+    .clone()
+}
+
+/// How a go-nsq producer run is shaped: `n` bodies `<prefix>-<i>` over `conns` Producers (one
+/// TCP connection each), each pausing `interval` between its publishes.
+#[derive(Debug, Clone, Copy)]
+pub struct Produce<'a> {
+    /// Bodies to publish.
+    pub n: usize,
+    /// Producers (TCP connections).
+    pub conns: usize,
+    /// Body prefix.
+    pub prefix: &'a str,
+    /// Pause between one Producer's publishes.
+    pub interval: Duration,
+}
+
+/// Publishes to `topic` through the nsqd TCP address `addr` with go-nsq as `how` says; returns
+/// the acknowledged bodies and what go-nsq logged (its retry count), panicking with its output
+/// if any publish failed after its retries.
+pub fn gonsq_produce(addr: &str, topic: &str, how: Produce<'_>) -> (Vec<String>, String) {
+    let mut cmd = Command::new(gonsq());
+    cmd.args([
+        "produce", "-nsqd", addr, "-topic", topic, "-prefix", how.prefix,
+    ])
+    .args(["-n", &how.n.to_string(), "-conns", &how.conns.to_string()])
+    .args(["-interval", &how.interval.as_millis().to_string()]);
+    let out = run(cmd);
+    assert!(
+        out.success,
+        "go-nsq could not publish {} messages to {addr}:\n{}{}",
+        how.n, out.stdout, out.stderr
+    );
+    (out.stdout.lines().map(str::to_string).collect(), out.stderr)
+}
+
+/// A go-nsq `Consumer` on `topic`/`channel` given only the lookupd HTTP address `lookupd`
+/// (polled every second), names resolved through `resolv_conf` as in a Pod: the command, to be
+/// spawned; it prints each distinct body once and exits 0 after `n` of them, 1 at `limit`.
+pub fn gonsq_consumer(
+    resolv_conf: Option<&Path>,
+    lookupd: &str,
+    topic: &str,
+    channel: &str,
+    n: usize,
+    limit: Duration,
+) -> Command {
+    let mut cmd = with_resolv_conf(resolv_conf, &gonsq());
+    cmd.args([
+        "consume", "-lookupd", lookupd, "-topic", topic, "-channel", channel,
+    ])
+    .args([
+        "-n",
+        &n.to_string(),
+        "-timeout",
+        &limit.as_secs().to_string(),
+    ])
+    .args(["-poll", "1000"]);
+    cmd
+}
+
+/// Runs a [`gonsq_consumer`] to the end: the bodies it received, panicking with its output
+/// unless all `n` came.
+pub fn gonsq_consume_in(
+    resolv_conf: Option<&Path>,
+    lookupd: &str,
+    topic: &str,
+    channel: &str,
+    n: usize,
+    limit: Duration,
+) -> Vec<String> {
+    let out = run(gonsq_consumer(
+        resolv_conf,
+        lookupd,
+        topic,
+        channel,
+        n,
+        limit,
+    ));
+    assert!(
+        out.success,
+        "go-nsq did not read {n} messages of {topic}/{channel} through {lookupd}:\n{}{}",
+        out.stdout, out.stderr
+    );
+    out.stdout.lines().map(str::to_string).collect()
+}
+
 /// Consumes `n` messages from `topic`/`channel` at `addr` with the official pynsq `Reader`
 /// (FIN each) and returns their bodies; panics with pynsq's output if they do not all arrive
 /// within `limit`.
@@ -110,17 +237,7 @@ pub fn pynsq_consume_in(
     limit: Duration,
 ) -> Vec<String> {
     let script = crate::crate_dir().join("pynsq_consume.py");
-    let mut cmd = match resolv_conf {
-        None => Command::new(pynsq_python()),
-        Some(resolv) => {
-            let mut c = Command::new("unshare");
-            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-                .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
-                .arg(resolv)
-                .arg(pynsq_python());
-            c
-        }
-    };
+    let mut cmd = with_resolv_conf(resolv_conf, &pynsq_python());
     cmd.arg(script).args([
         addr,
         topic,

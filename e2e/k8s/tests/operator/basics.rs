@@ -309,25 +309,6 @@ pub async fn the_api_server_refuses_min_brokers_above_max(c: &Cluster) {
     );
 }
 
-/// Settings of the producer gateway, which does not exist yet, are refused with a message
-/// rather than accepted and ignored.
-pub async fn the_api_server_refuses_gateway_settings_until_the_gateway_exists(c: &Cluster) {
-    for (patch, says) in [
-        (
-            r#"{"proxyNodeSelector":{"pool":"edge"}}"#,
-            "proxyNodeSelector is not supported by this operator yet",
-        ),
-        (
-            r#"{"proxyTcpMaxConnectionAgeSeconds":60}"#,
-            "proxyTcpMaxConnectionAgeSeconds is not supported by this operator yet",
-        ),
-    ] {
-        let refused = c.patch_spec(patch);
-        assert!(!refused.success, "{patch} was accepted");
-        assert!(refused.stderr.contains(says), "{patch}: {}", refused.stderr);
-    }
-}
-
 /// Runs the Argo CD health check from docs/argocd.md (Lua 5.4) on `obj`: (status, message).
 pub fn argocd_health(obj: &serde_json::Value) -> (String, String) {
     use mlua::LuaSerdeExt;

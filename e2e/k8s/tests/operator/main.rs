@@ -14,6 +14,7 @@ mod cluster;
 mod discovery;
 mod dns;
 mod failures;
+mod gateway;
 mod levels;
 mod maintenance;
 mod network;
@@ -28,6 +29,7 @@ use cluster::{Cluster, DEV};
 use discovery::*;
 use dns::*;
 use failures::*;
+use gateway::*;
 use levels::*;
 use maintenance::*;
 use network::*;
@@ -62,6 +64,10 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
             &c
         ))
         .await;
+        step!(producers_reach_every_broker_through_the_gateway_and_consumers_through_discovery(&c))
+            .await;
+        step!(consumers_reconnect_to_a_broker_that_returns(&c)).await;
+        step!(the_gateway_rotates_producer_connections_at_the_configured_age(&c)).await;
         step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
         let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
         step!(the_new_leader_reconciles_and_reports_leadership(
@@ -71,7 +77,6 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(a_terminated_leader_hands_the_lease_over_at_once(&c)).await;
         step!(phase_transitions_are_recorded_as_events(&c)).await;
         step!(the_api_server_refuses_min_brokers_above_max(&c)).await;
-        step!(the_api_server_refuses_gateway_settings_until_the_gateway_exists(&c)).await;
 
         let t =
             step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c)).await;

@@ -34,8 +34,9 @@ fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     by_label && by_expression
 }
 
-/// Every Pod of the instance (brokers and any probe left) is selected by exactly one of its
-/// two policies; the brokers' policy opens exactly the ports the broker containers declare.
+/// Every Pod of the instance (brokers, discovery, gateways and any probe left) is selected by
+/// exactly one of its two policies; the brokers' policy opens exactly the ports the broker
+/// containers declare.
 pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
     c.ready(3).await;
     let api: Api<NetworkPolicy> = Api::namespaced(c.client.clone(), NS);
@@ -59,7 +60,22 @@ pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
         .await
         .expect("list Pods")
         .items;
-    assert!(pods.len() >= 3, "{} instance Pods", pods.len());
+    let components: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| {
+            p.metadata
+                .labels
+                .as_ref()?
+                .get("app.kubernetes.io/component")
+        })
+        .map(String::as_str)
+        .collect();
+    for component in ["broker", "discovery", "gateway"] {
+        assert!(
+            components.contains(component),
+            "no {component} Pod among {components:?}"
+        );
+    }
     for pod in &pods {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let labels = pod.metadata.labels.clone().unwrap_or_default();

@@ -1,0 +1,341 @@
+//! The two addresses a user gives applications: producers know only the gateway Service
+//! (`<n>-gateway`, TCP 4150 / HTTP 4151), consumers only the discovery Service (`<n>-discovery`,
+//! port 4161). The official go-nsq `Producer` and HTTP publishes through the gateway reach every
+//! broker; go-nsq's `ConnectToNSQLookupd` and pynsq's `lookupd_http_addresses` drain them with a
+//! ledger; a deleted broker's consumers reconnect when it returns; the gateway rotates producer
+//! connections at `proxyTcpMaxConnectionAgeSeconds`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use rustqueue_e2e::tools::pynsq_consume_in;
+use rustqueue_e2e::tools::{Produce, gonsq_consume_in, gonsq_consumer, gonsq_produce};
+use rustqueue_e2e::{Poll, eventually};
+use serde_json::Value;
+
+use crate::cluster::{Cluster, LONG, NS, RQ, http_post};
+use crate::dns::pod_resolv_conf;
+use crate::rollout::brokers;
+
+/// The ClusterIP of Service `name`.
+async fn service_ip(c: &Cluster, name: &str) -> String {
+    Api::<Service>::namespaced(c.client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("the Service {name}: {e}"))
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .unwrap_or_else(|| panic!("{name} has a ClusterIP"))
+}
+
+/// Messages `topic` took in on each broker (`/v1/stats`), by broker.
+async fn published_per_broker(c: &Cluster, topic: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for b in brokers() {
+        let ip = c.pod_ip(&b).await;
+        let url = format!("http://{ip}:4151/v1/stats?topic={topic}");
+        let stats: Value = reqwest::get(&url)
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let n = stats["topics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["name"] == topic)
+            .filter_map(|t| t["published_count"].as_u64())
+            .sum();
+        out.insert(b, n);
+    }
+    out
+}
+
+/// The brokers `/lookup?topic=` lists (broadcast address:tcp port), or why not.
+async fn lookup(lookupd: &str, topic: &str) -> Result<BTreeSet<String>, String> {
+    let url = format!("{lookupd}/lookup?topic={topic}");
+    let resp = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status} {body}"));
+    }
+    Ok(body["producers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p["broadcast_address"].as_str().unwrap_or("?"),
+                p["tcp_port"]
+            )
+        })
+        .collect())
+}
+
+/// Bodies of `published` that are not in `received`.
+fn missing<'a>(published: &'a [String], received: &[String]) -> Vec<&'a String> {
+    let got: BTreeSet<&String> = received.iter().collect();
+    published.iter().filter(|b| !got.contains(b)).collect()
+}
+
+pub async fn producers_reach_every_broker_through_the_gateway_and_consumers_through_discovery(
+    c: &Cluster,
+) {
+    let rq = c.ready(3).await;
+    let runtime = rq.condition("RuntimeAvailable");
+    eprintln!("RuntimeAvailable: {runtime:?}");
+    let gw = service_ip(c, &format!("{RQ}-gateway")).await;
+    let lookupd = format!(
+        "http://{}:4161",
+        service_ip(c, &format!("{RQ}-discovery")).await
+    );
+    let topic = "through-gateway";
+
+    // six go-nsq Producers, one TCP tunnel each, placed on the least busy broker
+    let tcp = Produce {
+        n: 300,
+        conns: 6,
+        prefix: "tcp",
+        interval: Duration::ZERO,
+    };
+    let (mut published, _) = gonsq_produce(&format!("{gw}:4150"), topic, tcp);
+    assert_eq!(published.len(), 300, "every go-nsq publish acknowledged");
+    for i in 0..30 {
+        let body = format!("http-{i}");
+        let url = format!("http://{gw}:4151/pub?topic={topic}");
+        assert_eq!(
+            http_post(&url, None, &body).await,
+            200,
+            "/pub via the gateway"
+        );
+        published.push(body);
+    }
+    let batch: Vec<String> = (0..10).map(|i| format!("mpub-{i}")).collect();
+    let url = format!("http://{gw}:4151/mpub?topic={topic}");
+    assert_eq!(
+        http_post(&url, None, &batch.join("\n")).await,
+        200,
+        "/mpub via the gateway"
+    );
+    published.extend(batch);
+
+    let per_broker = published_per_broker(c, topic).await;
+    eprintln!(
+        "through the gateway: {} published, per broker {per_broker:?}",
+        published.len()
+    );
+    assert!(
+        per_broker.values().all(|n| *n > 0),
+        "the gateway spreads producers over every broker: {per_broker:?}"
+    );
+    assert_eq!(
+        per_broker.values().sum::<u64>(),
+        published.len() as u64,
+        "the brokers took in exactly what was acknowledged"
+    );
+
+    // consumers given only the discovery Service, names resolved as in a Pod
+    let resolv = pod_resolv_conf(c).await;
+    let limit = Duration::from_secs(90);
+    let n = published.len();
+    let go = gonsq_consume_in(Some(&resolv), &lookupd, topic, "go", n, limit);
+    let py = pynsq_consume_in(Some(&resolv), &lookupd, topic, "py", n, limit);
+    for (client, got) in [("go-nsq", &go), ("pynsq", &py)] {
+        let lost = missing(&published, got);
+        eprintln!(
+            "ledger {client} via discovery: published {} received {} missing {}",
+            published.len(),
+            got.len(),
+            lost.len()
+        );
+        assert!(lost.is_empty(), "{client} never received {lost:?}");
+    }
+}
+
+/// A go-nsq consumer that knows only discovery keeps receiving from a broker whose Pod was
+/// deleted: it leaves `/lookup` within 5 s, and the consumer reconnects when it returns.
+pub async fn consumers_reconnect_to_a_broker_that_returns(c: &Cluster) {
+    c.ready(3).await;
+    let lookupd = format!(
+        "http://{}:4161",
+        service_ip(c, &format!("{RQ}-discovery")).await
+    );
+    let topic = "rejoin";
+    let mut published = Vec::new();
+    for b in brokers() {
+        let ip = c.pod_ip(&b).await;
+        for i in 0..10 {
+            let body = format!("{b}-before-{i}");
+            let url = format!("http://{ip}:4151/pub?topic={topic}");
+            assert_eq!(http_post(&url, None, &body).await, 200, "publish to {b}");
+            published.push(body);
+        }
+    }
+    let resolv = pod_resolv_conf(c).await;
+    let total = published.len() + 10;
+    let mut consumer = gonsq_consumer(
+        Some(&resolv),
+        &lookupd,
+        topic,
+        "c",
+        total,
+        Duration::from_secs(150),
+    );
+    let child = consumer
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the go-nsq consumer");
+    let waiting = tokio::task::spawn_blocking(move || child.wait_with_output());
+
+    let gone = format!("{RQ}-2");
+    let gone_at = format!("{gone}.{RQ}-brokers.{NS}.svc:4150");
+    eventually(
+        "the consumer's topic on every broker in /lookup",
+        LONG,
+        || async {
+            match lookup(&lookupd, topic).await {
+                Ok(p) if p.len() == 3 => Poll::Done(()),
+                other => Poll::Saw(other),
+            }
+        },
+    )
+    .await;
+    let start = Instant::now();
+    c.pods
+        .delete(&gone, &DeleteParams::default())
+        .await
+        .expect("delete a broker Pod");
+    eventually(
+        &format!("{gone} leaving /lookup within 5 s"),
+        Duration::from_secs(5),
+        || async {
+            match lookup(&lookupd, topic).await {
+                Ok(p) if !p.contains(&gone_at) => Poll::Done(()),
+                other => Poll::Saw(other),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{gone} left /lookup after {:.1}s",
+        start.elapsed().as_secs_f64()
+    );
+    c.ready(3).await;
+    let ip = c.pod_ip(&gone).await;
+    for i in 0..10 {
+        let body = format!("{gone}-after-{i}");
+        let url = format!("http://{ip}:4151/pub?topic={topic}");
+        assert_eq!(
+            http_post(&url, None, &body).await,
+            200,
+            "publish to the returned {gone}"
+        );
+        published.push(body);
+    }
+    let out = waiting.await.unwrap().expect("the go-nsq consumer ran");
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let lost = missing(&published, &got);
+    eprintln!(
+        "ledger go-nsq across a broker's return: published {} received {} missing {}",
+        published.len(),
+        got.len(),
+        lost.len()
+    );
+    assert!(
+        out.status.success() && lost.is_empty(),
+        "the consumer did not get everything back after {gone} returned: missing {lost:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `proxyTcpMaxConnectionAgeSeconds: 2` reaches every gateway Pod, and one long-lived go-nsq
+/// Producer publishing for 8 s is rotated (reconnected and placed again) several times, so its
+/// messages land on more than one broker; back to the default afterwards.
+pub async fn the_gateway_rotates_producer_connections_at_the_configured_age(c: &Cluster) {
+    c.patch_spec_ok(r#"{"proxyTcpMaxConnectionAgeSeconds":2}"#);
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(c.client.clone(), NS);
+    eventually(
+        "the gateway DaemonSet carrying the new age",
+        LONG,
+        || async {
+            let ds = daemon_sets.get(&format!("{RQ}-gateway")).await.ok();
+            let age = ds.as_ref().and_then(|d| {
+                let env = d.spec.template.spec.as_ref()?.containers[0].env.clone()?;
+                env.into_iter()
+                    .find(|e| e.name == "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS")?
+                    .value
+            });
+            if age.as_deref() == Some("2") {
+                Poll::Done(())
+            } else {
+                Poll::Saw(age)
+            }
+        },
+    )
+    .await;
+    c.ready(3).await;
+    let before = rotations(c).await;
+    let gw = service_ip(c, &format!("{RQ}-gateway")).await;
+    let topic = "rotation";
+    let one = Produce {
+        n: 40,
+        conns: 1,
+        prefix: "rot",
+        interval: Duration::from_millis(200),
+    };
+    let (published, log) = gonsq_produce(&format!("{gw}:4150"), topic, one);
+    assert_eq!(published.len(), 40);
+    let rotated = rotations(c).await - before;
+    let per_broker = published_per_broker(c, topic).await;
+    let owners = per_broker.values().filter(|n| **n > 0).count();
+    eprintln!(
+        "rotation at 2 s: {rotated} tunnels rotated over 8 s, per broker {per_broker:?}; {}",
+        log.trim()
+    );
+    assert!(rotated >= 2.0, "{rotated} rotations in 8 s at a 2 s age");
+    assert!(owners >= 2, "one producer reached only {per_broker:?}");
+
+    c.patch_spec_ok(r#"{"proxyTcpMaxConnectionAgeSeconds":300}"#);
+    c.ready(3).await;
+}
+
+/// `rustqueue_gateway_tcp_connection_rotations_total` summed over the gateway Pods.
+async fn rotations(c: &Cluster) -> f64 {
+    let pods = c
+        .pods
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={RQ},app.kubernetes.io/component=gateway"
+        )))
+        .await
+        .expect("list gateway Pods");
+    let mut total = 0.0;
+    for p in pods.items {
+        let Some(ip) = p.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        let url = format!("http://{ip}:4151/metrics");
+        let Ok(text) = reqwest::get(&url).await.and_then(|r| r.error_for_status()) else {
+            continue;
+        };
+        let text = text.text().await.unwrap_or_default();
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("rustqueue_gateway_tcp_connection_rotations_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}
