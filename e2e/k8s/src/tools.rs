@@ -161,55 +161,58 @@ pub fn gonsq_produce(addr: &str, topic: &str, how: Produce<'_>) -> (Vec<String>,
     (out.stdout.lines().map(str::to_string).collect(), out.stderr)
 }
 
-/// A go-nsq `Consumer` on `topic`/`channel` given only the lookupd HTTP address `lookupd`
-/// (polled every second), names resolved through `resolv_conf` as in a Pod: the command, to be
-/// spawned; it prints each distinct body once and exits 0 after `n` of them, 1 at `limit`.
-pub fn gonsq_consumer(
-    resolv_conf: Option<&Path>,
-    lookupd: &str,
-    topic: &str,
-    channel: &str,
-    n: usize,
-    limit: Duration,
-) -> Command {
-    let mut cmd = with_resolv_conf(resolv_conf, &gonsq());
-    cmd.args([
-        "consume", "-lookupd", lookupd, "-topic", topic, "-channel", channel,
-    ])
-    .args([
-        "-n",
-        &n.to_string(),
-        "-timeout",
-        &limit.as_secs().to_string(),
-    ])
-    .args(["-poll", "1000"]);
+/// What a consumer reads: `n` messages of `topic`/`channel` from `addr` within `limit`, names
+/// resolved with `resolv_conf` as `/etc/resolv.conf` (bind-mounted in a mount namespace of its
+/// own, as a Pod's is) when given: for a lookupd whose answers name brokers by their cluster
+/// DNS names.
+#[derive(Debug, Clone, Copy)]
+pub struct Sub<'a> {
+    /// A resolv.conf to resolve names with.
+    pub resolv_conf: Option<&'a Path>,
+    /// An nsqd TCP address or a lookupd HTTP URL (pynsq takes either, go-nsq here a lookupd).
+    pub addr: &'a str,
+    /// Topic.
+    pub topic: &'a str,
+    /// Channel.
+    pub channel: &'a str,
+    /// Messages to wait for.
+    pub n: usize,
+    /// How long to wait.
+    pub limit: Duration,
+}
+
+impl Sub<'_> {
+    fn run(&self, client: &str, cmd: Command) -> Vec<String> {
+        let out = run(cmd);
+        assert!(
+            out.success,
+            "{client} did not read {} messages of {}/{} from {}:\n{}{}",
+            self.n, self.topic, self.channel, self.addr, out.stdout, out.stderr
+        );
+        out.stdout.lines().map(str::to_string).collect()
+    }
+}
+
+/// A go-nsq `Consumer` given only the lookupd HTTP address `sub.addr` (polled every second):
+/// the command, to be spawned; it prints each distinct body once and exits 0 after `sub.n` of
+/// them, 1 at `sub.limit`.
+pub fn gonsq_consumer(sub: &Sub<'_>) -> Command {
+    let mut cmd = with_resolv_conf(sub.resolv_conf, &gonsq());
+    cmd.args(["consume", "-lookupd", sub.addr, "-topic", sub.topic])
+        .args(["-channel", sub.channel, "-n", &sub.n.to_string()])
+        .args([
+            "-timeout",
+            &sub.limit.as_secs().to_string(),
+            "-poll",
+            "1000",
+        ]);
     cmd
 }
 
 /// Runs a [`gonsq_consumer`] to the end: the bodies it received, panicking with its output
 /// unless all `n` came.
-pub fn gonsq_consume_in(
-    resolv_conf: Option<&Path>,
-    lookupd: &str,
-    topic: &str,
-    channel: &str,
-    n: usize,
-    limit: Duration,
-) -> Vec<String> {
-    let out = run(gonsq_consumer(
-        resolv_conf,
-        lookupd,
-        topic,
-        channel,
-        n,
-        limit,
-    ));
-    assert!(
-        out.success,
-        "go-nsq did not read {n} messages of {topic}/{channel} through {lookupd}:\n{}{}",
-        out.stdout, out.stderr
-    );
-    out.stdout.lines().map(str::to_string).collect()
+pub fn gonsq_consume_in(sub: &Sub<'_>) -> Vec<String> {
+    sub.run("go-nsq", gonsq_consumer(sub))
 }
 
 /// Consumes `n` messages from `topic`/`channel` at `addr` with the official pynsq `Reader`
@@ -222,34 +225,22 @@ pub fn pynsq_consume(
     n: usize,
     limit: Duration,
 ) -> Vec<String> {
-    pynsq_consume_in(None, addr, topic, channel, n, limit)
-}
-
-/// [`pynsq_consume`], resolving names with `resolv_conf` as `/etc/resolv.conf` (bind-mounted
-/// in a mount namespace of its own, as a Pod's is) when given: for a lookupd whose answers name
-/// brokers by their cluster DNS names.
-pub fn pynsq_consume_in(
-    resolv_conf: Option<&Path>,
-    addr: &str,
-    topic: &str,
-    channel: &str,
-    n: usize,
-    limit: Duration,
-) -> Vec<String> {
-    let script = crate::crate_dir().join("pynsq_consume.py");
-    let mut cmd = with_resolv_conf(resolv_conf, &pynsq_python());
-    cmd.arg(script).args([
+    pynsq_consume_in(&Sub {
+        resolv_conf: None,
         addr,
         topic,
         channel,
-        &n.to_string(),
-        &limit.as_secs().to_string(),
-    ]);
-    let out = run(cmd);
-    assert!(
-        out.success,
-        "pynsq did not read {n} messages from {addr} {topic}/{channel}:\n{}{}",
-        out.stdout, out.stderr
-    );
-    out.stdout.lines().map(str::to_string).collect()
+        n,
+        limit,
+    })
+}
+
+/// [`pynsq_consume`] as `sub` says (a lookupd URL or an nsqd address, a resolv.conf).
+pub fn pynsq_consume_in(sub: &Sub<'_>) -> Vec<String> {
+    let script = crate::crate_dir().join("pynsq_consume.py");
+    let mut cmd = with_resolv_conf(sub.resolv_conf, &pynsq_python());
+    cmd.arg(script)
+        .args([sub.addr, sub.topic, sub.channel, &sub.n.to_string()])
+        .arg(sub.limit.as_secs().to_string());
+    sub.run("pynsq", cmd)
 }

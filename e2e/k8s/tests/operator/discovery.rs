@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::DeleteParams;
-use rustqueue_e2e::tools::pynsq_consume_in;
+use rustqueue_e2e::tools::{Sub, pynsq_consume_in};
 use rustqueue_e2e::{Poll, eventually};
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ use crate::rollout::brokers;
 
 /// The brokers `/lookup?topic=` lists, as `<broadcast address>:<tcp port>` (their cluster DNS
 /// names).
-async fn producers(lookupd: &str, topic: &str) -> Result<BTreeSet<String>, String> {
+pub async fn producers(lookupd: &str, topic: &str) -> Result<BTreeSet<String>, String> {
     let url = format!("{lookupd}/lookup?topic={topic}");
     let resp = reqwest::get(&url).await.map_err(|e| e.to_string())?;
     let status = resp.status();
@@ -40,6 +40,44 @@ async fn producers(lookupd: &str, topic: &str) -> Result<BTreeSet<String>, Strin
             )
         })
         .collect())
+}
+
+/// POSTs `<prefix>-<i>` for `i` in `0..n` to `http://<at>:4151/pub?topic=<topic>` (a broker or
+/// the gateway), each answered 200; returns the bodies.
+pub async fn pub_http(at: &str, topic: &str, prefix: &str, n: usize) -> Vec<String> {
+    let url = format!("http://{at}:4151/pub?topic={topic}");
+    let mut bodies = Vec::new();
+    for i in 0..n {
+        let body = format!("{prefix}-{i}");
+        assert_eq!(http_post(&url, None, &body).await, 200, "POST {url} {body}");
+        bodies.push(body);
+    }
+    bodies
+}
+
+/// Deletes broker Pod `gone` and waits (at most 5 s) until `/lookup?topic=` no longer lists it.
+pub async fn delete_and_see_it_leave_lookup(c: &Cluster, lookupd: &str, topic: &str, gone: &str) {
+    let gone_at = format!("{gone}.{RQ}-brokers.{NS}.svc:4150");
+    let start = Instant::now();
+    c.pods
+        .delete(gone, &DeleteParams::default())
+        .await
+        .expect("delete a broker Pod");
+    eventually(
+        &format!("{gone} leaving /lookup within 5 s"),
+        Duration::from_secs(5),
+        || async {
+            match producers(lookupd, topic).await {
+                Ok(p) if !p.contains(&gone_at) => Poll::Done(()),
+                other => Poll::Saw(other),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{gone} left /lookup {:.1}s after its Pod was deleted",
+        start.elapsed().as_secs_f64()
+    );
 }
 
 pub async fn consumers_find_every_broker_through_the_discovery_service(c: &Cluster) {
@@ -69,13 +107,7 @@ pub async fn consumers_find_every_broker_through_the_discovery_service(c: &Clust
     let topic = "found";
     let mut published = Vec::new();
     for b in brokers() {
-        let at = c.pod_ip(&b).await;
-        for i in 0..20 {
-            let body = format!("{b}-{i}");
-            let url = format!("http://{at}:4151/pub?topic={topic}");
-            assert_eq!(http_post(&url, None, &body).await, 200, "publish to {b}");
-            published.push(body);
-        }
+        published.extend(pub_http(&c.pod_ip(&b).await, topic, &b, 20).await);
     }
     let all: BTreeSet<String> = eventually("/lookup lists all 3 brokers", LONG, || async {
         match producers(&lookupd, topic).await {
@@ -87,14 +119,14 @@ pub async fn consumers_find_every_broker_through_the_discovery_service(c: &Clust
 
     // the Reader connects to the names discovery gives, so it resolves them as a Pod would
     let resolv = pod_resolv_conf(c).await;
-    let mut got = pynsq_consume_in(
-        Some(&resolv),
-        &lookupd,
+    let mut got = pynsq_consume_in(&Sub {
+        resolv_conf: Some(&resolv),
+        addr: &lookupd,
         topic,
-        "c",
-        published.len(),
-        Duration::from_secs(60),
-    );
+        channel: "c",
+        n: published.len(),
+        limit: Duration::from_secs(60),
+    });
     got.sort();
     published.sort();
     let missing: Vec<&String> = published.iter().filter(|b| !got.contains(b)).collect();
@@ -112,26 +144,7 @@ pub async fn consumers_find_every_broker_through_the_discovery_service(c: &Clust
     let gone = format!("{RQ}-1");
     let gone_at = format!("{gone}.{RQ}-brokers.{NS}.svc:4150");
     assert!(all.contains(&gone_at), "{gone_at} not in {all:?}");
-    let start = Instant::now();
-    c.pods
-        .delete(&gone, &DeleteParams::default())
-        .await
-        .expect("delete a broker Pod");
-    eventually(
-        &format!("{gone} leaving /lookup within 5 s"),
-        Duration::from_secs(5),
-        || async {
-            match producers(&lookupd, topic).await {
-                Ok(p) if !p.contains(&gone_at) => Poll::Done(()),
-                other => Poll::Saw(other),
-            }
-        },
-    )
-    .await;
-    eprintln!(
-        "{gone} left /lookup {:.1}s after its Pod was deleted",
-        start.elapsed().as_secs_f64()
-    );
+    delete_and_see_it_leave_lookup(c, &lookupd, topic, &gone).await;
     c.ready(3).await;
     eventually("the returned broker back in /lookup", LONG, || async {
         match producers(&lookupd, topic).await {

@@ -9,17 +9,15 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource, Service,
-    ServicePort, ServiceSpec, Volume,
+    Container, KeyToPath, PodSpec, SecretVolumeSource, Service, ServiceSpec, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, env};
 
 use super::pod;
-use super::{Owner, match_labels, names, selector_labels};
+use super::{Owner, match_labels, names, pod_template, selector_labels};
 
 /// Where the registry token is mounted; the only key of the auth Secret discovery sees.
 const TOKEN_DIR: &str = "/run/secrets/rustqueue";
@@ -35,15 +33,13 @@ pub fn discovery_deployment(
     image: &str,
 ) -> Deployment {
     let n = owner.name;
-    let selector = selector_labels(n, labels::COMPONENT_DISCOVERY);
-    let mut pod_labels = super::object_labels(n, labels::COMPONENT_DISCOVERY);
-    pod_labels.extend(selector.clone());
+    let component = labels::COMPONENT_DISCOVERY;
     Deployment {
         metadata: owner.metadata(&names::discovery(n), labels::COMPONENT_DISCOVERY),
         spec: DeploymentSpec {
             replicas: Some(spec.discovery_replicas.max(2)),
             min_ready_seconds: Some(MIN_READY_SECONDS),
-            selector: match_labels(selector),
+            selector: match_labels(selector_labels(n, component)),
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".into()),
                 rolling_update: Some(RollingUpdateDeployment {
@@ -51,13 +47,7 @@ pub fn discovery_deployment(
                     max_surge: Some(IntOrString::String("100%".into())),
                 }),
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec(spec, n, auth_secret, image)),
-            },
+            template: pod_template(n, component, pod_spec(spec, n, auth_secret, image)),
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
@@ -77,12 +67,7 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
             image: Some(image.into()),
             image_pull_policy: Some(spec.image_pull_policy.clone()),
             command: Some(vec!["rustqueue-discovery".into()]),
-            ports: Some(vec![ContainerPort {
-                name: Some("http".into()),
-                container_port: DISCOVERY_HTTP_PORT.into(),
-                protocol: Some("TCP".into()),
-                ..ContainerPort::default()
-            }]),
+            ports: Some(vec![pod::container_port("http", DISCOVERY_HTTP_PORT)]),
             env: Some(vec![
                 pod::field_env(env::POD_NAMESPACE, "metadata.namespace"),
                 pod::env("RUSTQUEUE_BROKER_SERVICE", names::brokers_service(n)),
@@ -121,13 +106,7 @@ pub fn discovery_service(owner: &Owner<'_>) -> Service {
         metadata: owner.metadata(&names::discovery(owner.name), labels::COMPONENT_DISCOVERY),
         spec: Some(ServiceSpec {
             selector: Some(selector_labels(owner.name, labels::COMPONENT_DISCOVERY)),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: DISCOVERY_HTTP_PORT.into(),
-                target_port: Some(IntOrString::String("http".into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![pod::service_port("http", DISCOVERY_HTTP_PORT)]),
             ..ServiceSpec::default()
         }),
         ..Service::default()

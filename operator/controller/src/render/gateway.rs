@@ -9,16 +9,13 @@
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT};
 
 use super::pod;
-use super::{EffectiveLimits, Owner, match_labels, names, selector_labels};
+use super::{EffectiveLimits, Owner, match_labels, names, pod_template, selector_labels};
 
 /// Seconds the gateway lets open requests and tunnels finish after SIGTERM.
 const SHUTDOWN_GRACE_SECONDS: i64 = 30;
@@ -26,13 +23,11 @@ const SHUTDOWN_GRACE_SECONDS: i64 = 30;
 /// The gateway DaemonSet, running `image`.
 pub fn gateway_daemon_set(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> DaemonSet {
     let n = owner.name;
-    let selector = selector_labels(n, labels::COMPONENT_GATEWAY);
-    let mut pod_labels = super::object_labels(n, labels::COMPONENT_GATEWAY);
-    pod_labels.extend(selector.clone());
+    let component = labels::COMPONENT_GATEWAY;
     DaemonSet {
         metadata: owner.metadata(&names::gateway(n), labels::COMPONENT_GATEWAY),
         spec: DaemonSetSpec {
-            selector: match_labels(selector),
+            selector: match_labels(selector_labels(n, component)),
             // A new gateway Pod starts beside the old one on its Node and the old one stops only
             // once the new one is Ready: a Node never goes without a gateway during a rollout.
             update_strategy: Some(DaemonSetUpdateStrategy {
@@ -42,13 +37,7 @@ pub fn gateway_daemon_set(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) 
                     max_unavailable: Some(IntOrString::Int(0)),
                 }),
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec(spec, n, image)),
-            },
+            template: pod_template(n, component, pod_spec(spec, n, image)),
             ..DaemonSetSpec::default()
         },
         ..DaemonSet::default()
@@ -57,12 +46,6 @@ pub fn gateway_daemon_set(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) 
 
 /// The gateway talks to discovery and the brokers only: no API token, nothing to write.
 fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
-    let port = |name: &str, p: u16| ContainerPort {
-        name: Some(name.into()),
-        container_port: p.into(),
-        protocol: Some("TCP".into()),
-        ..ContainerPort::default()
-    };
     PodSpec {
         automount_service_account_token: Some(false),
         termination_grace_period_seconds: Some(SHUTDOWN_GRACE_SECONDS + 15),
@@ -75,8 +58,8 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
             image_pull_policy: Some(spec.image_pull_policy.clone()),
             command: Some(vec!["rustqueue-gateway".into()]),
             ports: Some(vec![
-                port("tcp", GATEWAY_TCP_PORT),
-                port("http", GATEWAY_HTTP_PORT),
+                pod::container_port("tcp", GATEWAY_TCP_PORT),
+                pod::container_port("http", GATEWAY_HTTP_PORT),
             ]),
             env: Some(vec![
                 pod::env(
@@ -113,20 +96,13 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
 
 /// `<n>-gateway`: the producers' address (TCP 4150, HTTP 4151).
 pub fn gateway_service(owner: &Owner<'_>) -> Service {
-    let port = |name: &str, p: u16| ServicePort {
-        name: Some(name.into()),
-        port: p.into(),
-        target_port: Some(IntOrString::String(name.into())),
-        protocol: Some("TCP".into()),
-        ..ServicePort::default()
-    };
     Service {
         metadata: owner.metadata(&names::gateway(owner.name), labels::COMPONENT_GATEWAY),
         spec: Some(ServiceSpec {
             selector: Some(selector_labels(owner.name, labels::COMPONENT_GATEWAY)),
             ports: Some(vec![
-                port("tcp", GATEWAY_TCP_PORT),
-                port("http", GATEWAY_HTTP_PORT),
+                pod::service_port("tcp", GATEWAY_TCP_PORT),
+                pod::service_port("http", GATEWAY_HTTP_PORT),
             ]),
             ..ServiceSpec::default()
         }),

@@ -22,7 +22,7 @@ mod statefulset;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, PodTemplateSpec, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -277,6 +277,17 @@ impl Children {
             j(&self.gateway),
             j(&self.discovery_pdb),
         ]
+    }
+}
+
+/// A Pod template of `component` (labels: the selector's plus the common ones) around `spec`.
+fn pod_template(instance: &str, component: &str, spec: PodSpec) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(object_labels(instance, component)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(spec),
     }
 }
 

@@ -3,13 +3,34 @@
 //! capability probe runs the target image exactly as a broker would.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
-    PodSecurityContext, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, ServicePort, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::labels;
+
+/// A named TCP container port.
+pub(super) fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
+/// A TCP Service port forwarding to the container port of the same name.
+pub(super) fn service_port(name: &str, port: u16) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: port.into(),
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
 
 /// The nonroot user and group of the images.
 pub(super) const RUN_AS: i64 = 65532;

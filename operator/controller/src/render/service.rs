@@ -1,21 +1,14 @@
 //! The headless broker Service `<n>-brokers`: stable DNS per broker Pod for the StatefulSet,
 //! published before readiness so discovery and peers can reach a draining broker.
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use rustqueue_api::labels;
 
+use super::pod::service_port;
 use super::{Owner, names, selector_labels};
 
 /// The headless Service.
 pub fn headless_service(owner: &Owner<'_>) -> Service {
-    let port = |name: &str, port: u16| ServicePort {
-        name: Some(name.into()),
-        port: port.into(),
-        target_port: Some(IntOrString::String(name.into())),
-        protocol: Some("TCP".into()),
-        ..ServicePort::default()
-    };
     Service {
         metadata: owner.metadata(
             &names::brokers_service(owner.name),
@@ -26,8 +19,8 @@ pub fn headless_service(owner: &Owner<'_>) -> Service {
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(owner.name, labels::COMPONENT_BROKER)),
             ports: Some(vec![
-                port("tcp", labels::BROKER_TCP_PORT),
-                port("http", labels::BROKER_HTTP_PORT),
+                service_port("tcp", labels::BROKER_TCP_PORT),
+                service_port("http", labels::BROKER_HTTP_PORT),
             ]),
             ..ServiceSpec::default()
         }),

@@ -12,9 +12,9 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
-    VolumeMount, VolumeResourceRequirements,
+    Affinity, Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,8 +33,6 @@ pub fn stateful_set(
 ) -> StatefulSet {
     let n = owner.name;
     let selector = selector_labels(n, labels::COMPONENT_BROKER);
-    let mut pod_labels = super::object_labels(n, labels::COMPONENT_BROKER);
-    pod_labels.extend(selector.clone());
     let revision = pod_template_revision(spec, inputs, toml);
     StatefulSet {
         metadata: owner.metadata(&names::stateful_set(n), labels::COMPONENT_BROKER),
@@ -55,7 +53,7 @@ pub fn stateful_set(
             selector: match_labels(selector.clone()),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
+                    labels: Some(super::object_labels(n, labels::COMPONENT_BROKER)),
                     annotations: Some(BTreeMap::from([(
                         labels::REVISION_ANNOTATION.to_string(),
                         revision,
@@ -113,12 +111,7 @@ fn pod_spec(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str, n: &str) ->
 
 /// `rustqueued` with listeners on the Pod IP, the data volume and the read-only inputs.
 fn broker_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount>) -> Container {
-    let port = |name: &str, port: u16| ContainerPort {
-        name: Some(name.into()),
-        container_port: port.into(),
-        protocol: Some("TCP".into()),
-        ..ContainerPort::default()
-    };
+    let port = pod::container_port;
     let mut mounts = vec![VolumeMount {
         name: "data".into(),
         mount_path: labels::DATA_PATH.into(),
