@@ -4,15 +4,12 @@
 //! kube-controller-manager (every default controller, including the service-account token
 //! controller, the endpointslice controller and the PV binder) and kube-scheduler.
 
-use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use std::os::unix::process::CommandExt;
 
 use crate::Error;
 use crate::pki::{CertPair, Pki};
@@ -315,24 +312,7 @@ impl ControlPlane {
         name: &str,
         args: Vec<String>,
     ) -> Result<(), Error> {
-        let log_path = dir.join(format!("{name}.log"));
-        let log = File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("cloning", &log_path, e))?;
-        let child = Command::new(bin.join(name))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(|source| Error::Spawn {
-                name: name.into(),
-                source,
-            })?;
-        self.procs.push(name, child, groups);
-        Ok(())
+        self.procs.spawn(dir, groups, name, &bin.join(name), args)
     }
 
     /// Errors if a control-plane process has exited.

@@ -14,9 +14,7 @@
 //!
 //! Both run whenever CoreDNS is installed; see `docs/e2e.md`.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -141,25 +139,7 @@ impl ClusterNetwork {
         program: &Path,
         args: Vec<String>,
     ) -> Result<(), Error> {
-        let log_path = dir.join(format!("{name}.log"));
-        let log =
-            std::fs::File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("cloning", &log_path, e))?;
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(|source| Error::Spawn {
-                name: name.into(),
-                source,
-            })?;
-        self.procs.push(name, child, groups);
-        Ok(())
+        self.procs.spawn(dir, groups, name, program, args)
     }
 
     /// Waits until `GET http://127.0.0.1:{port}{path}` answers 200, failing early if a process

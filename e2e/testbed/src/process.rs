@@ -58,6 +58,38 @@ pub(crate) struct ProcessSet {
 }
 
 impl ProcessSet {
+    /// Starts `program args` as the leader of its own process group, stdin closed, stdout and
+    /// stderr to `<dir>/<name>.log`, and adds it.
+    pub(crate) fn spawn<S: AsRef<std::ffi::OsStr>>(
+        &mut self,
+        dir: &Path,
+        groups: &ProcessGroups,
+        name: &str,
+        program: &Path,
+        args: impl IntoIterator<Item = S>,
+    ) -> Result<(), crate::Error> {
+        use std::os::unix::process::CommandExt;
+        let log_path = dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| crate::Error::io("creating", &log_path, e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| crate::Error::io("cloning", &log_path, e))?;
+        let child = std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|source| crate::Error::Spawn {
+                name: name.into(),
+                source,
+            })?;
+        self.push(name, child, groups);
+        Ok(())
+    }
+
     /// Adds a started process (its own group leader) and registers its group in `groups`.
     pub(crate) fn push(&mut self, name: &str, child: Child, groups: &ProcessGroups) {
         groups.add(child.id());

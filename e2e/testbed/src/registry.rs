@@ -5,10 +5,7 @@
 //! process kubelet pulls from it (see [`crate::oci`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-use std::os::unix::process::CommandExt;
 
 use crate::Error;
 use crate::oci::ImageRef;
@@ -46,26 +43,13 @@ impl Registry {
         let host = format!("127.0.0.1:{port}");
         let blobs = dir.join("registry");
         std::fs::create_dir_all(&blobs).map_err(|e| Error::io("creating", &blobs, e))?;
-        let log_path = dir.join("registry.log");
-        let log =
-            std::fs::File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("cloning", &log_path, e))?;
-        let child = Command::new(&crane)
-            .args(["registry", "serve", "--address", &host, "--disk"])
-            .arg(&blobs)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(|source| Error::Spawn {
-                name: "registry".into(),
-                source,
-            })?;
         let mut procs = ProcessSet::default();
-        procs.push("registry", child, groups);
+        let serve = ["registry", "serve", "--address", &host, "--disk"];
+        let args = serve
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .chain([blobs.as_os_str()]);
+        procs.spawn(dir, groups, "registry", &crane, args)?;
         let mut registry = Registry { procs, host, crane };
         let limit = Duration::from_secs(20);
         let start = Instant::now();
@@ -78,7 +62,7 @@ impl Registry {
                 return Err(Error::NotReady {
                     name: "registry".into(),
                     secs: limit.as_secs(),
-                    log_tail: crate::controlplane::tail(&log_path, 20),
+                    log_tail: crate::controlplane::tail(&dir.join("registry.log"), 20),
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

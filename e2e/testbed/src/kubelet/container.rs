@@ -115,35 +115,46 @@ pub(crate) fn image_command(
     for d in [&upper, &work, &root] {
         std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
-    let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+    let mut cmd = unshare_sh(IMAGE_SCRIPT, hostname);
+    cmd.arg(&rootfs.image)
+        .arg(&upper)
+        .arg(&work)
+        .arg(&root)
+        .arg(if rootfs.read_only { "ro" } else { "rw" });
+    finish(cmd, mounts, exec, env, "/", log)
+}
+
+/// `unshare --mount --uts` running `/bin/sh -c <script> sh <hostname> ...` (the caller adds
+/// the script's other arguments).
+fn unshare_sh(script: &str, hostname: &str) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("unshare");
-    cmd.args([
-        "--mount",
-        "--uts",
-        "--propagation",
-        "private",
-        "--",
-        "/bin/sh",
-        "-c",
-    ])
-    .arg(IMAGE_SCRIPT)
-    .arg("sh")
-    .arg(hostname)
-    .arg(&rootfs.image)
-    .arg(&upper)
-    .arg(&work)
-    .arg(&root)
-    .arg(if rootfs.read_only { "ro" } else { "rw" })
-    .arg(mounts.len().to_string());
+    cmd.args(["--mount", "--uts", "--propagation", "private", "--"])
+        .args(["/bin/sh", "-c", script, "sh", hostname]);
+    cmd
+}
+
+/// Adds the mounts (count, then `src dst ro|rw` each), `--` and `argv` to an [`unshare_sh`]
+/// command and gives it only `env`, `dir`, no stdin and `log` as stdout and stderr, in a
+/// process group of its own.
+fn finish(
+    mut cmd: tokio::process::Command,
+    mounts: &[Mount],
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    dir: &str,
+    log: std::fs::File,
+) -> Result<tokio::process::Command, String> {
+    let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+    cmd.arg(mounts.len().to_string());
     for m in mounts {
         cmd.arg(&m.src)
             .arg(&m.dst)
             .arg(if m.read_only { "ro" } else { "rw" });
     }
-    cmd.arg("--").args(exec);
+    cmd.arg("--").args(argv);
     cmd.env_clear()
         .envs(env)
-        .current_dir("/")
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -212,36 +223,8 @@ pub(crate) fn command(
     working_dir: Option<&str>,
     log: std::fs::File,
 ) -> Result<tokio::process::Command, String> {
-    let log2 = log.try_clone().map_err(|e| format!("log file: {e}"))?;
-    let mut cmd = tokio::process::Command::new("unshare");
-    cmd.args([
-        "--mount",
-        "--uts",
-        "--propagation",
-        "private",
-        "--",
-        "/bin/sh",
-        "-c",
-    ])
-    .arg(MOUNT_SCRIPT)
-    .arg("sh")
-    .arg(hostname)
-    .arg(mounts.len().to_string());
-    for m in mounts {
-        cmd.arg(&m.src)
-            .arg(&m.dst)
-            .arg(if m.read_only { "ro" } else { "rw" });
-    }
-    cmd.arg("--").args(argv);
-    cmd.env_clear()
-        .envs(env)
-        .current_dir(working_dir.unwrap_or("/"))
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0)
-        .kill_on_drop(false);
-    Ok(cmd)
+    let cmd = unshare_sh(MOUNT_SCRIPT, hostname);
+    finish(cmd, mounts, argv, env, working_dir.unwrap_or("/"), log)
 }
 
 /// Argv that runs `argv` inside the mount and UTS namespaces of process `pid` (exec probes,

@@ -465,18 +465,13 @@ impl Ctr {
         }
         let ports = self.spec.ports.clone().unwrap_or_default();
         let exec_for = |p: &k8s_openapi::api::core::v1::Probe| {
-            let cmd = p.exec.as_ref()?.command.clone().unwrap_or_default();
-            let argv = match self.image_user {
-                Some(_) => cmd,
-                None => {
-                    let image = self.spec.image.clone().unwrap_or_default();
-                    images.resolve(&image, &cmd, &[]).ok()?
-                }
-            };
-            Some((
-                container::nsenter(r.pid, self.image_user, &argv),
-                r.env.clone(),
-            ))
+            in_container(
+                &self.spec,
+                self.image_user,
+                images,
+                r,
+                p.exec.as_ref()?.command.clone(),
+            )
         };
         let started = r.started;
         let mut kill = None;
@@ -542,20 +537,10 @@ impl Ctr {
             timeout_seconds: Some(budget.as_secs().max(1) as i32),
             ..Default::default()
         };
-        let exec = hook.exec.as_ref().and_then(|e| {
-            let cmd = e.command.clone().unwrap_or_default();
-            let argv = match self.image_user {
-                Some(_) => cmd,
-                None => {
-                    let image = self.spec.image.clone().unwrap_or_default();
-                    images.resolve(&image, &cmd, &[]).ok()?
-                }
-            };
-            Some((
-                container::nsenter(r.pid, self.image_user, &argv),
-                r.env.clone(),
-            ))
-        });
+        let exec = hook
+            .exec
+            .as_ref()
+            .and_then(|e| in_container(&self.spec, self.image_user, images, r, e.command.clone()));
         if let Some(sleep) = &hook.sleep {
             tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(budget)).await;
             return;
@@ -710,4 +695,25 @@ fn etc_files(ctx: &StartCtx<'_>) -> Result<Vec<container::Mount>, String> {
             read_only: false,
         },
     ])
+}
+
+/// An exec probe's or hook's `cmd` as argv that runs it inside running container `r` of `spec`
+/// (its namespaces; an image container's root and user, else the command resolved like the
+/// container's own), with the container's environment.
+fn in_container(
+    spec: &Container,
+    image_user: Option<(u32, u32)>,
+    images: &ImageTable,
+    r: &Run,
+    cmd: Option<Vec<String>>,
+) -> Option<(Vec<String>, BTreeMap<String, String>)> {
+    let cmd = cmd.unwrap_or_default();
+    let argv = match image_user {
+        Some(_) => cmd,
+        None => {
+            let image = spec.image.clone().unwrap_or_default();
+            images.resolve(&image, &cmd, &[]).ok()?
+        }
+    };
+    Some((container::nsenter(r.pid, image_user, &argv), r.env.clone()))
 }
