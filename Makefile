@@ -165,9 +165,9 @@ IMAGE_TAG ?= dev
 export IMAGE_TAG
 
 .PHONY: images
-images: ## OCI images of rustqueued, rustqueue-operator and rustqueue-discovery (release builds, no Docker): OCI layout + docker-save tarballs in target/images
+images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and rustqueue-gateway (release builds, no Docker): OCI layout + docker-save tarballs in target/images
 	scripts/deps.sh crane
-	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	scripts/build-images.sh --bin-dir $(IMAGES_TARGET)/release --out $(IMAGES_TARGET)/images
 
 .PHONY: images-test
