@@ -68,8 +68,15 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
             image_pull_policy: Some(spec.image_pull_policy.clone()),
             command: Some(vec!["rustqueue-discovery".into()]),
             ports: Some(vec![pod::container_port("http", DISCOVERY_HTTP_PORT)]),
+            // the Pod IP, not 0.0.0.0: where Pods share a network namespace (the testbed) two
+            // replicas would take each other's port (docs/e2e.md)
             env: Some(vec![
                 pod::field_env(env::POD_NAMESPACE, "metadata.namespace"),
+                pod::field_env(env::POD_IP, "status.podIP"),
+                pod::env(
+                    "RUSTQUEUE_DISCOVERY_ADDRESS",
+                    format!("$(POD_IP):{DISCOVERY_HTTP_PORT}"),
+                ),
                 pod::env("RUSTQUEUE_BROKER_SERVICE", names::brokers_service(n)),
                 pod::env(
                     "RUSTQUEUE_REGISTRY_TOKEN_FILE",
@@ -153,6 +160,10 @@ mod tests {
         assert_eq!(
             env["RUSTQUEUE_BROKER_SERVICE"].as_deref(),
             Some("queue-brokers")
+        );
+        assert_eq!(
+            env["RUSTQUEUE_DISCOVERY_ADDRESS"].as_deref(),
+            Some("$(POD_IP):4161")
         );
         assert_eq!(
             env["RUSTQUEUE_REGISTRY_TOKEN_FILE"].as_deref(),

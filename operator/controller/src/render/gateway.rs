@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
-use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT};
+use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT, env};
 
 use super::pod;
 use super::{EffectiveLimits, Owner, match_labels, names, pod_template, selector_labels};
@@ -61,7 +61,18 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
                 pod::container_port("tcp", GATEWAY_TCP_PORT),
                 pod::container_port("http", GATEWAY_HTTP_PORT),
             ]),
+            // the Pod IP, not 0.0.0.0: where Pods share a network namespace (the testbed) a
+            // wildcard bind would take the brokers' ports (docs/e2e.md)
             env: Some(vec![
+                pod::field_env(env::POD_IP, "status.podIP"),
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
+                    format!("$(POD_IP):{GATEWAY_TCP_PORT}"),
+                ),
+                pod::env(
+                    "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
+                    format!("$(POD_IP):{GATEWAY_HTTP_PORT}"),
+                ),
                 pod::env(
                     "RUSTQUEUE_DISCOVERY_URLS",
                     format!("http://{}:{DISCOVERY_HTTP_PORT}", names::discovery(n)),
@@ -138,6 +149,20 @@ mod tests {
         assert_eq!(
             env["RUSTQUEUE_DISCOVERY_URLS"],
             "http://queue-discovery:4161"
+        );
+        assert_eq!(env["RUSTQUEUE_GATEWAY_TCP_ADDRESS"], "$(POD_IP):4150");
+        assert_eq!(env["RUSTQUEUE_GATEWAY_HTTP_ADDRESS"], "$(POD_IP):4151");
+        let order: Vec<String> = d.spec.template.spec.clone().unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        let at = |n: &str| order.iter().position(|e| e == n).unwrap();
+        assert!(
+            at("POD_IP") < at("RUSTQUEUE_GATEWAY_TCP_ADDRESS"),
+            "$(POD_IP) only expands when defined earlier"
         );
         assert_eq!(env["RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS"], "2");
         assert_eq!(env["RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES"], "20971520");
