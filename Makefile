@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator chart-test bundle-test e2e-install fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -151,7 +151,7 @@ e2e-operator: deps-k8s images ## the operator scenario on the testbed, from the 
 	scripts/deps.sh python
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release \
-	  $(CARGO) test --locked -p rustqueue-e2e --lib --test operator
+	  $(CARGO) test --locked -p rustqueue-e2e
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke
@@ -233,6 +233,9 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 
 # helm install / upgrade / uninstall on a 1-Node testbed from the images `make images` built,
 # the installed operator bringing a 1-broker RustQueue to Ready (about 40 s on its own testbed).
+# It is a test binary of rustqueue-e2e, so `make test` runs it within e2e-operator (which runs
+# every binary of that crate); this target runs it alone.
+e2e-operator: deps-helm
 .PHONY: e2e-install
 e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO) test --locked -p rustqueue-e2e --test install
