@@ -47,6 +47,15 @@ crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL
 check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
 	$(CARGO) test --workspace --all-features --locked --lib --bins
 
+# Power cuts through a FUSE file system that drops what was not fsynced (docs/durability.md):
+# the lazy file system's own semantics, then 54 cuts of a loaded rustqueued (18 per ack mode,
+# about 50 s) with the ledger checked and the figures printed. Needs root and /dev/fuse and
+# fails, never skips, without them. `unit` runs the same tests (without the printed figures).
+.PHONY: powercut
+powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustqueued under load (prints lost/acked per ack mode)
+	$(CARGO) test --locked -p rustqueue-powercut
+	$(CARGO) test --locked -p rustqueue-server --all-features --test power_cut -- --nocapture
+
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
 test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
