@@ -1,7 +1,7 @@
 //! Power cuts under load, on a file system that loses whatever was not fsynced
 //! (rustqueue-powercut, docs/durability.md). The real `rustqueued` runs with its data
-//! directory on the FUSE mount; publishers keep a ledger of acknowledged messages (PUB and
-//! MPUB), a consumer FINs on another channel, and at a random instant the power goes: the
+//! directory on the FUSE mount; publishers keep a ledger of acknowledged messages (PUB, MPUB
+//! and DPUB), a consumer FINs (and sometimes REQs) on another channel, and at a random instant the power goes: the
 //! mount drops everything unsynced (every other cut also tears: each unsynced page survives
 //! or not) and the broker is SIGKILLed. The broker restarts on what survived, and then:
 //!
@@ -103,6 +103,7 @@ struct Ledger {
 struct Broker {
     child: common::KillOnDrop,
     tcp: SocketAddr,
+    http: u16,
     _config: tempfile::TempDir,
 }
 
@@ -160,6 +161,7 @@ async fn start(data: &Path, mode: &str) -> Broker {
     Broker {
         child,
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+        http,
         _config: config,
     }
 }
@@ -198,7 +200,10 @@ async fn publish(addr: SocketAddr, cycle: usize, p: usize, seed: u64, ledger: Ar
             .map(|k| body(cycle, p, seq * 8 + k, rng.below(1500) as usize))
             .collect();
         ledger.lock().unwrap().sent.extend(bodies.iter().cloned());
-        let ok = if n == 1 {
+        let ok = if n == 1 && seq % 5 == 1 {
+            // Deferred: stored now, deliverable 100 ms later (also after a restart).
+            cmd_body(&mut c, &format!("DPUB {TOPIC} 100"), bodies[0].as_bytes()).await
+        } else if n == 1 {
             cmd_body(&mut c, &format!("PUB {TOPIC}"), bodies[0].as_bytes()).await
         } else {
             let refs: Vec<&[u8]> = bodies.iter().map(|b| b.as_bytes()).collect();
@@ -218,7 +223,8 @@ async fn publish(addr: SocketAddr, cycle: usize, p: usize, seed: u64, ledger: Ar
     }
 }
 
-/// The work consumer during the load: FINs every message, records what it FINs.
+/// The work consumer during the load: FINs (or once in a while REQs) every message, records
+/// what it FINs.
 async fn consume_work(
     addr: SocketAddr,
     ledger: Arc<Mutex<Ledger>>,
@@ -234,19 +240,32 @@ async fn consume_work(
     if !send(&mut c, format!("  V2SUB {TOPIC} work\nRDY 50\n").as_bytes()).await {
         return;
     }
+    let mut n = 0u64;
     loop {
         match tokio::time::timeout(common::T, c.frame()).await {
-            Ok(Some(Frame::Message { id, body, .. })) => {
+            Ok(Some(Frame::Message {
+                id, body, attempts, ..
+            })) => {
                 check_body(&body);
                 let (id, body) = (
                     String::from_utf8(id.to_vec()).unwrap(),
                     String::from_utf8(body.to_vec()).unwrap(),
                 );
                 same_id_same_body(&ids, &id, &body);
-                if !send(&mut c, format!("FIN {id}\n").as_bytes()).await {
+                // Every 4th first delivery is requeued (it must come back), the rest FINed.
+                n += 1;
+                let requeue = attempts == 1 && n.is_multiple_of(4);
+                let cmd = if requeue {
+                    format!("REQ {id} 0\n")
+                } else {
+                    format!("FIN {id}\n")
+                };
+                if !send(&mut c, cmd.as_bytes()).await {
                     return;
                 }
-                ledger.lock().unwrap().finned.insert(body);
+                if !requeue {
+                    ledger.lock().unwrap().finned.insert(body);
+                }
             }
             Ok(Some(_)) => {}
             _ => return,
@@ -263,10 +282,30 @@ fn same_id_same_body(ids: &Mutex<HashMap<String, String>>, id: &str, body: &str)
     );
 }
 
+/// Messages the channel still holds (ready, in flight or deferred), from `/stats`.
+async fn held(http: u16, channel: &str) -> u64 {
+    let url = format!("http://127.0.0.1:{http}/stats?format=json&topic={TOPIC}&channel={channel}");
+    let doc: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let topics = doc["topics"].as_array().cloned().unwrap_or_default();
+    let t = topics
+        .iter()
+        .find(|t| t["topic_name"] == TOPIC)
+        .unwrap_or_else(|| panic!("no topic {TOPIC} in {doc}"));
+    let c = t["channels"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["channel_name"] == channel))
+        .unwrap_or_else(|| panic!("no channel {channel} in {doc}"));
+    ["depth", "in_flight_count", "deferred_count"]
+        .iter()
+        .map(|k| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}")))
+        .sum()
+}
+
 /// Everything a channel delivers after a restart: drains it (FIN) until the sentinel
-/// published after the restart has come and nothing more arrives for a while.
+/// published after the restart has come and the broker holds nothing more for the channel.
 async fn drain(
     addr: SocketAddr,
+    http: u16,
     channel: &str,
     sentinel: &str,
     ids: &Mutex<HashMap<String, String>>,
@@ -275,9 +314,15 @@ async fn drain(
     c.subscribe(TOPIC, channel, 500).await;
     let mut seen = HashSet::new();
     let mut sentinel_seen = false;
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(
+            Instant::now() < deadline,
+            "channel {channel}: still holds {} messages that are never delivered",
+            held(http, channel).await
+        );
         let wait = if sentinel_seen {
-            Duration::from_millis(400)
+            Duration::from_millis(150)
         } else {
             Duration::from_secs(20)
         };
@@ -298,7 +343,9 @@ async fn drain(
             }
             Ok(Some(Frame::Response(_))) => {}
             Ok(other) => panic!("channel {channel}: {other:?}"),
-            Err(_) if sentinel_seen => return seen,
+            // Done once the broker holds nothing more for this channel (every FIN processed).
+            Err(_) if sentinel_seen && held(http, channel).await == 0 => return seen,
+            Err(_) if sentinel_seen => {}
             Err(_) => {
                 panic!("channel {channel}: the sentinel published after the restart never came")
             }
@@ -348,8 +395,8 @@ async fn verify(
     let mut c = Client::connect(b.tcp).await;
     c.publish(TOPIC, sentinel.as_bytes()).await;
     let (audit, work) = tokio::join!(
-        drain(b.tcp, "audit", &sentinel, ids),
-        drain(b.tcp, "work", &sentinel, ids)
+        drain(b.tcp, b.http, "audit", &sentinel, ids),
+        drain(b.tcp, b.http, "work", &sentinel, ids)
     );
     for seen in [&audit, &work] {
         for s in seen {
@@ -503,12 +550,16 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
     fig
 }
 
+/// A set, non-empty environment variable.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_messages_survive_power_cuts_within_each_ack_mode_window() {
-    let cuts =
-        std::env::var("RUSTQUEUE_POWERCUT_CUTS").map_or(CUTS_PER_MODE, |v| v.parse().unwrap());
-    let seed = std::env::var("RUSTQUEUE_POWERCUT_SEED").map_or_else(
-        |_| {
+    let cuts = env("RUSTQUEUE_POWERCUT_CUTS").map_or(CUTS_PER_MODE, |v| v.parse().unwrap());
+    let seed = env("RUSTQUEUE_POWERCUT_SEED").map_or_else(
+        || {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
@@ -521,7 +572,7 @@ async fn acknowledged_messages_survive_power_cuts_within_each_ack_mode_window() 
     let began = Instant::now();
     let mut total = 0;
     println!(
-        "mode         cuts (torn)  acked  lost  max lost/cut  oldest lost ack  FINed redelivered  unsynced pages lost/kept  dirs reverted"
+        "mode         cuts (torn)  acked  lost  max lost/cut  oldest lost ack  FINed redelivered  unsynced pages lost/kept  dirs reverted  segments"
     );
     for mode in ["durable", "write_ack", "nsq_relaxed"] {
         let f = run_mode(mode, cuts, &mut rng).await;
