@@ -49,7 +49,7 @@ check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source 
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -202,3 +202,22 @@ unit: deps-cluster-net
 e2e-testbed: deps-cluster-net
 e2e-operator: deps-cluster-net
 testbed-up: deps-cluster-net
+
+# --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
+# promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real
+# rustqueued and rustqueue-discovery (the compat stages' debug build, so nothing recompiles)
+# prove every series the rules and the dashboard name exists; gopher-lua, the engine Argo CD
+# embeds, reads the statuses captured from the testbed. About 10 s once promtool is cached.
+.PHONY: monitoring-test
+monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
+
+# The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)
+# run docs/argocd.md through config/argocd/health, built into the cache by deps.sh.
+.PHONY: deps-argocd-health
+deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the cache
+	scripts/deps.sh argocd-health
+
+unit: deps-argocd-health
+e2e-operator: deps-argocd-health
