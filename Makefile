@@ -47,9 +47,18 @@ crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL
 check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
 	$(CARGO) test --workspace --all-features --locked --lib --bins
 
+# Power cuts through a FUSE file system that drops what was not fsynced (docs/durability.md):
+# the lazy file system's own semantics, then 54 cuts of a loaded rustqueued (18 per ack mode,
+# about 50 s) with the ledger checked and the figures printed. Needs root and /dev/fuse and
+# fails, never skips, without them. `unit` runs the same tests (without the printed figures).
+.PHONY: powercut
+powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustqueued under load (prints lost/acked per ack mode)
+	$(CARGO) test --locked -p rustqueue-powercut
+	$(CARGO) test --locked -p rustqueue-server --all-features --test power_cut -- --nocapture
+
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -61,6 +70,7 @@ crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
 	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd > crds/rustqueue.io_rustqueues.yaml.tmp
 	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
 	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
+	scripts/install-manifests.py
 
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
@@ -202,6 +212,33 @@ unit: deps-cluster-net
 e2e-testbed: deps-cluster-net
 e2e-operator: deps-cluster-net
 testbed-up: deps-cluster-net
+
+# --- install paths: Helm chart, OLM bundle, a local cluster; see docs/install.md -----------------
+# The chart's CRD and values schema and the OLM bundle are generated from config/ and crds/ by
+# scripts/install-manifests.py (`make crds` runs it too); the tests below fail when they drift.
+.PHONY: bundle
+bundle: ## regenerate the OLM bundle (olm/) and the chart's CRD and values schema from config/ and crds/
+	scripts/install-manifests.py
+
+.PHONY: deps-helm
+deps-helm: ## install the pinned helm (built from its Go module) into the cache
+	scripts/deps.sh pyyaml helm
+
+# No cluster: lint --strict, template with default and non-default values, RBAC and Pod equal to
+# config/'s, bad values refused by values.schema.json (about 10 s).
+.PHONY: chart-test
+chart-test: deps-helm ## the Helm chart without a cluster: up to date, lint --strict, templates, schema refusals
+	scripts/install-manifests.py --check
+	scripts/test-chart.py
+
+# The operator-framework's validators (default bundle checks plus the operatorframework suite's
+# OperatorHub, good-practices and deprecated-API checks), linked by olm/validate (a few seconds).
+OLM_VALIDATE = $(RUSTQUEUE_CACHE)/olm-validate-$(shell . scripts/versions.env && echo $$OPERATOR_FRAMEWORK_API_VERSION)-$(shell sha256sum olm/validate/main.go | cut -c1-12)/bin/olm-validate
+.PHONY: bundle-test
+bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for operator-framework's validators
+	scripts/deps.sh pyyaml olm-validate
+	scripts/install-manifests.py --check
+	$(OLM_VALIDATE) -strict -k8s-version $(shell . scripts/versions.env && echo $${K8S_VERSION#v}) olm
 
 # --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
 # promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|promtool|argocd-health|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|helm|olm-validate|promtool|argocd-health|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -213,16 +213,62 @@ deps_argocd_health() {
   ln -sfn "$RUSTQUEUE_CACHE/$name/bin/argocd-health" "$RUSTQUEUE_CACHE/argocd-health"
 }
 
+# PyYAML for scripts/install-manifests.py and scripts/test-chart.py (a Debian package).
+deps_pyyaml() {
+  python3 -c 'import yaml' 2>/dev/null && return 0
+  log "installing PyYAML (apt)"
+  apt-get update -qq && apt-get install -y -qq python3-yaml >/dev/null
+}
+
+# Helm, for the chart in config/helm/rustqueue: built inside the downloaded module, as crane is.
+deps_helm() {
+  local name="helm-$HELM_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/helm" ] && return 0
+  log "building helm $HELM_VERSION (one time)"
+  local src start=$SECONDS
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    -o "$RUSTQUEUE_CACHE/$name/bin/helm" ./cmd/helm)
+  "$RUSTQUEUE_CACHE/$name/bin/helm" version --short >&2
+  finish "$name"
+  log "helm $HELM_VERSION built in $((SECONDS - start))s"
+}
+
+# The OLM bundle validator: olm/validate/main.go linked against the pinned operator-framework
+# api. The cache entry is keyed by that version and by the program's hash, so editing the
+# program rebuilds it.
+deps_olm_validate() {
+  local sum name
+  sum="$(sha256sum "$ROOT/olm/validate/main.go" | cut -c1-12)"
+  name="olm-validate-$OPERATOR_FRAMEWORK_API_VERSION-$sum"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/olm-validate" ] && return 0
+  log "building olm-validate against operator-framework/api $OPERATOR_FRAMEWORK_API_VERSION (one time)"
+  local dest="$RUSTQUEUE_CACHE/$name" start=$SECONDS
+  rm -rf "${dest:?}"
+  mkdir -p "$dest/src" "$dest/bin"
+  cp "$ROOT/olm/validate/main.go" "$dest/src/"
+  printf '%s\n' "module rustqueue.local/olm-validate" "" "go 1.26.0" "" \
+    "require github.com/operator-framework/api $OPERATOR_FRAMEWORK_API_VERSION" >"$dest/src/go.mod"
+  (cd "$dest/src" && go mod tidy &&
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dest/bin/olm-validate" .)
+  finish "$name"
+  log "olm-validate built in $((SECONDS - start))s"
+}
+
 main() {
   mkdir -p "$RUSTQUEUE_CACHE"
   local targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl; deps_promtool; deps_argocd_health ;;
-      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | promtool) "deps_$t" ;;
+      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl; deps_pyyaml; deps_helm; deps_olm_validate; deps_promtool; deps_argocd_health ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) "deps_$t" ;;
+      olm-validate) deps_olm_validate ;;
       argocd-health) deps_argocd_health ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl promtool argocd-health all)" ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml helm olm-validate promtool argocd-health all)" ;;
     esac
   done
 }
