@@ -46,9 +46,14 @@ struct StatusGauges {
     /// `rustqueue_operator_ready_brokers{namespace,name}`.
     ready: IntGaugeVec,
     /// What each RustQueue last exported, so a changed phase or a deleted object leaves no
-    /// stale series: (namespace, name) -> (phase, condition types).
-    seen: Arc<Mutex<HashMap<(String, String), (String, Vec<String>)>>>,
+    /// stale series.
+    seen: Arc<Mutex<HashMap<Key, Exported>>>,
 }
+
+/// A RustQueue: (namespace, name).
+type Key = (String, String);
+/// Its exported phase and condition types.
+type Exported = (String, Vec<String>);
 
 fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
