@@ -110,11 +110,12 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
-compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
+compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
 	scripts/deps.sh nsqd nsqlookupd python node
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
+	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway \
 	    e2e/compat/lookupd/run.sh $$target go python node || status=1; \
 	done; exit $$status
 
@@ -126,7 +127,7 @@ PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PY
 .PHONY: compat-fleet
 compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
 	scripts/deps.sh nsqd nsqlookupd nsqadmin python
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
 	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
 	  --nsqlookupd $(RUSTQUEUE_CACHE)/nsqlookupd-$$NSQLOOKUPD_VERSION/bin/nsqlookupd \
@@ -175,9 +176,9 @@ IMAGE_TAG ?= dev
 export IMAGE_TAG
 
 .PHONY: images
-images: ## OCI images of rustqueued, rustqueue-operator and rustqueue-discovery (release builds, no Docker): OCI layout + docker-save tarballs in target/images
+images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and rustqueue-gateway (release builds, no Docker): OCI layout + docker-save tarballs in target/images
 	scripts/deps.sh crane
-	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	scripts/build-images.sh --bin-dir $(IMAGES_TARGET)/release --out $(IMAGES_TARGET)/images
 
 .PHONY: images-test
@@ -240,14 +241,24 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 	scripts/install-manifests.py --check
 	$(OLM_VALIDATE) -strict -k8s-version $(shell . scripts/versions.env && echo $${K8S_VERSION#v}) olm
 
+# helm install / upgrade / uninstall on a 1-Node testbed from the images `make images` built,
+# the installed operator bringing a 1-broker RustQueue to Ready (about 40 s on its own testbed).
+# It is a test binary of rustqueue-e2e, so `make test` runs it within e2e-operator (which runs
+# every binary of that crate); this target runs it alone.
+e2e-operator: deps-helm
+.PHONY: e2e-install
+e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
+	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO) test --locked -p rustqueue-e2e --test install
+
 # --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
 # promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real
-# rustqueued and rustqueue-discovery (the compat stages' debug build, so nothing recompiles)
-# prove every series the rules and the dashboard name exists; gopher-lua, the engine Argo CD
-# embeds, reads the statuses captured from the testbed. About 10 s once promtool is cached.
+# rustqueued, rustqueue-discovery and rustqueue-gateway (the compat stages' debug build, so
+# nothing recompiles) prove every series the rules and the dashboard name exists; gopher-lua,
+# the engine Argo CD embeds, reads the statuses captured from the testbed. About 10 s once
+# promtool is cached.
 .PHONY: monitoring-test
 monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
 
 # The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)

@@ -229,8 +229,17 @@ deps_helm() {
   src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+  # As helm's own Makefile: the Kubernetes version `helm template` and `helm lint` assume
+  # without a cluster is the client-go minor it is built with (else 1.20, older than charts allow).
+  local client_go major minor
+  client_go="$(cd "$src" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+  major=$(( $(echo "${client_go#v}" | cut -d. -f1) + 1 ))   # client-go v0.37.x is Kubernetes 1.37
+  minor="$(echo "$client_go" | cut -d. -f2)"
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
     -o "$RUSTQUEUE_CACHE/$name/bin/helm" ./cmd/helm)
   "$RUSTQUEUE_CACHE/$name/bin/helm" version --short >&2
   finish "$name"

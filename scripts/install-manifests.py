@@ -5,7 +5,6 @@ source (docs/install.md):
   config/helm/rustqueue/crds/            the generated CRD (crds/), byte for byte
   config/helm/rustqueue/values.schema.json  the chart's values schema; `queue.spec` is the
                                          CRD's own spec schema, unknown keys refused
-  config/helm/rustqueue/files/           config/prometheus's rules, when present
   olm/manifests/, olm/metadata/, olm/bundle.Dockerfile   the OLM bundle: a ClusterServiceVersion
                                          whose install strategy is config/manager + config/rbac,
                                          alm-examples from config/samples, the CRD
@@ -304,9 +303,6 @@ def outputs():
         OLM / "metadata/annotations.yaml": GENERATED + dump({"annotations": BUNDLE_LABELS}),
         OLM / "bundle.Dockerfile": dockerfile(),
     }
-    rules_src = ROOT / "config/prometheus/rules.yaml"
-    if rules_src.exists():
-        files[CHART / "files/prometheus-rules.yaml"] = rules_src.read_text()
     return files
 
 

@@ -6,8 +6,8 @@
 - `helm template` with the defaults renders exactly config/'s objects: the ClusterRole and the
   Role grant the same calls as config/rbac (which the operator's tests hold to calls.rs), and
   the operator's Pod is config/manager's, names and labels aside;
-- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB,
-  monitoring); the NOTES are checked by the testbed's `helm install` (e2e/k8s/tests/install);
+- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB);
+  the NOTES are checked by the testbed's `helm install` (e2e/k8s/tests/install);
 - bad values are refused by values.schema.json, each with a message naming the value.
 
 Usage: scripts/test-chart.py [--helm PATH]   (default: the pinned helm in the cache)
@@ -112,7 +112,7 @@ def main():
                     "operator.watchNamespaces=team-a\\,team-b", "operator.log=rustqueue_operator=debug",
                     "operator.podDisruptionBudget.enabled=false", "queue.create=true", "queue.name=orders",
                     "queue.spec.minBrokers=3", "queue.spec.maxBrokers=5", "queue.spec.publishAckMode=write_ack",
-                    "monitoring.serviceMonitor.enabled=true", "fullnameOverride=rq", namespace="queues")
+                    "fullnameOverride=rq", namespace="queues")
     dep = objs[("Deployment", "rq-operator")]
     pod = dep["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
@@ -125,8 +125,6 @@ def main():
     check(rq is not None and rq["metadata"]["namespace"] == "queues" and rq["spec"]["image"] == "registry.example/rq:1.2.3"
           and rq["spec"]["minBrokers"] == 3 and rq["spec"]["maxBrokers"] == 5 and rq["spec"]["publishAckMode"] == "write_ack",
           "queue.create renders the RustQueue in the release namespace, its image defaulting to the operator's")
-    check(("ServiceMonitor", "rq-operator") in objs and ("Service", "rq-operator-metrics") in objs,
-          "monitoring.serviceMonitor.enabled renders the ServiceMonitor and its Service")
     check(objs[("ClusterRoleBinding", "rq-operator")]["subjects"][0]["namespace"] == "queues",
           "the bindings follow the release namespace")
 

@@ -1,0 +1,38 @@
+//! `rustqueue-gateway`: the producer gateway of a RustQueue cluster (docs/gateway.md).
+
+use clap::Parser;
+use rustqueue_gateway::Gateway;
+use rustqueue_gateway::config::Cli;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cfg = Cli::parse().validate()?;
+    // reqwest's rustls needs a process-wide crypto provider when more than one is compiled in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let gateway = Gateway::start(cfg).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
