@@ -5,14 +5,15 @@ What counts as exported:
 - rustqueued: a real broker started on loopback (temporary data directory, per-topic and
   per-channel series on), given a topic, a channel and a message, then its /metrics read;
 - rustqueue-discovery: a real one in static mode pointed at that broker, its /metrics read;
-- the operator and the gateway (they need a cluster, or brokers behind discovery, to start):
-  the metric names registered in their metrics source files, as string literals.
+- rustqueue-gateway: a real one using that discovery, its /metrics read;
+- the operator (it needs an API server to start): the metric names registered in its metrics
+  source, as string literals.
 
 A name referenced as `<histogram>_bucket`, `_sum` or `_count` counts through its `# TYPE` line.
 Exit 1 names every referenced series that nothing exports (a renamed or removed metric).
 
-Usage: check-metric-refs.py --rustqueued BIN --discovery BIN [COMPONENT=]FILE...
-A FILE prefixed with a component (rustqueued, rustqueue-discovery, operator, gateway) may name
+Usage: check-metric-refs.py --rustqueued BIN --discovery BIN --gateway BIN [COMPONENT=]FILE...
+A FILE prefixed with a component (rustqueued, rustqueue-discovery, rustqueue-gateway, operator) may name
 only that component's series; an unprefixed one any of them.
 """
 
@@ -31,12 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\brustqueue_[a-z0-9_]+\b")
 # Registrations in source files the check cannot run: `"rustqueue_..."` string literals.
 LITERAL = re.compile(r'"(rustqueue_[a-z0-9_]+)"')
-SOURCES = {
-    "operator": [ROOT / "operator/controller/src/metrics.rs"],
-    "gateway": sorted((ROOT / "broker/gateway/src").rglob("*.rs"))
-    if (ROOT / "broker/gateway/src").is_dir()
-    else [],
-}
+SOURCES = {"operator": [ROOT / "operator/controller/src/metrics.rs"]}
 
 
 def free_port():
@@ -74,10 +70,11 @@ def exposition_names(text):
     return names
 
 
-def scrape_binaries(rustqueued, discovery):
+def scrape_binaries(rustqueued, discovery, gateway):
     exported = {}
     with tempfile.TemporaryDirectory(prefix="metric-refs-") as tmp:
         tcp, web, lookup = free_port(), free_port(), free_port()
+        gw_tcp, gw_web = free_port(), free_port()
         config = Path(tmp, "rustqueue.toml")
         config.write_text("[metrics]\ndetailed_queue_metrics = true\n")
         env = dict(
@@ -108,6 +105,17 @@ def scrape_binaries(rustqueued, discovery):
             procs.append(disco)
             text = wait_for(f"http://127.0.0.1:{lookup}/metrics", disco, "rustqueue-discovery")
             exported["rustqueue-discovery"] = exposition_names(text)
+
+            gw = subprocess.Popen(
+                [gateway, "--tcp-address", f"127.0.0.1:{gw_tcp}",
+                 "--http-address", f"127.0.0.1:{gw_web}",
+                 "--discovery-urls", f"http://127.0.0.1:{lookup}"],
+                env=dict(os.environ, RUST_LOG="warn"),
+                stdout=subprocess.DEVNULL,
+            )
+            procs.append(gw)
+            text = wait_for(f"http://127.0.0.1:{gw_web}/metrics", gw, "rustqueue-gateway")
+            exported["rustqueue-gateway"] = exposition_names(text)
         finally:
             for p in procs:
                 p.terminate()
@@ -124,13 +132,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rustqueued", required=True)
     ap.add_argument("--discovery", required=True)
+    ap.add_argument("--gateway", required=True)
     ap.add_argument("files", nargs="+", help="[COMPONENT=]FILE: rules and dashboards to check")
     args = ap.parse_args()
 
-    exported = scrape_binaries(args.rustqueued, args.discovery)
+    exported = scrape_binaries(args.rustqueued, args.discovery, args.gateway)
     for component, files in SOURCES.items():
-        if files:  # a component not in this tree exports nothing
-            exported[component] = {m for f in files for m in LITERAL.findall(f.read_text())}
+        exported[component] = {m for f in files for m in LITERAL.findall(f.read_text())}
     for component, names in exported.items():
         ours = {n for n in names if n.startswith("rustqueue_")}
         if not ours:

@@ -3,12 +3,14 @@
 # check, each tested with the tool that runs it for real (docs/monitoring.md, docs/argocd.md):
 #   1. promtool check rules on the PrometheusRule's spec (everything below its `spec:` line);
 #   2. promtool test rules: config/prometheus/tests/*.yaml fire and silence every alert;
-#   3. every series the rules and the dashboard name is exported by a real rustqueued and
-#      rustqueue-discovery started on loopback, or registered by the operator and the gateway;
+#   3. every series the rules and the dashboard name is exported by a real rustqueued,
+#      rustqueue-discovery and rustqueue-gateway started on loopback, or registered by the
+#      operator;
 #   4. the Argo CD health check, run by gopher-lua as Argo CD runs it, on the statuses captured
 #      from the testbed (config/argocd/testdata/*.json), each read as the health expected.
 #
-# Usage: scripts/monitoring-test.sh --bin-dir DIR   (DIR holds rustqueued and rustqueue-discovery)
+# Usage: scripts/monitoring-test.sh --bin-dir DIR   (DIR holds rustqueued, rustqueue-discovery
+# and rustqueue-gateway)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1' (expected --bin-dir DIR)" ;;
   esac
 done
-[ -n "$bin_dir" ] || die "--bin-dir DIR is required (the debug build of rustqueued and rustqueue-discovery)"
+[ -n "$bin_dir" ] || die "--bin-dir DIR is required (the debug build of rustqueued, rustqueue-discovery and rustqueue-gateway)"
 
 "$ROOT/scripts/deps.sh" promtool argocd-health
 promtool="$RUSTQUEUE_CACHE/promtool-$PROMTOOL_VERSION/bin/promtool"
@@ -56,6 +58,7 @@ PY
 log "series named by the rules and the dashboard"
 python3 scripts/check-metric-refs.py \
   --rustqueued "$bin_dir/rustqueued" --discovery "$bin_dir/rustqueue-discovery" \
+  --gateway "$bin_dir/rustqueue-gateway" \
   config/prometheus/prometheus-rule.yaml rustqueued=config/grafana/rustqueue-broker.json
 
 log "Argo CD health (gopher-lua) on the captured statuses"
