@@ -58,7 +58,7 @@ powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustque
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -249,3 +249,23 @@ e2e-operator: deps-helm
 .PHONY: e2e-install
 e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO) test --locked -p rustqueue-e2e --test install
+
+# --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
+# promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real
+# rustqueued, rustqueue-discovery and rustqueue-gateway (the compat stages' debug build, so
+# nothing recompiles) prove every series the rules and the dashboard name exists; gopher-lua,
+# the engine Argo CD embeds, reads the statuses captured from the testbed. About 10 s once
+# promtool is cached.
+.PHONY: monitoring-test
+monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
+	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
+
+# The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)
+# run docs/argocd.md through config/argocd/health, built into the cache by deps.sh.
+.PHONY: deps-argocd-health
+deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the cache
+	scripts/deps.sh argocd-health
+
+unit: deps-argocd-health
+e2e-operator: deps-argocd-health

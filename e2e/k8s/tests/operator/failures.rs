@@ -8,7 +8,7 @@ use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG};
 use rustqueue_e2e::{Poll, eventually};
 
 use crate::rollout::{
-    brokers, no_broker_touched_for, operation, pod_revisions, rolled_to, template,
+    argocd_health_at, brokers, no_broker_touched_for, operation, pod_revisions, rolled_to, template,
 };
 
 /// An image whose binary cannot start -> `PreflightBlocked` (Degraded), no broker Pod touched;
@@ -26,6 +26,7 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
         rq.condition_true("Degraded") && !rq.condition_true("Ready"),
         "PreflightBlocked should be Degraded and not Ready: {rq:?}"
     );
+    argocd_health_at("preflight-blocked", &rq, "Degraded");
     assert!(
         rq.message().contains(BROKEN.as_str()),
         "the message should name the image: {:?}",
@@ -56,6 +57,7 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
         rq.condition_true("Degraded"),
         "RolloutFailed not Degraded: {rq:?}"
     );
+    argocd_health_at("rollout-failed", &rq, "Degraded");
     let failed = rq.operation().clone();
     assert_eq!(failed["phase"], "Failed", "{rq:?}");
 
