@@ -269,3 +269,10 @@ deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the 
 
 unit: deps-argocd-health
 e2e-operator: deps-argocd-health
+
+# A 3-broker RustQueue on a testbed from the images, until Ctrl-C; the testbed comes from the build
+# `make test` made (as testbed-up's), so nothing recompiles.
+.PHONY: cluster
+cluster: deps-k8s deps-crane deps-cluster-net deps-nsqd images ## a local Kubernetes with the operator and a 3-broker RustQueue, from the images; prints how to use it; Ctrl-C tears down
+	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
+	scripts/cluster.sh --images $(IMAGES_TARGET)/images --testbed $(TESTBED_TARGET)/debug/rustqueue-testbed
