@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG};
+use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG, NS, RQ};
 use rustqueue_e2e::{Poll, eventually};
 
 use crate::rollout::{
@@ -40,6 +40,39 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
     assert_eq!(revs, pod_revisions(c).await, "going back rolled a broker");
 }
 
+/// The leader's `/metrics` says `phase` for the RustQueue (what the RustQueueRolloutFailed
+/// alert of config/prometheus reads).
+async fn leader_exports_phase(c: &Cluster, phase: &str) {
+    let line =
+        format!("rustqueue_operator_phase{{name=\"{RQ}\",namespace=\"{NS}\",phase=\"{phase}\"}} 1");
+    eventually(
+        &format!("the leader exporting {line}"),
+        Duration::from_secs(30),
+        || async {
+            let Some(leader) = c.leader().await else {
+                return Poll::Saw("no leader".to_string());
+            };
+            let ip = c.pod_ip(&leader).await;
+            match reqwest::get(format!("http://{ip}:8080/metrics")).await {
+                Ok(r) => {
+                    let text = r.text().await.unwrap_or_default();
+                    let ours: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.starts_with("rustqueue_operator_phase{"))
+                        .collect();
+                    if ours.contains(&line.as_str()) && ours.len() == 1 {
+                        Poll::Done(())
+                    } else {
+                        Poll::Saw(format!("{leader}: {ours:?}"))
+                    }
+                }
+                Err(e) => Poll::Saw(format!("{leader}: {e}")),
+            }
+        },
+    )
+    .await;
+}
+
 /// A release that passes preflight but whose brokers fail: after `timeoutSeconds` the
 /// rollout is `RolloutFailed`; it stays failed even once the broker recovers; a new
 /// `retryNonce` starts a new operation that completes.
@@ -58,6 +91,7 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
         "RolloutFailed not Degraded: {rq:?}"
     );
     argocd_health_at("rollout-failed", &rq, "Degraded");
+    leader_exports_phase(c, "RolloutFailed").await;
     let failed = rq.operation().clone();
     assert_eq!(failed["phase"], "Failed", "{rq:?}");
 
