@@ -33,8 +33,16 @@ def load(path):
     return yaml.safe_load((ROOT / path).read_text())
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the description, alm-examples) as literal blocks, as people write them."""
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+    "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+
 def dump(obj):
-    return yaml.safe_dump(obj, sort_keys=False, width=100, default_flow_style=False)
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
 
 
 def workspace_version():
