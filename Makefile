@@ -47,9 +47,18 @@ crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL
 check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
 	$(CARGO) test --workspace --all-features --locked --lib --bins
 
+# Power cuts through a FUSE file system that drops what was not fsynced (docs/durability.md):
+# the lazy file system's own semantics, then 54 cuts of a loaded rustqueued (18 per ack mode,
+# about 50 s) with the ledger checked and the figures printed. Needs root and /dev/fuse and
+# fails, never skips, without them. `unit` runs the same tests (without the printed figures).
+.PHONY: powercut
+powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustqueued under load (prints lost/acked per ack mode)
+	$(CARGO) test --locked -p rustqueue-powercut
+	$(CARGO) test --locked -p rustqueue-server --all-features --test power_cut -- --nocapture
+
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
@@ -101,11 +110,12 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
-compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued
+compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
 	scripts/deps.sh nsqd nsqlookupd python node
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
+	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway \
 	    e2e/compat/lookupd/run.sh $$target go python node || status=1; \
 	done; exit $$status
 
@@ -117,7 +127,7 @@ PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PY
 .PHONY: compat-fleet
 compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
 	scripts/deps.sh nsqd nsqlookupd nsqadmin python
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery --bins
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
 	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
 	  --nsqlookupd $(RUSTQUEUE_CACHE)/nsqlookupd-$$NSQLOOKUPD_VERSION/bin/nsqlookupd \
@@ -230,3 +240,39 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 	scripts/deps.sh pyyaml olm-validate
 	scripts/install-manifests.py --check
 	$(OLM_VALIDATE) -strict -k8s-version $(shell . scripts/versions.env && echo $${K8S_VERSION#v}) olm
+
+# helm install / upgrade / uninstall on a 1-Node testbed from the images `make images` built,
+# the installed operator bringing a 1-broker RustQueue to Ready (about 40 s on its own testbed).
+# It is a test binary of rustqueue-e2e, so `make test` runs it within e2e-operator (which runs
+# every binary of that crate); this target runs it alone.
+e2e-operator: deps-helm
+.PHONY: e2e-install
+e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
+	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO) test --locked -p rustqueue-e2e --test install
+
+# --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
+# promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real
+# rustqueued, rustqueue-discovery and rustqueue-gateway (the compat stages' debug build, so
+# nothing recompiles) prove every series the rules and the dashboard name exists; gopher-lua,
+# the engine Argo CD embeds, reads the statuses captured from the testbed. About 10 s once
+# promtool is cached.
+.PHONY: monitoring-test
+monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
+	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
+
+# The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)
+# run docs/argocd.md through config/argocd/health, built into the cache by deps.sh.
+.PHONY: deps-argocd-health
+deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the cache
+	scripts/deps.sh argocd-health
+
+unit: deps-argocd-health
+e2e-operator: deps-argocd-health
+
+# A 3-broker RustQueue on a testbed from the images, until Ctrl-C; the testbed comes from the build
+# `make test` made (as testbed-up's), so nothing recompiles.
+.PHONY: cluster
+cluster: deps-k8s deps-crane deps-cluster-net deps-nsqd images ## a local Kubernetes with the operator and a 3-broker RustQueue, from the images; prints how to use it; Ctrl-C tears down
+	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
+	scripts/cluster.sh --images $(IMAGES_TARGET)/images --testbed $(TESTBED_TARGET)/debug/rustqueue-testbed

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|helm|olm-validate|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|helm|olm-validate|promtool|argocd-health|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -178,6 +178,44 @@ deps_openssl() {
   apt-get update -qq && apt-get install -y -qq openssl >/dev/null
 }
 
+# promtool, to check config/prometheus's rules and run their unit tests (`make monitoring-test`).
+# Built inside the downloaded prometheus module with its own go.mod, as for crane.
+deps_promtool() {
+  local name="promtool-$PROMTOOL_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/promtool" ] && return 0
+  log "building promtool $PROMTOOL_VERSION (one time)"
+  local src start=$SECONDS
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/prometheus/prometheus@$PROMTOOL_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+  # The module ships a go.work naming folders its zip leaves out: build with the go.mod alone.
+  (cd "$src" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$RUSTQUEUE_CACHE/$name/bin/promtool" ./cmd/promtool)
+  "$RUSTQUEUE_CACHE/$name/bin/promtool" --version >&2
+  finish "$name"
+  log "promtool $PROMTOOL_VERSION built in $((SECONDS - start))s"
+}
+
+# The Argo CD health evaluator (config/argocd/health): docs/argocd.md's Lua run by gopher-lua,
+# the engine Argo CD embeds. Built from the repo's source into a cache entry keyed by the
+# gopher-lua version and a hash of the source, so an edit to main.go rebuilds it.
+deps_argocd_health() {
+  local src="$ROOT/config/argocd/health" sum
+  grep -q "github.com/yuin/gopher-lua $GOPHER_LUA_VERSION\$" "$src/go.mod" ||
+    die "$src/go.mod does not require gopher-lua $GOPHER_LUA_VERSION (scripts/versions.env)"
+  sum="$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)"
+  local name="argocd-health-$GOPHER_LUA_VERSION-$sum"
+  if ! { cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/argocd-health" ]; }; then
+    log "building the Argo CD health evaluator on gopher-lua $GOPHER_LUA_VERSION"
+    mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$RUSTQUEUE_CACHE/$name/bin/argocd-health" .)
+    finish "$name"
+  fi
+  # The tests run $RUSTQUEUE_CACHE/argocd-health: point it at this tree's build, also when
+  # another checkout's source left it pointing elsewhere.
+  ln -sfn "$RUSTQUEUE_CACHE/$name/bin/argocd-health" "$RUSTQUEUE_CACHE/argocd-health"
+}
+
 # PyYAML for scripts/install-manifests.py and scripts/test-chart.py (a Debian package).
 deps_pyyaml() {
   python3 -c 'import yaml' 2>/dev/null && return 0
@@ -194,8 +232,17 @@ deps_helm() {
   src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+  # As helm's own Makefile: the Kubernetes version `helm template` and `helm lint` assume
+  # without a cluster is the client-go minor it is built with (else 1.20, older than charts allow).
+  local client_go major minor
+  client_go="$(cd "$src" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+  major=$(( $(echo "${client_go#v}" | cut -d. -f1) + 1 ))   # client-go v0.37.x is Kubernetes 1.37
+  minor="$(echo "$client_go" | cut -d. -f2)"
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
     -o "$RUSTQUEUE_CACHE/$name/bin/helm" ./cmd/helm)
   "$RUSTQUEUE_CACHE/$name/bin/helm" version --short >&2
   finish "$name"
@@ -229,10 +276,11 @@ main() {
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl; deps_pyyaml; deps_helm; deps_olm_validate ;;
-      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm) "deps_$t" ;;
+      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl; deps_pyyaml; deps_helm; deps_olm_validate; deps_promtool; deps_argocd_health ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) "deps_$t" ;;
       olm-validate) deps_olm_validate ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml helm olm-validate all)" ;;
+      argocd-health) deps_argocd_health ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml helm olm-validate promtool argocd-health all)" ;;
     esac
   done
 }

@@ -5,7 +5,6 @@ source (docs/install.md):
   config/helm/rustqueue/crds/            the generated CRD (crds/), byte for byte
   config/helm/rustqueue/values.schema.json  the chart's values schema; `queue.spec` is the
                                          CRD's own spec schema, unknown keys refused
-  config/helm/rustqueue/files/           config/prometheus's rules, when present
   olm/manifests/, olm/metadata/, olm/bundle.Dockerfile   the OLM bundle: a ClusterServiceVersion
                                          whose install strategy is config/manager + config/rbac,
                                          alm-examples from config/samples, the CRD
@@ -34,8 +33,16 @@ def load(path):
     return yaml.safe_load((ROOT / path).read_text())
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the description, alm-examples) as literal blocks, as people write them."""
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+    "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+
 def dump(obj):
-    return yaml.safe_dump(obj, sort_keys=False, width=100, default_flow_style=False)
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
 
 
 def workspace_version():
@@ -304,9 +311,6 @@ def outputs():
         OLM / "metadata/annotations.yaml": GENERATED + dump({"annotations": BUNDLE_LABELS}),
         OLM / "bundle.Dockerfile": dockerfile(),
     }
-    rules_src = ROOT / "config/prometheus/rules.yaml"
-    if rules_src.exists():
-        files[CHART / "files/prometheus-rules.yaml"] = rules_src.read_text()
     return files
 
 

@@ -6,8 +6,9 @@
 - `helm template` with the defaults renders exactly config/'s objects: the ClusterRole and the
   Role grant the same calls as config/rbac (which the operator's tests hold to calls.rs), and
   the operator's Pod is config/manager's, names and labels aside;
-- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB,
-  monitoring); the NOTES are checked by the testbed's `helm install` (e2e/k8s/tests/install);
+- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB),
+  and the monitoring switches render config/prometheus's objects in the release namespace;
+  the NOTES are checked by the testbed's `helm install` (e2e/k8s/tests/install);
 - bad values are refused by values.schema.json, each with a message naming the value.
 
 Usage: scripts/test-chart.py [--helm PATH]   (default: the pinned helm in the cache)
@@ -112,7 +113,7 @@ def main():
                     "operator.watchNamespaces=team-a\\,team-b", "operator.log=rustqueue_operator=debug",
                     "operator.podDisruptionBudget.enabled=false", "queue.create=true", "queue.name=orders",
                     "queue.spec.minBrokers=3", "queue.spec.maxBrokers=5", "queue.spec.publishAckMode=write_ack",
-                    "monitoring.serviceMonitor.enabled=true", "fullnameOverride=rq", namespace="queues")
+                    "fullnameOverride=rq", namespace="queues")
     dep = objs[("Deployment", "rq-operator")]
     pod = dep["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
@@ -125,10 +126,32 @@ def main():
     check(rq is not None and rq["metadata"]["namespace"] == "queues" and rq["spec"]["image"] == "registry.example/rq:1.2.3"
           and rq["spec"]["minBrokers"] == 3 and rq["spec"]["maxBrokers"] == 5 and rq["spec"]["publishAckMode"] == "write_ack",
           "queue.create renders the RustQueue in the release namespace, its image defaulting to the operator's")
-    check(("ServiceMonitor", "rq-operator") in objs and ("Service", "rq-operator-metrics") in objs,
-          "monitoring.serviceMonitor.enabled renders the ServiceMonitor and its Service")
     check(objs[("ClusterRoleBinding", "rq-operator")]["subjects"][0]["namespace"] == "queues",
           "the bindings follow the release namespace")
+
+    # -- monitoring: config/prometheus's own objects, in the release namespace ------------------
+    sources = {}
+    for f in sorted((ROOT / "config/prometheus").glob("*.yaml")):
+        if f.name != "kustomization.yaml":
+            for d in yaml.safe_load_all(f.read_text()):
+                if d:
+                    sources[(d["kind"], d["metadata"]["name"])] = d
+    objs = template("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+                    namespace="queues")
+    rendered = {k: v for k, v in objs.items() if k in sources}
+    check(sources and set(rendered) == set(sources),
+          f"both monitoring switches render every object of config/prometheus: {sorted(sources)}")
+    check(all(v["spec"] == sources[k]["spec"] and v["metadata"]["namespace"] == "queues"
+              for k, v in rendered.items()),
+          "each is config/prometheus's object unchanged, placed in the release namespace")
+    objs = template("monitoring.prometheusRule.enabled=true")
+    check([k for k in objs if k in sources] == [k for k in sources if k[0] == "PrometheusRule"],
+          "prometheusRule alone renders only the PrometheusRule")
+    objs = template("monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.interval=15s")
+    intervals = [ep.get("interval") for (kind, _), o in objs.items() if kind in ("ServiceMonitor", "PodMonitor")
+                 for ep in o["spec"].get("endpoints", o["spec"].get("podMetricsEndpoints", []))]
+    check(intervals and set(intervals) == {"15s"} and not any(k[0] == "PrometheusRule" for k in objs),
+          f"serviceMonitor alone renders the scrape targets, every endpoint at its interval: {intervals}")
 
     # -- bad values are refused with a message naming them --------------------------------------
     for value, needle in [

@@ -161,6 +161,13 @@ impl ChanState {
                 return Take::Nothing;
             };
             let Some(entry) = log.entry(pos) else {
+                // A requeued or released position the log no longer holds (a relaxed tail lost
+                // to a power cut, a record quarantined at startup, or collected): positions
+                // are never reused, so it is passed like an absent one in `scan`. Left in
+                // `requeued` it would hold the ack floor, the depth and GC forever.
+                self.durable.requeued.remove(&pos);
+                self.attempts.remove(&pos);
+                self.durable.skip_absent([pos]);
                 continue;
             };
             let prior = self.attempts.get(&pos).copied().unwrap_or(0);

@@ -279,10 +279,15 @@ async fn attempt(
     }
 }
 
+/// The broker's answer as the client gets it. Its `Content-Length` is kept (the whole body
+/// was read, so it matches; for `HEAD` it is the only length the client sees).
 fn answer(status: StatusCode, headers: &HeaderMap, body: Bytes) -> Response {
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = status;
-    for (name, value) in headers.iter().filter(|(n, _)| !HOP_BY_HOP.contains(n)) {
+    let copied = headers
+        .iter()
+        .filter(|(n, _)| *n == header::CONTENT_LENGTH || !HOP_BY_HOP.contains(n));
+    for (name, value) in copied {
         resp.headers_mut().append(name.clone(), value.clone());
     }
     resp

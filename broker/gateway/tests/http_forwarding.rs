@@ -67,6 +67,14 @@ async fn publishes_are_forwarded_to_brokers_and_answers_passed_back() {
     let resp = client().get(url(&gw, "/missing?x=1")).send().await.unwrap();
     assert_eq!(resp.status(), 404);
     assert_eq!(resp.text().await.unwrap(), r#"{"message":"NOT_FOUND"}"#);
+    // HEAD: the length the broker's answer declares ("node=N HEAD /h "), no body.
+    let head = client().head(url(&gw, "/h")).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers()["content-length"],
+        "node=1 HEAD /h ".len().to_string().as_str()
+    );
+    assert!(head.bytes().await.unwrap().is_empty());
     let resp = client()
         .get(url(&gw, "/some/route?a=%20b"))
         .send()

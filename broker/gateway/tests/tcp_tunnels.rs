@@ -79,9 +79,10 @@ async fn a_tunnel_is_rotated_after_its_jittered_age() {
         "rotated"
     );
     let age = started.elapsed();
-    // Base 1 s with ±10% jitter, never below 1 s: closed between 1.0 and 1.1 s (+ slack).
+    // Base 1 s with ±10% jitter, never below 1 s: closed between 1.0 and 1.1 s (+ slack for
+    // a loaded CI machine; the default age would be 270 s).
     assert!(
-        age >= Duration::from_millis(990) && age < Duration::from_millis(1600),
+        age >= Duration::from_millis(990) && age < Duration::from_millis(2500),
         "{age:?}"
     );
     assert_eq!(

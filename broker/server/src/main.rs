@@ -64,6 +64,20 @@ enum StorageCmd {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// First rewrite a damaged `COMPATIBILITY` with this feature level as the active
+        /// writer and minimum reader level: the level the broker last ran with (never guessed).
+        #[arg(long = "rebuild-compatibility", requires = "feature_level")]
+        rebuild_compatibility: bool,
+        /// The level for --rebuild-compatibility.
+        #[arg(long)]
+        feature_level: Option<u8>,
+        /// First rewrite a damaged or missing `broker.meta` for this node (refused when a
+        /// stored message id belongs to another node); ids resume past the highest stored one.
+        #[arg(long = "rebuild-broker-meta", requires = "node_id")]
+        rebuild_broker_meta: bool,
+        /// The node id for --rebuild-broker-meta.
+        #[arg(long)]
+        node_id: Option<u16>,
     },
 }
 
@@ -107,8 +121,25 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
                 0
             })
         }
-        StorageCmd::Repair { data_path, json } => {
+        StorageCmd::Repair {
+            data_path,
+            json,
+            rebuild_compatibility,
+            feature_level,
+            rebuild_broker_meta,
+            node_id,
+        } => {
             let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
+            if let (true, Some(level)) = (rebuild_compatibility, feature_level) {
+                let done = offline::rebuild_compatibility(fs.clone(), &root, level)
+                    .with_context(|| format!("rebuilding COMPATIBILITY in {}", root.display()))?;
+                eprintln!("{done}");
+            }
+            if let (true, Some(node)) = (rebuild_broker_meta, node_id) {
+                let done = offline::rebuild_broker_meta(fs.clone(), &root, node)
+                    .with_context(|| format!("rebuilding broker.meta in {}", root.display()))?;
+                eprintln!("{done}");
+            }
             let report = offline::repair(fs, &root)
                 .with_context(|| format!("repairing {}", root.display()))?;
             if json {

@@ -61,7 +61,7 @@ pub use wal::ChannelWal;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing {
     pub use crate::audit::list as list_audits;
-    pub use crate::meta::{hex, read_json};
+    pub use crate::meta::{BrokerMeta, hex, read_checked, read_json, write_checked};
     pub use crate::record::{HEADER_LEN, decode_header};
     pub use crate::wal::{CHECKPOINT_EVERY, paths as wal_paths};
 }

@@ -142,10 +142,38 @@ pub fn write_json_at<T: Serialize>(
 /// rollback fence); `Ok(None)` for a fresh directory without one.
 pub fn read_compatibility(fs: &dyn Fs, root: &Path) -> Result<Option<Compatibility>, StorageError> {
     let path = root.join("COMPATIBILITY");
-    if !fs.exists(&path) {
-        return Ok(None);
+    match read_meta(fs, &path)? {
+        MetaRead::Missing => Ok(None),
+        MetaRead::Intact(c) | MetaRead::FromTemp(c, _) => Ok(Some(c)),
+        MetaRead::Damaged(detail) => Err(StorageError::Incompatible(compatibility_damaged(
+            &path, &detail,
+        ))),
     }
-    read_json(fs, &path).map(Some)
+}
+
+/// The refusal when `COMPATIBILITY` is damaged with nothing whole to replace it.
+pub fn compatibility_damaged(path: &Path, detail: &str) -> String {
+    format!(
+        "{} is damaged ({detail}): the feature-level fence of this data directory cannot be \
+         read, and it is not derivable from the data. Restore the file from a backup, or stop \
+         every broker on this directory and run `rustqueued storage repair \
+         --rebuild-compatibility --feature-level <L>` with L the feature level the broker last \
+         ran with (storage.feature_level; 1 unless it was raised). See docs/operations.md",
+        path.display()
+    )
+}
+
+/// The refusal when `broker.meta` is damaged or missing with nothing whole to replace it.
+pub fn broker_meta_damaged(path: &Path, detail: &str) -> String {
+    format!(
+        "{} is damaged ({detail}): the node id and the message-id sequence of this data \
+         directory cannot be read, and a node id is never guessed. Restore the file from a \
+         backup, or, if this directory belongs to the configured node, stop the broker and run \
+         `rustqueued storage repair --rebuild-broker-meta --node-id <N>`: it checks that every \
+         stored message id is node N's and resumes ids past the highest stored one. See \
+         docs/operations.md",
+        path.display()
+    )
 }
 
 /// Reads and parses a JSON metadata file.
@@ -165,32 +193,47 @@ pub fn read_json<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, Sto
     })
 }
 
-/// Key of the manifest's checksum: CRC-32C of the manifest's compact JSON without this key.
-const MANIFEST_CHECKSUM: &str = "crc32c";
+/// Key of the checksum in `FORMAT`, `COMPATIBILITY`, `broker.meta` and each manifest: CRC-32C
+/// of the file's compact JSON without this key.
+const CHECKSUM: &str = "crc32c";
 
-fn manifest_crc(value: &serde_json::Value) -> u32 {
+fn value_crc(value: &serde_json::Value) -> u32 {
     crc32c::crc32c(&serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// Writes a topic manifest atomically, with its checksum.
-pub fn write_manifest(fs: &dyn Fs, path: &Path, m: &Manifest) -> Result<(), StorageError> {
+/// Writes `value` as JSON with its checksum, atomically.
+pub fn write_checked<T: Serialize>(
+    fs: &dyn Fs,
+    path: &Path,
+    value: &T,
+) -> Result<(), StorageError> {
+    write_checked_at(fs, path, value, "meta_after_file_fsync_before_rename")
+}
+
+/// [`write_checked`] with a named failpoint between the temp fsync and the rename.
+pub fn write_checked_at<T: Serialize>(
+    fs: &dyn Fs,
+    path: &Path,
+    value: &T,
+    failpoint: &str,
+) -> Result<(), StorageError> {
     let bad = |e: serde_json::Error| StorageError::Corrupt {
         file: path.to_path_buf(),
         offset: 0,
         detail: format!("cannot encode: {e}"),
     };
-    let mut value = serde_json::to_value(m).map_err(bad)?;
-    let crc = manifest_crc(&value);
-    if let serde_json::Value::Object(map) = &mut value {
-        map.insert(MANIFEST_CHECKSUM.into(), crc.into());
+    let mut json = serde_json::to_value(value).map_err(bad)?;
+    let crc = value_crc(&json);
+    if let serde_json::Value::Object(map) = &mut json {
+        map.insert(CHECKSUM.into(), crc.into());
     }
-    let bytes = serde_json::to_vec_pretty(&value).map_err(bad)?;
-    atomic_write(fs, path, &bytes)
+    let bytes = serde_json::to_vec_pretty(&json).map_err(bad)?;
+    atomic_write_at(fs, path, &bytes, failpoint)
 }
 
-/// Reads a topic manifest; `Corrupt` when it does not parse or fails its checksum (a manifest
-/// written before the checksum existed has none and is taken as it is).
-pub fn read_manifest(fs: &dyn Fs, path: &Path) -> Result<Manifest, StorageError> {
+/// Reads a file written by [`write_checked`]; `Corrupt` when it does not parse or fails its
+/// checksum (a file written before the checksum existed has none and is taken as it is).
+pub fn read_checked<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, StorageError> {
     let mut value: serde_json::Value = read_json(fs, path)?;
     let bad = |detail: String| StorageError::Corrupt {
         file: path.to_path_buf(),
@@ -198,14 +241,83 @@ pub fn read_manifest(fs: &dyn Fs, path: &Path) -> Result<Manifest, StorageError>
         detail,
     };
     if let serde_json::Value::Object(map) = &mut value
-        && let Some(stored) = map.remove(MANIFEST_CHECKSUM)
+        && let Some(stored) = map.remove(CHECKSUM)
     {
-        let crc = manifest_crc(&value);
+        let crc = value_crc(&value);
         if stored.as_u64() != Some(u64::from(crc)) {
-            return Err(bad("manifest checksum mismatch".into()));
+            return Err(bad("checksum mismatch".into()));
         }
     }
-    serde_json::from_value(value).map_err(|e| bad(format!("invalid manifest: {e}")))
+    serde_json::from_value(value).map_err(|e| bad(format!("invalid content: {e}")))
+}
+
+/// Writes a topic manifest atomically, with its checksum.
+pub fn write_manifest(fs: &dyn Fs, path: &Path, m: &Manifest) -> Result<(), StorageError> {
+    write_checked(fs, path, m)
+}
+
+/// Reads a topic manifest; `Corrupt` when it does not parse or fails its checksum.
+pub fn read_manifest(fs: &dyn Fs, path: &Path) -> Result<Manifest, StorageError> {
+    read_checked(fs, path)
+}
+
+/// The atomic-write temp sibling of `path` (`<name>.tmp`).
+pub fn temp_sibling(path: &Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    tmp.into()
+}
+
+/// What reading one of the root metadata files found.
+#[derive(Debug)]
+pub enum MetaRead<T> {
+    /// No such file.
+    Missing,
+    /// The file, intact.
+    Intact(T),
+    /// The file is damaged, but its atomic-write temp sibling is whole and passes its
+    /// checksum: an interrupted replacement of it, to be completed (renamed over it).
+    FromTemp(T, String),
+    /// The file is damaged and nothing whole replaces it.
+    Damaged(String),
+}
+
+impl<T> MetaRead<T> {
+    /// The content, if there is a trustworthy one.
+    pub fn content(&self) -> Option<&T> {
+        match self {
+            MetaRead::Intact(t) | MetaRead::FromTemp(t, _) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Reads `FORMAT`, `COMPATIBILITY` or `broker.meta` (see [`MetaRead`]); a read error other
+/// than damage is returned as it is.
+pub fn read_meta<T: DeserializeOwned>(
+    fs: &dyn Fs,
+    path: &Path,
+) -> Result<MetaRead<T>, StorageError> {
+    if !fs.exists(path) {
+        return Ok(MetaRead::Missing);
+    }
+    match read_checked(fs, path) {
+        Ok(t) => Ok(MetaRead::Intact(t)),
+        Err(StorageError::Corrupt { detail, .. }) => {
+            let tmp = temp_sibling(path);
+            // Only a temp with its checksum counts: one without could be a torn write.
+            let whole = fs.exists(&tmp)
+                && fs.read(&tmp).is_ok_and(|b| {
+                    serde_json::from_slice::<serde_json::Value>(&b)
+                        .is_ok_and(|v| v.get(CHECKSUM).is_some())
+                });
+            match whole.then(|| read_checked(fs, &tmp)) {
+                Some(Ok(t)) => Ok(MetaRead::FromTemp(t, detail)),
+                _ => Ok(MetaRead::Damaged(detail)),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Lowercase hex of a name (directory and file names on disk).

@@ -99,19 +99,24 @@ impl Reporter<'_> {
     }
 }
 
-fn check_json<T: serde::de::DeserializeOwned>(
+fn check_meta<T: serde::de::DeserializeOwned>(
     fs: &dyn Fs,
     r: &mut Reporter<'_>,
     path: &Path,
     kind: &'static str,
-) {
-    if !fs.exists(path) {
-        return;
+) -> Result<(), StorageError> {
+    match meta::read_meta::<T>(fs, path)? {
+        meta::MetaRead::Missing => {}
+        meta::MetaRead::Intact(_) => r.add(path, kind, FileStatus::Ok, "checksum matches".into()),
+        meta::MetaRead::FromTemp(_, detail) => r.add(
+            path,
+            kind,
+            FileStatus::Rebuilt,
+            format!("{detail}; its whole temp sibling replaces it at the next start"),
+        ),
+        meta::MetaRead::Damaged(detail) => r.add(path, kind, FileStatus::Damaged, detail),
     }
-    match meta::read_json::<T>(fs, path) {
-        Ok(_) => r.add(path, kind, FileStatus::Ok, "parses".into()),
-        Err(e) => r.add(path, kind, FileStatus::Damaged, e.to_string()),
-    }
+    Ok(())
 }
 
 /// Reads every file of the data directory `root` and reports on each; writes nothing.
@@ -125,9 +130,9 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
             .map(|q| (q.file.clone(), q.offset_start))
             .collect(),
     };
-    check_json::<FormatFile>(fs, &mut r, &root.join("FORMAT"), "format");
-    check_json::<Compatibility>(fs, &mut r, &root.join("COMPATIBILITY"), "compatibility");
-    check_json::<BrokerMeta>(fs, &mut r, &root.join("broker.meta"), "broker_meta");
+    check_meta::<FormatFile>(fs, &mut r, &root.join("FORMAT"), "format")?;
+    check_meta::<Compatibility>(fs, &mut r, &root.join("COMPATIBILITY"), "compatibility")?;
+    check_meta::<BrokerMeta>(fs, &mut r, &root.join("broker.meta"), "broker_meta")?;
     let topics = root.join("topics");
     let mut names = if fs.exists(&topics) {
         fs.list(&topics).map_err(io_err("list", &topics))?
@@ -392,7 +397,21 @@ pub struct RepairReport {
 /// Opens `root` as a start would (its own node id and feature level, damage attributed to
 /// [`Detector::Repair`]), scrubs every sealed segment, and closes it cleanly.
 pub fn repair(fs: Arc<dyn Fs>, root: &Path) -> Result<RepairReport, StorageError> {
-    let bm: BrokerMeta = meta::read_json(fs.as_ref(), &root.join("broker.meta"))?;
+    let bm: BrokerMeta = match meta::read_meta(fs.as_ref(), &root.join("broker.meta"))? {
+        meta::MetaRead::Intact(bm) | meta::MetaRead::FromTemp(bm, _) => bm,
+        meta::MetaRead::Damaged(detail) => {
+            return Err(StorageError::Incompatible(meta::broker_meta_damaged(
+                &root.join("broker.meta"),
+                &detail,
+            )));
+        }
+        meta::MetaRead::Missing => {
+            return Err(StorageError::Incompatible(meta::broker_meta_damaged(
+                &root.join("broker.meta"),
+                "missing",
+            )));
+        }
+    };
     let level =
         meta::read_compatibility(fs.as_ref(), root)?.map_or(1, |c| c.active_writer_feature_level);
     let opts = StoreOptions {
@@ -427,4 +446,184 @@ pub fn repair(fs: Arc<dyn Fs>, root: &Path) -> Result<RepairReport, StorageError
     store.release_lock();
     report.new_findings = store.quarantine().records().split_off(before);
     Ok(report)
+}
+
+/// Sequences skipped past the highest stored id when `broker.meta` is rebuilt. Every id ever
+/// handed out is below the lost file's `next_sequence`; ids handed out but not stored are
+/// those of publishes lost with an unsynced tail or never acknowledged, far fewer than this
+/// (an unsynced tail is bounded by `relaxed_sync_bytes`, one publish by
+/// `limits.max_body_bytes`), and 2^32 of the 2^48 sequences is a small price for a rare repair.
+pub const REBUILT_SEQUENCE_SKIP: u64 = 1 << 32;
+
+/// Rewrites a damaged `COMPATIBILITY` with `level` as the active writer and minimum reader
+/// level (the only states a broker ever writes have them equal). Refuses to overwrite a whole
+/// file. Returns what it wrote.
+pub fn rebuild_compatibility(
+    fs: Arc<dyn Fs>,
+    root: &Path,
+    level: u8,
+) -> Result<String, StorageError> {
+    let path = root.join("COMPATIBILITY");
+    if !(1..=crate::MAX_FEATURE_LEVEL).contains(&level) {
+        return Err(StorageError::Incompatible(format!(
+            "feature level {level} is outside 1..={}",
+            crate::MAX_FEATURE_LEVEL
+        )));
+    }
+    match meta::read_meta::<Compatibility>(fs.as_ref(), &path)? {
+        meta::MetaRead::Damaged(_) | meta::MetaRead::Missing => {}
+        _ => {
+            return Err(StorageError::Incompatible(format!(
+                "{} is whole (or has a whole temp sibling); nothing to rebuild",
+                path.display()
+            )));
+        }
+    }
+    let c = Compatibility {
+        data_format: meta::FORMAT_VERSION,
+        active_writer_feature_level: level,
+        minimum_reader_feature_level: level,
+        generation: u64::from(level),
+    };
+    let damaged_len = fs.read(&path).map_or(0, |b| b.len() as u64);
+    meta::write_checked(fs.as_ref(), &path, &c)?;
+    let done = format!(
+        "rewrote {} with feature level {level} (active writer and minimum reader)",
+        path.display()
+    );
+    record_rebuild(fs, root, &path, damaged_len, &done)?;
+    Ok(done)
+}
+
+/// The audit record of a metadata file rebuilt by repair.
+fn record_rebuild(
+    fs: Arc<dyn Fs>,
+    root: &Path,
+    path: &Path,
+    damaged_len: u64,
+    action: &str,
+) -> Result<(), StorageError> {
+    quarantine::Quarantine::load(fs, root).report(quarantine::Finding {
+        kind: quarantine::DamageKind::Metadata,
+        topic: String::new(),
+        channel: None,
+        file: path.to_path_buf(),
+        range: (0, damaged_len),
+        positions: Vec::new(),
+        ids: Vec::new(),
+        action: action.to_string(),
+        detected_by: Detector::Repair,
+    })?;
+    Ok(())
+}
+
+/// Rewrites a damaged or missing `broker.meta` for `node_id`: refuses when any stored message
+/// id belongs to another node (or the file is whole); the id sequence resumes
+/// [`REBUILT_SEQUENCE_SKIP`] past the highest stored one, and the registry revision at the
+/// current time in milliseconds (above any count of opens and registry changes).
+pub fn rebuild_broker_meta(
+    fs: Arc<dyn Fs>,
+    root: &Path,
+    node_id: u16,
+) -> Result<String, StorageError> {
+    let path = root.join("broker.meta");
+    match meta::read_meta::<BrokerMeta>(fs.as_ref(), &path)? {
+        meta::MetaRead::Damaged(_) | meta::MetaRead::Missing => {}
+        _ => {
+            return Err(StorageError::Incompatible(format!(
+                "{} is whole (or has a whole temp sibling); nothing to rebuild",
+                path.display()
+            )));
+        }
+    }
+    let (highest, messages) = highest_stored_sequence(fs.as_ref(), root, node_id)?;
+    let next_sequence = highest + 1 + REBUILT_SEQUENCE_SKIP;
+    if next_sequence > meta::MAX_SEQUENCE {
+        return Err(StorageError::SequenceExhausted);
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let bm = BrokerMeta {
+        format: meta::FORMAT_VERSION,
+        node_id,
+        next_sequence,
+        registry_revision: now_ms,
+    };
+    let damaged_len = fs.read(&path).map_or(0, |b| b.len() as u64);
+    meta::write_checked(fs.as_ref(), &path, &bm)?;
+    let done = format!(
+        "rewrote {} for node {node_id}: {messages} stored message ids checked (all node \
+         {node_id}'s), highest sequence {highest}, ids resume at {next_sequence}",
+        path.display()
+    );
+    record_rebuild(fs, root, &path, damaged_len, &done)?;
+    Ok(done)
+}
+
+/// The highest sequence of every message id stored in any segment, and how many ids were
+/// read; refuses when an id names a node other than `node_id`.
+fn highest_stored_sequence(
+    fs: &dyn Fs,
+    root: &Path,
+    node_id: u16,
+) -> Result<(u64, u64), StorageError> {
+    let topics = root.join("topics");
+    let mut highest = 0;
+    let mut count = 0;
+    if !fs.exists(&topics) {
+        return Ok((0, 0));
+    }
+    for t in fs.list(&topics).map_err(io_err("list", &topics))? {
+        let sdir = topics.join(&t).join("segments");
+        if !fs.exists(&sdir) {
+            continue;
+        }
+        let mut bases: Vec<(u64, PathBuf)> = fs
+            .list(&sdir)
+            .map_err(io_err("list", &sdir))?
+            .into_iter()
+            .filter_map(|n| {
+                let base = n
+                    .strip_prefix("segment-")?
+                    .strip_suffix(".rqlog")?
+                    .parse()
+                    .ok()?;
+                Some((base, sdir.join(n)))
+            })
+            .collect();
+        bases.sort();
+        let last = bases.last().map(|(b, _)| *b);
+        let mut prev = None;
+        for (base, log) in bases {
+            let file = fs.open(&log, false).map_err(io_err("open", &log))?;
+            let len = file.len().map_err(io_err("stat", &log))?;
+            let w = walk(
+                file.as_ref(),
+                &log,
+                base,
+                len,
+                Some(base) == last,
+                prev,
+                &mut |_| {},
+            )?;
+            for e in &w.entries {
+                let node = (e.id >> 48) as u16;
+                if node != node_id {
+                    return Err(StorageError::Incompatible(format!(
+                        "{} holds message id {:016x} of node {node}, not node {node_id}: this \
+                         directory is not node {node_id}'s; broker.meta not rebuilt",
+                        log.display(),
+                        e.id
+                    )));
+                }
+                highest = highest.max(e.id & meta::MAX_SEQUENCE);
+                count += 1;
+            }
+            if let Some(p) = w.entries.last().map(|e| e.position) {
+                prev = Some(p);
+            }
+        }
+    }
+    Ok((highest, count))
 }

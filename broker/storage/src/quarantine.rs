@@ -34,6 +34,9 @@ pub enum DamageKind {
     ChannelCheckpoint,
     /// A topic manifest failed its checksum or did not parse; it is rebuilt.
     Manifest,
+    /// `FORMAT`, `COMPATIBILITY` or `broker.meta` failed its checksum or did not parse and
+    /// was rebuilt (from its temp sibling, from the other two files, or by `storage repair`).
+    Metadata,
 }
 
 /// Where the damage was found.

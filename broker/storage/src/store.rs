@@ -16,7 +16,7 @@ use crate::fs::Fs;
 use crate::log::{DamageSink, PageCache, TopicLog};
 use crate::meta::{
     self, BrokerMeta, Compatibility, FORMAT_VERSION, FormatFile, ID_BLOCK, MAX_SEQUENCE, Manifest,
-    hex, unhex,
+    MetaRead, hex, unhex,
 };
 use crate::quarantine::{DamageKind, Detector, Quarantine};
 use crate::wal::{self, ChannelWal};
@@ -97,6 +97,9 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// What a metadata finding says when an interrupted replacement was completed.
+const ADOPTED: &str = "replaced by its whole, checksummed temp sibling (an interrupted atomic replacement, completed)";
+
 fn incompatible(msg: String) -> StorageError {
     StorageError::Incompatible(msg)
 }
@@ -136,17 +139,40 @@ impl Store {
             },
         })?;
         let fault = Fault::default();
-        Self::check_format(fs.as_ref(), root)?;
-        Self::check_compatibility(fs.as_ref(), root, opts.feature_level)?;
+        let mut repaired = Vec::new();
+        Self::check_format(fs.as_ref(), root, &mut repaired)?;
+        Self::check_compatibility(fs.as_ref(), root, opts.feature_level, &mut repaired)?;
         let meta_path = root.join("broker.meta");
-        let mut bm: BrokerMeta = if fs.exists(&meta_path) {
-            meta::read_json(fs.as_ref(), &meta_path)?
-        } else {
-            BrokerMeta {
-                format: FORMAT_VERSION,
-                node_id: opts.node_id,
-                next_sequence: 1,
-                registry_revision: 0,
+        let mut bm: BrokerMeta = match meta::read_meta(fs.as_ref(), &meta_path)? {
+            MetaRead::Intact(bm) => bm,
+            MetaRead::FromTemp(bm, detail) => {
+                repaired.push((meta_path.clone(), format!("{detail}: {ADOPTED}")));
+                bm
+            }
+            MetaRead::Damaged(detail) => {
+                return Err(incompatible(meta::broker_meta_damaged(&meta_path, &detail)));
+            }
+            MetaRead::Missing => {
+                // A directory that already holds topics had a broker.meta (it is written
+                // before the first topic): starting the ids over would reuse them.
+                let topics = root.join("topics");
+                if fs.exists(&topics)
+                    && !fs
+                        .list(&topics)
+                        .map_err(io_err("list", &topics))?
+                        .is_empty()
+                {
+                    return Err(incompatible(meta::broker_meta_damaged(
+                        &meta_path,
+                        "missing, while topics/ holds topics",
+                    )));
+                }
+                BrokerMeta {
+                    format: FORMAT_VERSION,
+                    node_id: opts.node_id,
+                    next_sequence: 1,
+                    registry_revision: 0,
+                }
             }
         };
         if bm.node_id != opts.node_id {
@@ -158,7 +184,7 @@ impl Store {
             )));
         }
         bm.registry_revision += 1;
-        meta::write_json(fs.as_ref(), &meta_path, &bm)?;
+        meta::write_checked(fs.as_ref(), &meta_path, &bm)?;
         let topics_dir = root.join("topics");
         fs.create_dir_all(&topics_dir)
             .map_err(io_err("create directory", &topics_dir))?;
@@ -177,6 +203,11 @@ impl Store {
             quarantine: Quarantine::load(fs.clone(), root),
             opening,
         };
+        for (path, action) in repaired {
+            let len = fs.read(&path).map_or(0, |b| b.len() as u64);
+            let sink = DamageSink::new(store.quarantine.clone(), "", opening);
+            sink.report(sink.finding(DamageKind::Metadata, &path, (0, len), opening, &action))?;
+        }
         let mut topics = Vec::new();
         for name in fs.list(&topics_dir).map_err(io_err("list", &topics_dir))? {
             if let Some(t) = store.recover_topic(&topics_dir.join(&name), &name)? {
@@ -186,60 +217,115 @@ impl Store {
         Ok((store, topics))
     }
 
-    fn check_format(fs: &dyn Fs, root: &Path) -> Result<(), StorageError> {
+    fn check_format(
+        fs: &dyn Fs,
+        root: &Path,
+        repaired: &mut Vec<(PathBuf, String)>,
+    ) -> Result<(), StorageError> {
         let path = root.join("FORMAT");
-        if fs.exists(&path) {
-            let f: FormatFile = meta::read_json(fs, &path)?;
-            if f.version != FORMAT_VERSION {
-                return Err(incompatible(format!(
-                    "{} says format {}, this broker reads {FORMAT_VERSION}",
-                    path.display(),
-                    f.version
-                )));
+        let format = match meta::read_meta::<FormatFile>(fs, &path)? {
+            MetaRead::Intact(f) => f,
+            MetaRead::FromTemp(f, detail) => {
+                meta::write_checked(fs, &path, &f)?;
+                repaired.push((path.clone(), format!("{detail}: {ADOPTED}")));
+                f
             }
-            return Ok(());
-        }
-        if [
-            "broker.meta",
-            "topics",
-            "catalog.json",
-            "rustqueue-format.json",
-        ]
-        .iter()
-        .any(|n| fs.exists(&root.join(n)))
-        {
+            MetaRead::Damaged(detail) => {
+                // FORMAT holds one number, which COMPATIBILITY and broker.meta repeat: when
+                // both are whole and say this binary's format, that is the number.
+                let compat = meta::read_meta::<Compatibility>(fs, &root.join("COMPATIBILITY"))?;
+                let bm = meta::read_meta::<BrokerMeta>(fs, &root.join("broker.meta"))?;
+                match (compat.content(), bm.content()) {
+                    (Some(c), Some(b))
+                        if c.data_format == FORMAT_VERSION && b.format == FORMAT_VERSION =>
+                    {
+                        let f = FormatFile {
+                            version: FORMAT_VERSION,
+                        };
+                        meta::write_checked(fs, &path, &f)?;
+                        repaired.push((
+                            path.clone(),
+                            format!(
+                                "{detail}: rewritten as format {FORMAT_VERSION}, the format \
+                                 COMPATIBILITY and broker.meta both state"
+                            ),
+                        ));
+                        f
+                    }
+                    _ => {
+                        return Err(incompatible(format!(
+                            "{} is damaged ({detail}) and COMPATIBILITY and broker.meta do not \
+                             both state format {FORMAT_VERSION}, so the format of this data \
+                             directory is unknown; restore FORMAT from a backup (this broker \
+                             reads format {FORMAT_VERSION}; see docs/operations.md)",
+                            path.display()
+                        )));
+                    }
+                }
+            }
+            MetaRead::Missing => {
+                if [
+                    "broker.meta",
+                    "topics",
+                    "catalog.json",
+                    "rustqueue-format.json",
+                ]
+                .iter()
+                .any(|n| fs.exists(&root.join(n)))
+                {
+                    return Err(incompatible(format!(
+                        "{} has data but no FORMAT file; migrate it or use an empty directory",
+                        root.display()
+                    )));
+                }
+                let f = FormatFile {
+                    version: FORMAT_VERSION,
+                };
+                return meta::write_checked(fs, &path, &f);
+            }
+        };
+        if format.version != FORMAT_VERSION {
             return Err(incompatible(format!(
-                "{} has data but no FORMAT file; migrate it or use an empty directory",
-                root.display()
+                "{} says format {}, this broker reads {FORMAT_VERSION}",
+                path.display(),
+                format.version
             )));
         }
-        meta::write_json(
-            fs,
-            &path,
-            &FormatFile {
-                version: FORMAT_VERSION,
-            },
-        )
+        Ok(())
     }
 
-    fn check_compatibility(fs: &dyn Fs, root: &Path, level: u8) -> Result<(), StorageError> {
+    fn check_compatibility(
+        fs: &dyn Fs,
+        root: &Path,
+        level: u8,
+        repaired: &mut Vec<(PathBuf, String)>,
+    ) -> Result<(), StorageError> {
         if level == 0 || level > MAX_FEATURE_LEVEL {
             return Err(incompatible(format!(
                 "feature level {level} is outside 1..={MAX_FEATURE_LEVEL}"
             )));
         }
         let path = root.join("COMPATIBILITY");
-        let mut c: Compatibility = if fs.exists(&path) {
-            meta::read_json(fs, &path)?
-        } else {
-            let c = Compatibility {
-                data_format: FORMAT_VERSION,
-                active_writer_feature_level: 1,
-                minimum_reader_feature_level: 1,
-                generation: 1,
-            };
-            meta::write_json(fs, &path, &c)?;
-            c
+        let mut c: Compatibility = match meta::read_meta(fs, &path)? {
+            MetaRead::Intact(c) => c,
+            MetaRead::FromTemp(c, detail) => {
+                meta::write_checked(fs, &path, &c)?;
+                repaired.push((path.clone(), format!("{detail}: {ADOPTED}")));
+                c
+            }
+            MetaRead::Damaged(detail) => {
+                return Err(incompatible(meta::compatibility_damaged(&path, &detail)));
+            }
+            MetaRead::Missing => {
+                let c = Compatibility {
+                    data_format: FORMAT_VERSION,
+                    active_writer_feature_level: 1,
+                    minimum_reader_feature_level: 1,
+                    generation: 1,
+                };
+                meta::write_checked(fs, &path, &c)?;
+                c
+            }
         };
         if c.minimum_reader_feature_level > MAX_FEATURE_LEVEL {
             return Err(incompatible(format!(
@@ -257,7 +343,7 @@ impl Store {
             c.active_writer_feature_level = level;
             c.minimum_reader_feature_level = c.minimum_reader_feature_level.max(level);
             c.generation += 1;
-            meta::write_json(fs, &path, &c)?;
+            meta::write_checked(fs, &path, &c)?;
         }
         Ok(())
     }
@@ -418,7 +504,7 @@ impl Store {
             self.fault.check()?;
             let mut m = ids.meta.clone();
             m.next_sequence = ids.next + n.max(ID_BLOCK);
-            let r = meta::write_json_at(
+            let r = meta::write_checked_at(
                 self.fs.as_ref(),
                 &self.root.join("broker.meta"),
                 &m,
@@ -446,7 +532,7 @@ impl Store {
         self.fault.check()?;
         let mut m = ids.meta.clone();
         m.registry_revision += 1;
-        let r = meta::write_json(self.fs.as_ref(), &self.root.join("broker.meta"), &m);
+        let r = meta::write_checked(self.fs.as_ref(), &self.root.join("broker.meta"), &m);
         self.fault.guard(r)?;
         ids.meta = m;
         Ok(ids.meta.registry_revision)

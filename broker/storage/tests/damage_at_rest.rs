@@ -1,6 +1,7 @@
 //! Damage at rest (docs/storage-format.md, "Damage at rest"): one bit flipped at a random
 //! position of every kind of file (sealed and active segments, indexes, channel WAL,
-//! checkpoints, manifests) while the store is closed. Each trial must end with the store open,
+//! checkpoints, manifests, and `FORMAT`, `COMPATIBILITY` and `broker.meta`) while the store
+//! is closed. Each trial must end with the store open,
 //! no damaged body returned, and either exact recovery or a quarantine whose positions are
 //! exactly the messages that can no longer be read; a channel never counts as finished a
 //! message it had not finished (redelivery, never silent loss).
@@ -11,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustqueue_storage::offline;
 use rustqueue_storage::simfs::SimFs;
-use rustqueue_storage::testing::hex;
+use rustqueue_storage::testing::{BrokerMeta, hex, read_checked, write_checked};
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, DamageKind, Fs, Manifest, Store, StoreOptions,
     is_damaged_body, read_body_from, verify_segment,
@@ -297,4 +299,169 @@ fn a_bit_flipped_in_a_checkpoint_redelivers_and_never_loses() {
 #[test]
 fn a_bit_flipped_in_a_manifest_is_rebuilt_and_reported() {
     trials(Kind::Manifest);
+}
+
+/// Opens after a flip in one of the root metadata files: either the store opens (the flip was
+/// repaired from what the directory still holds, or touched nothing that is read, such as the
+/// checksum key's name) with everything intact, or it refuses naming the file and the repair
+/// command. Returns the refusal, if any.
+fn open_or_refusal(fs: &SimFs, oracle: &Oracle, what: &str, command: &str) -> Option<String> {
+    match Store::open(Arc::new(fs.clone()), Path::new("/d"), opts()) {
+        Ok(store) => {
+            drop(store);
+            check(fs, oracle, what);
+            None
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("is damaged") && msg.contains(command),
+                "{what}: the refusal must say what to do: {msg}"
+            );
+            Some(msg)
+        }
+    }
+}
+
+#[test]
+fn a_bit_flipped_in_format_is_rewritten_from_compatibility_and_broker_meta() {
+    let mut rand = seed();
+    let mut reported = 0;
+    for trial in 0..TRIALS {
+        let fs = SimFs::new();
+        let oracle = build(&fs);
+        let what = format!(
+            "trial {trial}, {}",
+            flip_one_meta_bit(&fs, "FORMAT", &mut rand)
+        );
+        // Both witnesses are whole, so FORMAT is always recovered, never refused.
+        let (store, _) = Store::open(Arc::new(fs.clone()), Path::new("/d"), opts())
+            .unwrap_or_else(|e| panic!("{what}: must open: {e}"));
+        let records = store.quarantine().records();
+        assert!(
+            records
+                .iter()
+                .all(|r| r.kind == DamageKind::Metadata && r.messages == 0)
+        );
+        reported += usize::from(!records.is_empty());
+        drop(store);
+        check(&fs, &oracle, &what);
+    }
+    println!("FORMAT: {reported} of {TRIALS} flips repaired and reported, the rest harmless");
+    // Without its witnesses FORMAT is not guessed.
+    let fs = SimFs::new();
+    build(&fs);
+    fs.corrupt(Path::new("/d/FORMAT"), 0, b'x');
+    fs.corrupt(Path::new("/d/COMPATIBILITY"), 0, b'x');
+    let Err(err) = Store::open(Arc::new(fs.clone()), Path::new("/d"), opts()) else {
+        panic!("FORMAT guessed without its witnesses");
+    };
+    assert!(err.to_string().contains("restore FORMAT"), "{err}");
+}
+
+#[test]
+fn a_bit_flipped_in_compatibility_refuses_until_repair_rebuilds_it_at_the_given_level() {
+    let mut rand = seed();
+    let mut refused = 0;
+    for trial in 0..TRIALS {
+        let fs = SimFs::new();
+        let oracle = build(&fs);
+        let what = format!(
+            "trial {trial}, {}",
+            flip_one_meta_bit(&fs, "COMPATIBILITY", &mut rand)
+        );
+        if open_or_refusal(&fs, &oracle, &what, "--rebuild-compatibility").is_none() {
+            let c: rustqueue_storage::Compatibility =
+                read_checked(&fs, Path::new("/d/COMPATIBILITY")).unwrap();
+            assert_eq!(
+                (
+                    c.active_writer_feature_level,
+                    c.minimum_reader_feature_level
+                ),
+                (1, 1),
+                "{what}: a fence value changed silently"
+            );
+            continue;
+        }
+        refused += 1;
+        // The capability preflight reads the same file and refuses the same way.
+        assert!(rustqueue_storage::read_compatibility(&fs, Path::new("/d")).is_err());
+        offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), 1).unwrap();
+        check(&fs, &oracle, &what);
+        assert!(
+            offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), 1).is_err(),
+            "{what}: a whole file is never overwritten"
+        );
+    }
+    println!("COMPATIBILITY: {refused} of {TRIALS} flips refused, then rebuilt by repair");
+}
+
+#[test]
+fn a_bit_flipped_in_broker_meta_refuses_until_repair_rebuilds_it_for_the_node() {
+    let mut rand = seed();
+    let mut refused = 0;
+    for trial in 0..TRIALS {
+        let fs = SimFs::new();
+        let oracle = build(&fs);
+        let before: BrokerMeta = read_checked(&fs, Path::new("/d/broker.meta")).unwrap();
+        let what = format!(
+            "trial {trial}, {}",
+            flip_one_meta_bit(&fs, "broker.meta", &mut rand)
+        );
+        if open_or_refusal(&fs, &oracle, &what, "--rebuild-broker-meta").is_none() {
+            let after: BrokerMeta = read_checked(&fs, Path::new("/d/broker.meta")).unwrap();
+            assert_eq!(after.node_id, before.node_id, "{what}");
+            assert!(after.next_sequence >= before.next_sequence, "{what}");
+            continue;
+        }
+        refused += 1;
+        // Never for another node: the stored ids name node 5.
+        let wrong =
+            offline::rebuild_broker_meta(Arc::new(fs.clone()), Path::new("/d"), 6).unwrap_err();
+        assert!(
+            wrong.to_string().contains("not node 6's"),
+            "{what}: {wrong}"
+        );
+        offline::rebuild_broker_meta(Arc::new(fs.clone()), Path::new("/d"), 5).unwrap();
+        check(&fs, &oracle, &what);
+        // Ids resume past every stored one.
+        let (store, _) = Store::open(Arc::new(fs.clone()), Path::new("/d"), opts()).unwrap();
+        let next = store.allocate_ids(1).unwrap();
+        let highest = oracle.bodies.values().map(|(id, _)| *id).max().unwrap();
+        assert!(next > highest, "{what}: id {next:x} not above {highest:x}");
+    }
+    println!("broker.meta: {refused} of {TRIALS} flips refused, then rebuilt by repair");
+}
+
+#[test]
+fn a_damaged_metadata_file_with_a_whole_temp_sibling_completes_the_interrupted_replacement() {
+    let fs = SimFs::new();
+    let oracle = build(&fs);
+    let mut bm: BrokerMeta = read_checked(&fs, Path::new("/d/broker.meta")).unwrap();
+    bm.next_sequence += 1 << 20;
+    write_checked(&fs, Path::new("/d/broker.meta.tmp"), &bm).unwrap();
+    fs.corrupt(Path::new("/d/broker.meta"), 3, b'#');
+    let (store, _) = Store::open(Arc::new(fs.clone()), Path::new("/d"), opts()).unwrap();
+    let records = store.quarantine().records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].kind, DamageKind::Metadata);
+    assert_eq!(records[0].messages, 0);
+    let id = store.allocate_ids(1).unwrap();
+    assert_eq!(
+        id & ((1 << 48) - 1),
+        bm.next_sequence,
+        "ids resume at the temp's sequence"
+    );
+    drop(store);
+    check(&fs, &oracle, "temp sibling adopted");
+}
+
+/// A flip in `/d/<name>`.
+fn flip_one_meta_bit(fs: &SimFs, name: &str, rand: &mut u64) -> String {
+    let file = Path::new("/d").join(name);
+    let bytes = fs.read(&file).unwrap();
+    let at = (next_rand(rand) % bytes.len() as u64) as usize;
+    let bit = next_rand(rand) % 8;
+    fs.corrupt(&file, at, bytes[at] ^ (1 << bit));
+    format!("{name}: bit {bit} of byte {at}")
 }

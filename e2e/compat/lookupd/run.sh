@@ -6,7 +6,11 @@
 # Usage: e2e/compat/lookupd/run.sh <nsqlookupd|discovery> [go|python|node]...   (default: all)
 #
 #   nsqlookupd: official nsqlookupd v1.3.0 and two official nsqd (--lookupd-tcp-address)
-#   discovery:  rustqueue-discovery in static mode (docs/discovery.md) and two rustqueued
+#   discovery:  rustqueue-discovery in static mode (docs/discovery.md) and two rustqueued,
+#               plus rustqueue-gateway in front of them (docs/gateway.md): the go and python
+#               suites add the gateway-publish scenario (go-nsq Producers / pynsq Writers over
+#               TCP and HTTP /pub, /mpub through the gateway; messages on both brokers;
+#               consumed via lookup)
 #
 # Each client gets a fresh cluster on free 127.0.0.1 ports (its last scenario stops broker 2)
 # and runs the scenarios discover, new-topic and broker-leaves; each prints PASS/FAIL and a
@@ -17,7 +21,8 @@
 #   compat-lookupd-http-<target>: N passed, M failed
 # and exits non-zero on any failure or any ledger with missing > 0.
 #
-# Env: RUSTQUEUED_BIN, DISCOVERY_BIN (default $CARGO_TARGET_DIR/debug/...), COMPAT_KEEP=1.
+# Env: RUSTQUEUED_BIN, DISCOVERY_BIN, GATEWAY_BIN (default $CARGO_TARGET_DIR/debug/...),
+# COMPAT_KEEP=1.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../../scripts/lib.sh"
@@ -34,6 +39,8 @@ NODE_MODULES="$RUSTQUEUE_CACHE/nsqjs-$NSQJS_VERSION/node_modules"
 BIN_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 RUSTQUEUED_BIN="${RUSTQUEUED_BIN:-$BIN_DIR/rustqueued}"
 DISCOVERY_BIN="${DISCOVERY_BIN:-$BIN_DIR/rustqueue-discovery}"
+GATEWAY_BIN="${GATEWAY_BIN:-$BIN_DIR/rustqueue-gateway}"
+GW_TCP="" GW_HTTP=""
 
 WORK_PREFIX="rq-lookupd-$target"
 source "$HERE/../lib/procs.sh"
@@ -107,6 +114,22 @@ EOT
   die "rustqueue-discovery did not become ready within 10 s"
 }
 
+# The producer gateway in front of the cluster, fed by the discovery service; ready once it
+# agreed on both brokers (/v1/health 200 with "brokers":2).
+start_gateway() {
+  GW_TCP="127.0.0.1:$(free_port)" GW_HTTP="127.0.0.1:$(free_port)"
+  start gateway env RUST_LOG="${RUST_LOG:-warn}" "$GATEWAY_BIN" --tcp-address "$GW_TCP" \
+    --http-address "$GW_HTTP" --discovery-urls "http://$LOOKUP"
+  wait_http gateway "$GW_HTTP"
+  local i
+  for i in $(seq 1 100); do
+    curl -fsS "http://$GW_HTTP/v1/health" 2>/dev/null | grep -q '"brokers":2' && return 0
+    sleep 0.1
+  done
+  curl -sS "http://$GW_HTTP/v1/health" >&2 || true
+  die "rustqueue-gateway did not see both brokers within 10 s"
+}
+
 check_tools() {
   if [ "$target" = nsqlookupd ]; then
     [ -x "$NSQLOOKUPD_BIN" ] || die "no nsqlookupd at $NSQLOOKUPD_BIN: run scripts/deps.sh nsqlookupd"
@@ -114,6 +137,7 @@ check_tools() {
   else
     [ -x "$RUSTQUEUED_BIN" ] || die "no rustqueued at $RUSTQUEUED_BIN: cargo build -p rustqueue-server"
     [ -x "$DISCOVERY_BIN" ] || die "no rustqueue-discovery at $DISCOVERY_BIN: cargo build -p rustqueue-discovery"
+    [ -x "$GATEWAY_BIN" ] || die "no rustqueue-gateway at $GATEWAY_BIN: cargo build -p rustqueue-gateway"
   fi
   local c
   for c in "${clients[@]}"; do
@@ -154,6 +178,11 @@ main() {
     log "$target lookup=$LOOKUP b1=$B1_TCP/$B1_HTTP b2=$B2_TCP/$B2_HTTP ($client)"
     local args=(--lookup "$LOOKUP" --b1-tcp "$B1_TCP" --b1-http "$B1_HTTP"
       --b2-tcp "$B2_TCP" --b2-http "$B2_HTTP" --leave-pid "$PID_b2")
+    if [ "$target" = discovery ] && [ "$client" != node ]; then
+      start_gateway
+      log "gateway tcp=$GW_TCP http=$GW_HTTP"
+      args+=(--gateway-tcp "$GW_TCP" --gateway-http "$GW_HTTP")
+    fi
     out="$WORK/$client.out"
     rc=0
     case "$client" in
@@ -177,6 +206,12 @@ main() {
       tail -n 20 "$WORK/b1.log" "$WORK/lookup.log"
       failed_any=1
     fi
+    if [ -n "$GW_TCP" ] && ! kill -0 "$PID_gateway" 2>/dev/null; then
+      echo "the gateway died during the run:"
+      tail -n 20 "$WORK/gateway.log"
+      failed_any=1
+    fi
+    GW_TCP="" GW_HTTP=
     stop_all
   done
   return "$failed_any"

@@ -108,9 +108,16 @@ impl LazyFs {
 impl Mounted {
     /// Unmounts and waits for the session thread.
     pub fn unmount(mut self) -> io::Result<()> {
-        self.session
+        match self
+            .session
             .take()
             .map_or(Ok(()), BackgroundSession::umount_and_join)
+        {
+            // The kernel tears the connection down with the unmount; the session loop may
+            // see that as an aborted connection rather than a closed device. Either is an end.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            other => other,
+        }
     }
 
     /// Where it is mounted.

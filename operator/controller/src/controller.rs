@@ -130,11 +130,17 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<&str>) {
             .get(labels::INSTANCE)
             .map(|n| ObjectRef::<RustQueue>::new(n).within(&ns))
     })
-    .run(reconcile, error_policy, ctx)
-    .for_each(|r| async move {
+    .run(reconcile, error_policy, ctx.clone())
+    .for_each(|r| {
+        // A requeue of a deleted RustQueue finds no object: drop its status series.
+        if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = &r {
+            ctx.metrics
+                .forget(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
+        }
         if let Err(e) = r {
             tracing::debug!(error = %e, "controller event");
         }
+        std::future::ready(())
     })
     .await;
 }
@@ -157,10 +163,15 @@ async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue, Err
             rq.metadata.generation,
             &now_rfc3339(),
         );
-        if apply::write_status(&ctx.client, &rq, &status).await.is_ok()
-            && let Some(t) = transition
-        {
-            apply::record_transition(&ctx.recorder, &rq, &t).await;
+        if apply::write_status(&ctx.client, &rq, &status).await.is_ok() {
+            ctx.metrics.observe_status(
+                rq.namespace().as_deref().unwrap_or_default(),
+                &rq.name_any(),
+                &status,
+            );
+            if let Some(t) = transition {
+                apply::record_transition(&ctx.recorder, &rq, &t).await;
+            }
         }
     }
     result
@@ -305,6 +316,11 @@ async fn write_outcome(ctx: &Context, rq: &RustQueue, decided: &Plan) -> Result<
     if status != previous {
         apply::write_status(&ctx.client, rq, &status).await?;
     }
+    ctx.metrics.observe_status(
+        rq.namespace().as_deref().unwrap_or_default(),
+        &rq.name_any(),
+        &status,
+    );
     let key = |s: &rustqueue_api::crd::RustQueueStatus| {
         s.current_operation
             .as_ref()

@@ -1,7 +1,14 @@
 //! Operator metrics and the `:8080` health server (`/healthz`, `/readyz`, `/metrics`).
 //! Both replicas report Ready: a standby is healthy, it just does not lead.
+//!
+//! Besides the process series, the leader exports each RustQueue's status as it wrote it
+//! (phase, conditions, desired and ready brokers), so alerts see a failed or blocked rollout
+//! without reading the API server (docs/monitoring.md). A replica that loses the Lease keeps
+//! its last values; alerts join them with `rustqueue_operator_leader == 1`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -9,7 +16,10 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use rustqueue_api::crd::{ConditionStatus, RustQueueStatus};
 
 /// The operator's metrics.
 #[derive(Clone)]
@@ -21,6 +31,115 @@ pub struct Metrics {
     pub reconciles: IntCounterVec,
     /// Reconcile duration.
     pub reconcile_duration: Histogram,
+    status: StatusGauges,
+}
+
+/// The status series of every RustQueue this replica wrote a status for.
+#[derive(Clone)]
+struct StatusGauges {
+    /// `rustqueue_operator_phase{namespace,name,phase}`: 1 for the current phase only.
+    phase: IntGaugeVec,
+    /// `rustqueue_operator_condition{namespace,name,type}`: 1 while True, else 0.
+    condition: IntGaugeVec,
+    /// `rustqueue_operator_desired_brokers{namespace,name}`.
+    desired: IntGaugeVec,
+    /// `rustqueue_operator_ready_brokers{namespace,name}`.
+    ready: IntGaugeVec,
+    /// What each RustQueue last exported, so a changed phase or a deleted object leaves no
+    /// stale series.
+    seen: Arc<Mutex<HashMap<Key, Exported>>>,
+}
+
+/// A RustQueue: (namespace, name).
+type Key = (String, String);
+/// Its exported phase and condition types.
+type Exported = (String, Vec<String>);
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+impl StatusGauges {
+    fn new() -> Self {
+        Self {
+            phase: gauge_vec(
+                "rustqueue_operator_phase",
+                "1 for the status.phase the leader last wrote for a RustQueue",
+                &["namespace", "name", "phase"],
+            ),
+            condition: gauge_vec(
+                "rustqueue_operator_condition",
+                "1 while a RustQueue status condition is True, 0 otherwise",
+                &["namespace", "name", "type"],
+            ),
+            desired: gauge_vec(
+                "rustqueue_operator_desired_brokers",
+                "status.desiredBrokers of a RustQueue",
+                &["namespace", "name"],
+            ),
+            ready: gauge_vec(
+                "rustqueue_operator_ready_brokers",
+                "status.readyBrokers of a RustQueue",
+                &["namespace", "name"],
+            ),
+            seen: Arc::default(),
+        }
+    }
+
+    fn collectors(&self) -> [Box<dyn prometheus::core::Collector>; 4] {
+        [
+            Box::new(self.phase.clone()),
+            Box::new(self.condition.clone()),
+            Box::new(self.desired.clone()),
+            Box::new(self.ready.clone()),
+        ]
+    }
+
+    fn set(&self, namespace: &str, name: &str, status: &RustQueueStatus) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        let phase = status.phase.clone().unwrap_or_default();
+        let types: Vec<String> = status.conditions.iter().map(|c| c.type_.clone()).collect();
+        if let Some((old_phase, old_types)) = seen.get(&key) {
+            if *old_phase != phase {
+                let _ = self
+                    .phase
+                    .remove_label_values(&[namespace, name, old_phase]);
+            }
+            for t in old_types.iter().filter(|t| !types.contains(t)) {
+                let _ = self.condition.remove_label_values(&[namespace, name, t]);
+            }
+        }
+        self.phase
+            .with_label_values(&[namespace, name, &phase])
+            .set(1);
+        for c in &status.conditions {
+            let holds = matches!(c.status, ConditionStatus::True);
+            self.condition
+                .with_label_values(&[namespace, name, &c.type_])
+                .set(i64::from(holds));
+        }
+        self.desired
+            .with_label_values(&[namespace, name])
+            .set(status.desired_brokers.unwrap_or(0).into());
+        self.ready
+            .with_label_values(&[namespace, name])
+            .set(status.ready_brokers.unwrap_or(0).into());
+        seen.insert(key, (phase, types));
+    }
+
+    fn forget(&self, namespace: &str, name: &str) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((phase, types)) = seen.remove(&(namespace.to_string(), name.to_string())) else {
+            return;
+        };
+        let _ = self.phase.remove_label_values(&[namespace, name, &phase]);
+        for t in &types {
+            let _ = self.condition.remove_label_values(&[namespace, name, t]);
+        }
+        let _ = self.desired.remove_label_values(&[namespace, name]);
+        let _ = self.ready.remove_label_values(&[namespace, name]);
+    }
 }
 
 impl Default for Metrics {
@@ -54,12 +173,14 @@ impl Metrics {
             "Time to observe, plan and apply one RustQueue",
         ))
         .expect("valid metric");
-        for c in [
-            Box::new(up) as Box<dyn prometheus::core::Collector>,
+        let status = StatusGauges::new();
+        let process: [Box<dyn prometheus::core::Collector>; 4] = [
+            Box::new(up),
             Box::new(leader.clone()),
             Box::new(reconciles.clone()),
             Box::new(reconcile_duration.clone()),
-        ] {
+        ];
+        for c in process.into_iter().chain(status.collectors()) {
             registry.register(c).expect("metric names are unique");
         }
         Self {
@@ -67,7 +188,18 @@ impl Metrics {
             leader,
             reconciles,
             reconcile_duration,
+            status,
         }
+    }
+
+    /// Export the status just written for RustQueue `namespace/name`.
+    pub fn observe_status(&self, namespace: &str, name: &str, status: &RustQueueStatus) {
+        self.status.set(namespace, name, status);
+    }
+
+    /// Drop every series of RustQueue `namespace/name` (it was deleted).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.status.forget(namespace, name);
     }
 
     /// Count one reconcile.
@@ -140,5 +272,84 @@ mod tests {
             "{text}"
         );
         server.abort();
+    }
+
+    fn status(phase: &str, ready: i32, conditions: &[(&str, bool)]) -> RustQueueStatus {
+        RustQueueStatus {
+            phase: Some(phase.into()),
+            desired_brokers: Some(3),
+            ready_brokers: Some(ready),
+            conditions: conditions
+                .iter()
+                .map(|(t, holds)| rustqueue_api::crd::Condition {
+                    type_: (*t).into(),
+                    status: (*holds).into(),
+                    reason: "R".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: "t".into(),
+                })
+                .collect(),
+            ..RustQueueStatus::default()
+        }
+    }
+
+    fn series(m: &Metrics, prefix: &str) -> Vec<String> {
+        m.render()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_rustqueue_status_is_exported_with_only_its_current_phase() {
+        let m = Metrics::new();
+        m.observe_status(
+            "ns",
+            "q",
+            &status("Rolling", 2, &[("Ready", false), ("Degraded", false)]),
+        );
+        m.observe_status(
+            "ns",
+            "q",
+            &status("RolloutFailed", 2, &[("Ready", false), ("Degraded", true)]),
+        );
+        assert_eq!(
+            series(&m, "rustqueue_operator_phase{"),
+            ["rustqueue_operator_phase{name=\"q\",namespace=\"ns\",phase=\"RolloutFailed\"} 1"]
+        );
+        assert_eq!(
+            series(&m, "rustqueue_operator_condition{"),
+            [
+                "rustqueue_operator_condition{name=\"q\",namespace=\"ns\",type=\"Degraded\"} 1",
+                "rustqueue_operator_condition{name=\"q\",namespace=\"ns\",type=\"Ready\"} 0",
+            ]
+        );
+        assert_eq!(
+            series(&m, "rustqueue_operator_ready_brokers{"),
+            ["rustqueue_operator_ready_brokers{name=\"q\",namespace=\"ns\"} 2"]
+        );
+        assert_eq!(
+            series(&m, "rustqueue_operator_desired_brokers{"),
+            ["rustqueue_operator_desired_brokers{name=\"q\",namespace=\"ns\"} 3"]
+        );
+    }
+
+    #[test]
+    fn a_deleted_rustqueue_leaves_no_series_and_others_stay() {
+        let m = Metrics::new();
+        m.observe_status("ns", "q", &status("Ready", 3, &[("Ready", true)]));
+        m.observe_status("ns", "other", &status("Scaling", 1, &[("Ready", false)]));
+        m.forget("ns", "q");
+        let left: Vec<String> = series(&m, "rustqueue_operator_")
+            .into_iter()
+            .filter(|l| l.contains("namespace=\"ns\""))
+            .collect();
+        assert_eq!(left.len(), 4, "{left:?}");
+        assert!(
+            left.iter().all(|l| l.contains("name=\"other\"")),
+            "{left:?}"
+        );
     }
 }

@@ -1,30 +1,66 @@
-//! The Argo CD health check in docs/argocd.md, run in a real Lua 5.4 against statuses that
-//! the operator's own status writer produces.
+//! The Argo CD health check in docs/argocd.md, evaluated by gopher-lua (Lua 5.1, the engine
+//! Argo CD embeds, through config/argocd/health) against statuses that the operator's own
+//! status writer produces, and against statuses captured from the testbed
+//! (config/argocd/testdata).
 
-use mlua::{Lua, LuaSerdeExt};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 use rustqueue_operator::plan::{Observed, plan};
 use rustqueue_operator::render::{Desired, DesiredInputs, Owner};
 use rustqueue_operator::status::{error_status, next_status};
 
-fn health_lua() -> String {
-    let doc = include_str!("../../../docs/argocd.md");
-    let start = doc
-        .find("```lua\n")
-        .expect("docs/argocd.md has a lua block")
-        + "```lua\n".len();
-    let len = doc[start..].find("```").expect("the lua block is closed");
-    doc[start..start + len].to_string()
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Evaluate the health check for a RustQueue object; returns (status, message).
+/// The evaluator `scripts/deps.sh argocd-health` builds (`$RUSTQUEUE_ARGOCD_HEALTH` overrides).
+fn evaluator() -> PathBuf {
+    if let Some(p) = std::env::var_os("RUSTQUEUE_ARGOCD_HEALTH") {
+        return p.into();
+    }
+    let cache = std::env::var_os("RUSTQUEUE_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/rustqueue"),
+        PathBuf::from,
+    );
+    let bin = cache.join("argocd-health");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `scripts/deps.sh argocd-health` (make unit does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Evaluate the health check for a RustQueue object the way Argo CD does: (status, message).
 fn health(obj: &serde_json::Value) -> (String, String) {
-    let lua = Lua::new();
-    lua.globals()
-        .set("obj", lua.to_value(obj).unwrap())
+    let mut child = Command::new(evaluator())
+        .arg("-doc")
+        .arg(repo().join("docs/argocd.md"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Argo CD health evaluator");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(obj.to_string().as_bytes())
         .unwrap();
-    let hs: mlua::Table = lua.load(health_lua()).eval().unwrap();
-    (hs.get("status").unwrap(), hs.get("message").unwrap())
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "health check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        hs["status"].as_str().unwrap().to_string(),
+        hs["message"].as_str().unwrap().to_string(),
+    )
 }
 
 fn object(generation: i64, status: Option<&RustQueueStatus>) -> serde_json::Value {

@@ -358,3 +358,30 @@ fn a_recovered_state_redelivers_requeued_messages_at_their_time_with_their_attem
     };
     assert_eq!(take(&mut s, 1, &log, &due), Some((2, 102, 5)));
 }
+
+#[test]
+fn a_requeued_position_the_log_no_longer_holds_is_passed_like_an_absent_one() {
+    // Position 4 was delivered and requeued, then lost: a relaxed tail cut by a power loss, or
+    // a record quarantined at the next start. It must not hold the floor (and the depth) forever.
+    let log = log(3, |_| 0);
+    let mut durable = ChannelState::new("c", 1);
+    durable.apply(&ChannelCommand::Requeue {
+        position: 4,
+        id: 104,
+        available_at_ms: NOW_MS,
+        attempts: 1,
+        requeue_count: 1,
+    });
+    let mut s = ChanState::new(durable);
+    s.consumers = state(&[1]).consumers;
+    let now = Instant::now();
+    let mut delivered = Vec::new();
+    while let Some((p, id, _)) = take(&mut s, 1, &log, &rules(5, now)) {
+        delivered.push(p);
+        s.finish(1, id).unwrap();
+    }
+    assert_eq!(delivered, [1, 2, 3]);
+    assert!(s.durable.requeued.is_empty(), "{:?}", s.durable.requeued);
+    assert_eq!(s.durable.ack_floor, 5);
+    assert_eq!(s.counts(5), (0, 0, 0));
+}

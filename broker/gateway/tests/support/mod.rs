@@ -49,6 +49,7 @@ pub struct DiscoveryState {
 pub struct FakeDiscovery {
     pub addr: SocketAddr,
     pub state: Arc<Mutex<DiscoveryState>>,
+    task: Arc<tokio::task::JoinHandle<()>>,
 }
 
 impl FakeDiscovery {
@@ -64,10 +65,19 @@ impl FakeDiscovery {
             .route("/v1/publishers", get(list))
             .route("/v1/brokers", get(list))
             .with_state(state.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FakeDiscovery { addr, state }
+        FakeDiscovery {
+            addr,
+            state,
+            task: Arc::new(task),
+        }
+    }
+
+    /// Stop answering (connections refused from now on).
+    pub fn stop(&self) {
+        self.task.abort();
     }
 
     pub fn url(&self) -> String {

@@ -29,6 +29,8 @@ type env struct {
 	b1tcp, b1web string
 	b2tcp, b2web string
 	leavePid     int
+	// The producer gateway in front of both brokers (empty: no gateway scenario).
+	gwTCP, gwHTTP string
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
@@ -270,11 +272,19 @@ func main() {
 	flag.StringVar(&e.b2tcp, "b2-tcp", "", "broker 2 TCP address")
 	flag.StringVar(&e.b2web, "b2-http", "", "broker 2 HTTP address")
 	flag.IntVar(&e.leavePid, "leave-pid", 0, "pid of broker 2 (stopped by the broker-leaves scenario)")
+	flag.StringVar(&e.gwTCP, "gateway-tcp", "", "rustqueue-gateway TCP address (adds the gateway scenario)")
+	flag.StringVar(&e.gwHTTP, "gateway-http", "", "rustqueue-gateway HTTP address")
 	flag.Parse()
-	scenarios := []struct {
+	type scenario struct {
 		name string
 		run  func(*env, *ledger) error
-	}{{"discover", discover}, {"new-topic", newTopic}, {"broker-leaves", brokerLeaves}}
+	}
+	scenarios := []scenario{{"discover", discover}, {"new-topic", newTopic}}
+	if e.gwTCP != "" {
+		// Before broker-leaves, which stops broker 2.
+		scenarios = append(scenarios, scenario{"gateway-publish", gatewayPublish})
+	}
+	scenarios = append(scenarios, scenario{"broker-leaves", brokerLeaves})
 	failed := false
 	for _, s := range scenarios {
 		l := newLedger()

@@ -73,6 +73,7 @@ class Env:
     def __init__(self, a):
         self.a = a
         self.readers = []
+        self.writers = []
 
     def producers(self, topic):
         req = urllib.request.Request("http://%s/lookup?topic=%s" % (self.a.lookup, topic),
@@ -106,6 +107,11 @@ class Env:
     def close(self):
         while self.readers:
             self.readers.pop().close()
+        while self.writers:
+            w = self.writers.pop()
+            w.reconnect_interval = 3600
+            for conn in list(w.conns.values()):
+                conn.close()
 
 
 def topic_name(s):
@@ -133,6 +139,56 @@ async def new_topic(e, l):
     await l.wait_all(20)
 
 
+def message_count(web, topic):
+    """topic's message_count in a broker's /stats (0 when absent)."""
+    with urllib.request.urlopen("http://%s/stats?format=json&topic=%s" % (web, topic),
+                                timeout=5) as r:
+        doc = json.loads(r.read())
+    return sum(t["message_count"] for t in doc["topics"] if t["topic_name"] == topic)
+
+
+async def writer_pub(w, topic, msgs):
+    """PUB (one body) or MPUB (a list) through a pynsq Writer; raises unless the answer is OK."""
+    fut = asyncio.get_event_loop().create_future()
+
+    def done(conn, data):
+        if not fut.done():
+            fut.set_result(data)
+    if isinstance(msgs, list):
+        w.mpub(topic, msgs, callback=done)
+    else:
+        w.pub(topic, msgs, callback=done)
+    data = await asyncio.wait_for(fut, 10)
+    if data != b"OK":
+        raise Failure("publish through the gateway answered %r" % (data,))
+
+
+async def gateway_publish(e, l):
+    """Two pynsq Writers (one connection each) publish through the gateway (PUB, MPUB), plus HTTP
+    /pub through it; the messages land on both brokers; a Reader via lookup receives all."""
+    t = topic_name("gateway")
+    writers = [nsq.Writer([e.a.gateway_tcp]) for _ in range(2)]
+    e.writers.extend(writers)
+    await until(lambda: all(w.conns for w in writers), 10,
+                "the Writers did not connect through the gateway")
+    for i, w in enumerate(writers):
+        for j in range(20):
+            body = "%s-tcp-%d-%d" % (t, i, j)
+            await writer_pub(w, t, body.encode())
+            l.published.add(body)
+        batch = ["%s-mpub-%d-%d" % (t, i, j) for j in range(5)]
+        await writer_pub(w, t, [b.encode() for b in batch])
+        l.published.update(batch)
+    l.publish(e.a.gateway_http, t, "http", 10)
+    n1, n2 = message_count(e.a.b1_http, t), message_count(e.a.b2_http, t)
+    print("gateway spread: broker 1 holds %d, broker 2 holds %d of %d" % (n1, n2, len(l.published)))
+    if n1 == 0 or n2 == 0 or n1 + n2 != len(l.published):
+        raise Failure("brokers hold %d and %d of %d acknowledged" % (n1, n2, len(l.published)))
+    await e.wait_producers(t, [e.a.b1_tcp, e.a.b2_tcp], 10)
+    e.reader(t, l)
+    await l.wait_all(15)
+
+
 async def broker_leaves(e, l):
     """The topic lives on both brokers; broker 2 stops; /lookup drops it within LEAVE_BOUND and the
     Reader keeps receiving from broker 1."""
@@ -157,12 +213,18 @@ def main():
     p.add_argument("--b2-tcp", required=True)
     p.add_argument("--b2-http", required=True)
     p.add_argument("--leave-pid", type=int, required=True)
+    p.add_argument("--gateway-tcp", help="rustqueue-gateway TCP address (adds gateway-publish)")
+    p.add_argument("--gateway-http")
     a = p.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     e = Env(a)
     failed = False
-    for name, fn in [("discover", discover), ("new-topic", new_topic),
-                     ("broker-leaves", broker_leaves)]:
+    scenarios = [("discover", discover), ("new-topic", new_topic)]
+    if a.gateway_tcp:
+        # Before broker-leaves, which stops broker 2.
+        scenarios.append(("gateway-publish", gateway_publish))
+    scenarios.append(("broker-leaves", broker_leaves))
+    for name, fn in scenarios:
         l = Ledger()
         start = time.monotonic()
         err = None

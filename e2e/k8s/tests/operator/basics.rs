@@ -309,23 +309,49 @@ pub async fn the_api_server_refuses_min_brokers_above_max(c: &Cluster) {
     );
 }
 
-/// Runs the Argo CD health check from docs/argocd.md (Lua 5.4) on `obj`: (status, message).
+/// Runs the Argo CD health check from docs/argocd.md on `obj` the way Argo CD does, in
+/// gopher-lua (config/argocd/health, built by `scripts/deps.sh argocd-health`): (status, message).
 pub fn argocd_health(obj: &serde_json::Value) -> (String, String) {
-    use mlua::LuaSerdeExt;
-    let doc = std::fs::read_to_string(repo_root().join("docs/argocd.md")).unwrap();
-    let start = doc
-        .find("```lua\n")
-        .expect("docs/argocd.md has a lua block")
-        + "```lua\n".len();
-    let len = doc[start..].find("```").expect("the lua block is closed");
-    let lua = mlua::Lua::new();
-    lua.globals()
-        .set("obj", lua.to_value(obj).unwrap())
-        .unwrap();
-    let hs: mlua::Table = lua.load(&doc[start..start + len]).eval().unwrap();
+    use std::io::Write;
+    let bin = std::env::var_os("RUSTQUEUE_ARGOCD_HEALTH").map_or_else(
+        || {
+            let cache = std::env::var_os("RUSTQUEUE_CACHE").map_or_else(
+                || {
+                    std::path::PathBuf::from(std::env::var_os("HOME").unwrap())
+                        .join(".cache/rustqueue")
+                },
+                std::path::PathBuf::from,
+            );
+            cache.join("argocd-health")
+        },
+        std::path::PathBuf::from,
+    );
+    let mut child = std::process::Command::new(&bin)
+        .arg("-doc")
+        .arg(repo_root().join("docs/argocd.md"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run `scripts/deps.sh argocd-health`)",
+                bin.display()
+            )
+        });
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(obj.to_string().as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "Argo CD health check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     (
-        hs.get("status").unwrap(),
-        hs.get("message").unwrap_or_default(),
+        hs["status"].as_str().unwrap_or_default().to_string(),
+        hs["message"].as_str().unwrap_or_default().to_string(),
     )
 }
 

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG};
+use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG, NS, RQ};
 use rustqueue_e2e::{Poll, eventually};
 
 use crate::rollout::{
-    brokers, no_broker_touched_for, operation, pod_revisions, rolled_to, template,
+    argocd_health_at, brokers, no_broker_touched_for, operation, pod_revisions, rolled_to, template,
 };
 
 /// An image whose binary cannot start -> `PreflightBlocked` (Degraded), no broker Pod touched;
@@ -26,6 +26,7 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
         rq.condition_true("Degraded") && !rq.condition_true("Ready"),
         "PreflightBlocked should be Degraded and not Ready: {rq:?}"
     );
+    argocd_health_at("preflight-blocked", &rq, "Degraded");
     assert!(
         rq.message().contains(BROKEN.as_str()),
         "the message should name the image: {:?}",
@@ -37,6 +38,39 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
     c.patch_spec_ok(&format!(r#"{{"image":"{good}"}}"#));
     c.ready(3).await;
     assert_eq!(revs, pod_revisions(c).await, "going back rolled a broker");
+}
+
+/// The leader's `/metrics` says `phase` for the RustQueue (what the RustQueueRolloutFailed
+/// alert of config/prometheus reads).
+async fn leader_exports_phase(c: &Cluster, phase: &str) {
+    let line =
+        format!("rustqueue_operator_phase{{name=\"{RQ}\",namespace=\"{NS}\",phase=\"{phase}\"}} 1");
+    eventually(
+        &format!("the leader exporting {line}"),
+        Duration::from_secs(30),
+        || async {
+            let Some(leader) = c.leader().await else {
+                return Poll::Saw("no leader".to_string());
+            };
+            let ip = c.pod_ip(&leader).await;
+            match reqwest::get(format!("http://{ip}:8080/metrics")).await {
+                Ok(r) => {
+                    let text = r.text().await.unwrap_or_default();
+                    let ours: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.starts_with("rustqueue_operator_phase{"))
+                        .collect();
+                    if ours.contains(&line.as_str()) && ours.len() == 1 {
+                        Poll::Done(())
+                    } else {
+                        Poll::Saw(format!("{leader}: {ours:?}"))
+                    }
+                }
+                Err(e) => Poll::Saw(format!("{leader}: {e}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// A release that passes preflight but whose brokers fail: after `timeoutSeconds` the
@@ -56,6 +90,8 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
         rq.condition_true("Degraded"),
         "RolloutFailed not Degraded: {rq:?}"
     );
+    argocd_health_at("rollout-failed", &rq, "Degraded");
+    leader_exports_phase(c, "RolloutFailed").await;
     let failed = rq.operation().clone();
     assert_eq!(failed["phase"], "Failed", "{rq:?}");
 

@@ -96,8 +96,30 @@ pub async fn template_applied(c: &Cluster, image: &str, since: Instant) -> Durat
     .await
 }
 
+/// Argo CD's health check (docs/argocd.md, evaluated the way Argo CD does) reads the live
+/// object `rq` as `want` at `moment`. With `$RUSTQUEUE_ARGOCD_CAPTURE` set to a directory the
+/// object is also saved there as `<moment>.json` (config/argocd/testdata holds such captures).
+pub fn argocd_health_at(moment: &str, rq: &Rq, want: &str) {
+    let (health, message) = crate::basics::argocd_health(&rq.0);
+    assert_eq!(
+        health, want,
+        "Argo CD health at {moment}: {message}\n{:#}",
+        rq.0
+    );
+    if let Some(dir) = std::env::var_os("RUSTQUEUE_ARGOCD_CAPTURE") {
+        let mut obj = rq.0.clone();
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        let path = std::path::Path::new(&dir).join(format!("{moment}.json"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&path, serde_json::to_string_pretty(&obj).unwrap() + "\n").unwrap();
+    }
+}
+
 /// Waits for the rollout to `revision` to finish: Ready, every broker on it. Returns the
-/// phases seen on the way (each once, in order).
+/// phases seen on the way (each once, in order). Argo CD reads the rollout as Progressing and
+/// its end as Healthy.
 pub async fn rolled_to(c: &Cluster, revision: &str, limit: Duration) -> (Rq, Vec<String>) {
     let phases = RefCell::new(Vec::<String>::new());
     let rq = c
@@ -108,11 +130,15 @@ pub async fn rolled_to(c: &Cluster, revision: &str, limit: Duration) -> (Rq, Vec
                 let mut p = phases.borrow_mut();
                 if p.last().map(String::as_str) != Some(rq.phase()) {
                     p.push(rq.phase().to_owned());
+                    if rq.phase() == "Rolling" {
+                        argocd_health_at("rolling", rq, "Progressing");
+                    }
                 }
                 rq.is_ready() && rq.ready_brokers() == Some(3)
             },
         )
         .await;
+    argocd_health_at("ready", &rq, "Healthy");
     let revs = pod_revisions(c).await;
     assert!(
         revs.len() == 3 && revs.values().all(|r| r.as_deref() == Some(revision)),
@@ -253,6 +279,7 @@ pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &st
         .until("RolloutPaused", LONG, |rq| rq.phase() == "RolloutPaused")
         .await;
     assert!(!rq.condition_true("Ready"), "Ready while paused: {rq:?}");
+    argocd_health_at("rollout-paused", &rq, "Suspended");
     no_broker_touched_for(c, Duration::from_secs(5), "while paused").await;
 
     c.patch_spec_ok(r#"{"rollout":{"paused":false}}"#);
@@ -261,6 +288,7 @@ pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &st
             rq.phase() == "RolloutAwaitingApproval"
         })
         .await;
+    argocd_health_at("rollout-awaiting-approval", &rq, "Suspended");
     let (rev, _) = template(c).await;
     let rev = rev.expect("template revision");
     assert!(

@@ -1,0 +1,183 @@
+//! Damage to the small root metadata files, on the real binary (docs/storage-format.md,
+//! "Damage to FORMAT, COMPATIBILITY and broker.meta"): a damaged `FORMAT` is rewritten from
+//! the other two; a damaged `broker.meta` or `COMPATIBILITY` refuses the start with a message
+//! naming the repair, `storage verify` reports it, and `storage repair` rebuilds it only when
+//! told the node id / feature level, never for another node. Afterwards every message is
+//! served and new ids are above every stored one.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Client;
+
+const NODE: &str = "7";
+
+struct Proc {
+    _child: common::KillOnDrop,
+    tcp: std::net::SocketAddr,
+    _config: tempfile::TempDir,
+}
+
+fn command(data: &Path) -> (Command, tempfile::TempDir, u16, u16) {
+    let (tcp, http) = (common::free_port(), common::free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
+    let config = common::with_disk_guard(&mut cmd);
+    cmd.env("RUSTQUEUE_DATA_PATH", data)
+        .env("RUSTQUEUE_NODE_ID", NODE)
+        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
+        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    (cmd, config, tcp, http)
+}
+
+async fn start(data: &Path) -> Proc {
+    let (mut cmd, config, tcp, http) = command(data);
+    let child = common::KillOnDrop(cmd.spawn().unwrap());
+    let ping = format!("http://127.0.0.1:{http}/ping");
+    common::eventually(async || {
+        reqwest::get(&ping)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    Proc {
+        _child: child,
+        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+        _config: config,
+    }
+}
+
+/// Starts the broker and expects it to refuse: returns its stderr.
+fn refused_start(data: &Path) -> String {
+    let (mut cmd, _config, _, _) = command(data);
+    let mut child = common::KillOnDrop(cmd.stderr(Stdio::piped()).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broker started on damaged metadata"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+fn tool(data: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+        .arg("storage")
+        .args(args)
+        .arg("--data-path")
+        .arg(data)
+        .env("RUSTQUEUE_NODE_ID", NODE)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// Flips the lowest bit of the middle byte of `file`.
+fn flip(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 1;
+    std::fs::write(file, bytes).unwrap();
+}
+
+async fn drain(p: &Proc, n: usize) -> Vec<u64> {
+    let mut c = Client::connect(p.tcp).await;
+    c.subscribe("meta", "c", 100).await;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let (id, _, body) = c.expect_message().await;
+        assert!(body.starts_with(b"message "), "{body:?}");
+        ids.push(u64::from_str_radix(std::str::from_utf8(&id).unwrap(), 16).unwrap());
+        c.fin(&id).await;
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repair_otherwise() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path();
+    {
+        let p = start(dir).await;
+        let mut c = Client::connect(p.tcp).await;
+        c.subscribe("meta", "c", 0).await;
+        let mut pubc = Client::connect(p.tcp).await;
+        for i in 0..50 {
+            pubc.publish("meta", format!("message {i}").as_bytes())
+                .await;
+        }
+    } // SIGKILL
+
+    // FORMAT: derivable from COMPATIBILITY and broker.meta, so the start rewrites it.
+    flip(&dir.join("FORMAT"));
+    let (code, text) = tool(dir, &["verify"]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("damaged") && l.contains("FORMAT")),
+        "{text}"
+    );
+    drop(start(dir).await);
+
+    // broker.meta: the node id is never guessed.
+    flip(&dir.join("broker.meta"));
+    let err = refused_start(dir);
+    assert!(
+        err.contains("broker.meta is damaged") && err.contains("--rebuild-broker-meta"),
+        "{err}"
+    );
+    let (code, text) = tool(dir, &["verify"]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("damaged") && l.contains("broker.meta")),
+        "{text}"
+    );
+    let (code, text) = tool(dir, &["repair"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("--rebuild-broker-meta"), "{text}");
+    let (code, text) = tool(dir, &["repair", "--rebuild-broker-meta", "--node-id", "8"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("not node 8's"), "{text}");
+    let (code, text) = tool(dir, &["repair", "--rebuild-broker-meta", "--node-id", NODE]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("50 stored message ids checked"), "{text}");
+
+    // COMPATIBILITY: the fence is not derivable; repair rewrites it at the level it is told.
+    flip(&dir.join("COMPATIBILITY"));
+    let err = refused_start(dir);
+    assert!(
+        err.contains("COMPATIBILITY is damaged") && err.contains("--rebuild-compatibility"),
+        "{err}"
+    );
+    let (code, text) = tool(
+        dir,
+        &["repair", "--rebuild-compatibility", "--feature-level", "1"],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = tool(dir, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+
+    // Everything is served, and new ids are above every stored one.
+    let p = start(dir).await;
+    let old = drain(&p, 50).await;
+    let mut c = Client::connect(p.tcp).await;
+    c.publish("meta", b"message new").await;
+    let new = drain(&p, 1).await;
+    assert!(new[0] > *old.iter().max().unwrap(), "{new:x?} vs {old:x?}");
+    assert_eq!(new[0] >> 48, 7);
+}
