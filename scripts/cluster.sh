@@ -95,12 +95,7 @@ SH
 chmod 755 "$in_cluster"
 
 discovery="$queue-discovery.$ns.svc:4161"
-if k -n "$ns" get service "$queue-gateway" >/dev/null 2>&1; then
-  publish="http://$queue-gateway.$ns.svc:4151"
-else
-  # No gateway Service in this release yet: publish to the first broker by its DNS name.
-  publish="http://$queue-0.$queue-brokers.$ns.svc:4151"
-fi
+publish="http://$queue-gateway.$ns.svc:4151"
 # Runs the example below exactly as printed before printing it.
 "$in_cluster" curl -sf -d "hello from make cluster" "$publish/pub?topic=demo" >/dev/null ||
   die "publishing to $publish failed"
