@@ -76,7 +76,14 @@ def scrape_binaries(rustqueued, discovery, gateway):
         tcp, web, lookup = free_port(), free_port(), free_port()
         gw_tcp, gw_web = free_port(), free_port()
         config = Path(tmp, "rustqueue.toml")
-        config.write_text("[metrics]\ndetailed_queue_metrics = true\n")
+        # No disk-pressure throttling: the data directory is on the shared host disk, and a
+        # nearly full build machine must not turn this check into a 429 (as the compat
+        # harnesses do).
+        config.write_text(
+            "[metrics]\ndetailed_queue_metrics = true\n"
+            "[storage]\ndisk_high_watermark_percent = 100\n"
+            "disk_low_watermark_percent = 99\nmin_free_bytes = 1\n"
+        )
         env = dict(
             os.environ,
             RUSTQUEUE_CONFIG=str(config),
