@@ -92,7 +92,8 @@ pub fn broker_binary() -> PathBuf {
 
 /// The testbed's images: the user's artifacts and the derived releases from the archives, pushed
 /// into its registry and run from their own root file system as the rendered securityContext
-/// says; [`FLAKY`] as a directory holding a `rustqueued` wrapper script. A directory image runs
+/// says; [`FLAKY`] as a directory holding a `rustqueued` wrapper script (and working
+/// `rustqueue-discovery` and `rustqueue-gateway` wrappers). A directory image runs
 /// as root in the host's file system, so the wrapper runs the broker as [`NONROOT`] itself:
 /// files it writes on a claim stay writable for the images' brokers that follow it.
 fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
@@ -113,11 +114,23 @@ fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
     );
     let dir = scratch.join("rustqueue-flaky");
     std::fs::create_dir_all(&dir).expect("image dir");
-    let script = dir.join("rustqueued");
-    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("wrapper script");
+    let mut scripts = vec![("rustqueued".to_string(), body)];
+    // The release's runtime binaries work (only its broker is bad): the operator moves
+    // discovery and the gateway to the release once every broker runs it. They write nothing,
+    // so they may run as the directory image's root.
+    for runtime in ["rustqueue-discovery", "rustqueue-gateway"] {
+        let real = broker_binary().with_file_name(runtime);
+        let real = real.display();
+        let run = format!("exec {real} \"$@\"");
+        scripts.push((runtime.to_string(), run));
+    }
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-        .expect("chmod wrapper");
+    for (name, body) in scripts {
+        let script = dir.join(name);
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).expect("wrapper script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod wrapper");
+    }
     opts.image(FLAKY, Image::dir(dir))
 }
 
