@@ -55,9 +55,15 @@ pub async fn pub_http(at: &str, topic: &str, prefix: &str, n: usize) -> Vec<Stri
     bodies
 }
 
-/// Deletes broker Pod `gone` and waits (at most 5 s) until `/lookup?topic=` no longer lists it.
+/// Deletes broker Pod `gone`, waits (at most 5 s) until `/lookup?topic=` no longer lists it,
+/// then until its replacement (another Pod UID) is Ready: the RustQueue's status may still say
+/// Ready from before the deletion, so it cannot tell that the broker is back.
 pub async fn delete_and_see_it_leave_lookup(c: &Cluster, lookupd: &str, topic: &str, gone: &str) {
     let gone_at = format!("{gone}.{RQ}-brokers.{NS}.svc:4150");
+    let old_uid = c
+        .ready_pod_uid(gone)
+        .await
+        .unwrap_or_else(|| panic!("{gone} Ready before it is deleted"));
     let start = Instant::now();
     c.pods
         .delete(gone, &DeleteParams::default())
@@ -78,6 +84,13 @@ pub async fn delete_and_see_it_leave_lookup(c: &Cluster, lookupd: &str, topic: &
         "{gone} left /lookup {:.1}s after its Pod was deleted",
         start.elapsed().as_secs_f64()
     );
+    eventually(&format!("{gone} recreated and Ready"), LONG, || async {
+        match c.ready_pod_uid(gone).await {
+            Some(u) if u != old_uid => Poll::Done(()),
+            other => Poll::Saw(format!("Ready uid {other:?} (old {old_uid})")),
+        }
+    })
+    .await;
 }
 
 pub async fn consumers_find_every_broker_through_the_discovery_service(c: &Cluster) {

@@ -180,6 +180,13 @@ pub async fn consumers_reconnect_to_a_broker_that_returns(c: &Cluster) {
     .await;
     delete_and_see_it_leave_lookup(c, &lookupd, topic, &gone).await;
     c.ready(3).await;
+    eventually("the returned broker back in /lookup", LONG, || async {
+        match producers(&lookupd, topic).await {
+            Ok(p) if p.len() == 3 => Poll::Done(()),
+            other => Poll::Saw(other),
+        }
+    })
+    .await;
     let ip = c.pod_ip(&gone).await;
     published.extend(pub_http(&ip, topic, &format!("{gone}-after"), 10).await);
     let out = waiting.await.unwrap().expect("the go-nsq consumer ran");
