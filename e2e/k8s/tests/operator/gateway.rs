@@ -248,6 +248,21 @@ pub async fn the_gateway_rotates_producer_connections_at_the_configured_age(c: &
     );
     assert!(rotated >= 2.0, "{rotated} rotations in 8 s at a 2 s age");
     assert!(owners >= 2, "one producer reached only {per_broker:?}");
+    // drain what was published (a scale-down later waits for every broker to be empty)
+    let lookupd = format!(
+        "http://{}:4161",
+        service_ip(c, &format!("{RQ}-discovery")).await
+    );
+    let resolv = pod_resolv_conf(c).await;
+    let got = gonsq_consume_in(&Sub {
+        resolv_conf: Some(&resolv),
+        addr: &lookupd,
+        topic,
+        channel: "c",
+        n: published.len(),
+        limit: Duration::from_secs(90),
+    });
+    check_ledger("go-nsq after rotation", &published, &got);
 
     c.patch_spec_ok(r#"{"proxyTcpMaxConnectionAgeSeconds":300}"#);
     c.ready(3).await;
