@@ -24,28 +24,33 @@ use crate::observe::{RuntimeWorkloads, daemon_set_workload, deployment_workload}
 use crate::render::{Children, auth_secret, generate_tokens};
 use crate::status::Transition;
 
-/// Server-side apply one object, forcing ownership of the fields we set.
-async fn ssa<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error>
-where
+/// A namespaced object the applier can server-side apply.
+trait Applied:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+{
+}
+
+impl<K> Applied for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Serialize
         + DeserializeOwned
         + Clone
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+/// Server-side apply one object, forcing ownership of the fields we set.
+async fn ssa<K: Applied>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error> {
     ssa_returning(client, ns, obj).await.map(drop)
 }
 
 /// [`ssa`], returning the object as the API server now holds it (its new
 /// `metadata.generation` beside the `status` its controller last wrote).
-async fn ssa_returning<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-{
+async fn ssa_returning<K: Applied>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let name = obj.meta().name.clone().unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
