@@ -20,29 +20,54 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::Error;
+use crate::observe::{RuntimeWorkloads, daemon_set_workload, deployment_workload};
 use crate::render::{Children, auth_secret, generate_tokens};
 use crate::status::Transition;
 
-/// Server-side apply one object, forcing ownership of the fields we set.
-async fn ssa<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error>
-where
+/// A namespaced object the applier can server-side apply.
+trait Applied:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+{
+}
+
+impl<K> Applied for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Serialize
         + DeserializeOwned
         + Clone
-        + std::fmt::Debug,
+        + std::fmt::Debug
 {
+}
+
+/// Server-side apply one object, forcing ownership of the fields we set.
+async fn ssa<K: Applied>(client: &kube::Client, ns: &str, obj: &K) -> Result<(), Error> {
+    ssa_returning(client, ns, obj).await.map(drop)
+}
+
+/// [`ssa`], returning the object as the API server now holds it (its new
+/// `metadata.generation` beside the `status` its controller last wrote).
+async fn ssa_returning<K: Applied>(client: &kube::Client, ns: &str, obj: &K) -> Result<K, Error> {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let name = obj.meta().name.clone().unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&name, &params, &Patch::Apply(obj))
         .await
-        .map_err(|e| Error::kube(&format!("apply {} {name}", K::kind(&())), e))?;
-    Ok(())
+        .map_err(|e| Error::kube(&format!("apply {} {name}", K::kind(&())), e))
 }
 
-/// Apply the runtime objects: what keeps clients working with the running brokers.
-pub async fn apply_runtime(client: &kube::Client, ns: &str, c: &Children) -> Result<(), Error> {
+/// Apply the runtime objects: what keeps clients working with the running brokers. Returns
+/// the discovery Deployment and the gateway DaemonSet as read from the apply responses: a
+/// template change shows there as a generation their controllers have not observed yet, which
+/// the reconcile's earlier reading (taken before this apply) cannot show.
+pub async fn apply_runtime(
+    client: &kube::Client,
+    ns: &str,
+    c: &Children,
+) -> Result<RuntimeWorkloads, Error> {
     ssa::<ServiceAccount>(client, ns, &c.service_account).await?;
     ssa::<Role>(client, ns, &c.role).await?;
     ssa::<RoleBinding>(client, ns, &c.role_binding).await?;
@@ -58,10 +83,13 @@ pub async fn apply_runtime(client: &kube::Client, ns: &str, c: &Children) -> Res
         ssa::<StatefulSet>(client, ns, &k.stateful_set).await?;
         ssa::<PodDisruptionBudget>(client, ns, &k.pdb).await?;
     }
-    ssa::<Deployment>(client, ns, &c.discovery).await?;
-    ssa::<DaemonSet>(client, ns, &c.gateway).await?;
+    let discovery = ssa_returning::<Deployment>(client, ns, &c.discovery).await?;
+    let gateway = ssa_returning::<DaemonSet>(client, ns, &c.gateway).await?;
     ssa::<PodDisruptionBudget>(client, ns, &c.discovery_pdb).await?;
-    Ok(())
+    Ok(RuntimeWorkloads {
+        discovery: deployment_workload(&discovery),
+        gateway: daemon_set_workload(&gateway),
+    })
 }
 
 /// Delete `name` of kind `K` if it exists and is controller-owned by the RustQueue `uid` (a

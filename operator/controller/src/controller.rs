@@ -19,7 +19,7 @@ use rustqueue_api::labels;
 use crate::Error;
 use crate::apply;
 use crate::metrics::Metrics;
-use crate::observe::{Observer, base_url};
+use crate::observe::{Observer, RuntimeWorkloads, base_url};
 use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
 use crate::render::{AuthTokens, Desired, DesiredInputs, KodoLayout, Owner};
 use crate::status::{error_status, next_status, now_rfc3339};
@@ -213,7 +213,8 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
     if let Some(cap) = ctx.kodo_max_grace_seconds {
         desired.kodo_grace_seconds = desired.kodo_grace_seconds.min(cap);
     }
-    let decided = plan(&rq.spec, &observed, &desired, &previous, unix_now());
+    let now = unix_now();
+    let decided = plan(&rq.spec, &observed, &desired, &previous, now);
     let applier = Applier {
         ctx,
         owner: &owner,
@@ -221,14 +222,30 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         observed: &observed,
         tokens: tokens.as_ref(),
     };
+    let mut applied_runtime = None;
     for action in &decided.actions {
-        if let Err(e) = applier.carry_out(action).await {
-            applier.resume_all().await;
-            return Err(e);
+        match applier.carry_out(action).await {
+            Ok(runtime) => applied_runtime = runtime.or(applied_runtime),
+            Err(e) => {
+                applier.resume_all().await;
+                return Err(e);
+            }
         }
     }
-    write_outcome(ctx, rq, &decided).await?;
-    Ok(Requeue::requeue(decided.requeue))
+    // The runtime workloads were read before this reconcile applied their new template; a
+    // status written from that reading would call them available while they roll. Decide
+    // the status again from what the apply left (the actions are not repeated).
+    let status = match applied_runtime {
+        Some(rt)
+            if (Some(rt.discovery), Some(rt.gateway)) != (observed.discovery, observed.gateway) =>
+        {
+            let after = observed.clone().with_runtime(rt.discovery, rt.gateway);
+            plan(&rq.spec, &after, &desired, &previous, now)
+        }
+        _ => decided,
+    };
+    write_outcome(ctx, rq, &status).await?;
+    Ok(Requeue::requeue(status.requeue))
 }
 
 fn unix_now() -> u64 {
@@ -248,17 +265,18 @@ struct Applier<'a> {
 }
 
 impl Applier<'_> {
-    async fn carry_out(&self, action: &Action) -> Result<(), Error> {
+    /// Returns the runtime workloads as the apply left them when the action applied them.
+    async fn carry_out(&self, action: &Action) -> Result<Option<RuntimeWorkloads>, Error> {
         let client = &self.ctx.client;
         let ns = self.owner.namespace;
-        match action {
+        let done = match action {
             Action::CreateAuthSecret { name } => {
                 apply::create_auth_secret(client, self.owner, name).await
             }
             Action::ApplyRuntime { image, kodo } => {
                 // Replicas only size the brokers' PDB, which the runtime subset does not apply.
                 let c = self.desired.children(self.owner, 0, image, kodo);
-                apply::apply_runtime(client, ns, &c).await
+                return apply::apply_runtime(client, ns, &c).await.map(Some);
             }
             Action::ApplyBrokerSet { replicas } => {
                 // The broker set holds no Kodo or discovery object.
@@ -295,7 +313,8 @@ impl Applier<'_> {
             Action::DeleteProbePod { name } => apply::delete_pod(client, ns, name).await,
             Action::PatchClaim { name, size } => apply::patch_claim(client, ns, name, size).await,
             Action::DeleteConfigMap { name } => apply::delete_config_map(client, ns, name).await,
-        }
+        };
+        done.map(|()| None)
     }
 
     /// After a failed action: un-drain every draining broker (best effort), so an error never

@@ -483,9 +483,18 @@ fn auth_state(spec: &RustQueueSpec, name: &str, secret: Option<&Secret>) -> Auth
     }
 }
 
+/// The discovery Deployment and the gateway DaemonSet as one apply left them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeWorkloads {
+    /// The discovery Deployment.
+    pub discovery: Workload,
+    /// The producer gateway DaemonSet.
+    pub gateway: Workload,
+}
+
 /// A Deployment's Pods: `spec.replicas` wanted, `updatedReplicas` on the latest template,
 /// `readyReplicas` of `replicas` (old Pods included) Ready.
-fn deployment_workload(d: &Deployment) -> Workload {
+pub(crate) fn deployment_workload(d: &Deployment) -> Workload {
     let status = d.status.clone().unwrap_or_default();
     Workload {
         observed: status.observed_generation >= d.metadata.generation,
@@ -500,7 +509,7 @@ fn deployment_workload(d: &Deployment) -> Workload {
 /// `updatedNumberScheduled` on the latest template, `numberReady` Ready, and a Node with an
 /// unavailable Pod (`numberUnavailable`) or a Pod where none should run (`numberMisscheduled`)
 /// counts as not Ready.
-fn daemon_set_workload(d: &DaemonSet) -> Workload {
+pub(crate) fn daemon_set_workload(d: &DaemonSet) -> Workload {
     let status = d.status.clone().unwrap_or_default();
     let unavailable = status.number_unavailable.unwrap_or(0);
     Workload {
@@ -574,6 +583,17 @@ mod tests {
                 .contains("no Pod is scheduled"),
             "a selector no Node matches is not available"
         );
+        // what an apply of a new template returns: a generation its controller has not seen,
+        // beside the status of the old, fully rolled template
+        let just_applied = daemon_set_workload(&with_generation(serde_json::json!({
+            "metadata": {"name": "q-gateway", "generation": 3},
+            "spec": {"selector": {}, "template": {}},
+            "status": {"observedGeneration": 2, "desiredNumberScheduled": 3,
+                       "currentNumberScheduled": 3, "numberMisscheduled": 0,
+                       "updatedNumberScheduled": 3, "numberReady": 3, "numberUnavailable": 0}
+        })));
+        assert!(!just_applied.observed);
+        assert!(just_applied.unavailable().is_some());
     }
 
     #[test]

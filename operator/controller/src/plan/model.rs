@@ -238,6 +238,16 @@ pub struct DiscoveryPod {
     pub ready: bool,
 }
 
+impl Observed {
+    /// This reading with the runtime workloads replaced, e.g. by what applying their new
+    /// template returned.
+    pub fn with_runtime(mut self, discovery: Workload, gateway: Workload) -> Self {
+        self.discovery = Some(discovery);
+        self.gateway = Some(gateway);
+        self
+    }
+}
+
 /// A runtime workload (the discovery Deployment, the gateway DaemonSet) as its controller
 /// reports it in `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -202,7 +202,7 @@ fn enabling_starts_the_gateways_first_and_disrupts_no_broker() {
         condition(&p, "KodoGatewaysActive"),
         (false, "WaitingForBrokers")
     );
-    assert_eq!(condition(&p, "Ready").0, false);
+    assert!(!condition(&p, "Ready").0);
     assert_eq!(p.kodo_baseline_nonce, None);
 
     // two of three Gateways Ready: discovery stays direct
@@ -443,7 +443,7 @@ fn the_grace_runs_from_the_advertisement_then_the_nonce_fence_then_disruptions()
     );
     let p = run(&restarted, &obs, &previous(Some(GRACE + 60), Some("n0")));
     assert_eq!(p.phase, Phase::Ready, "{}", p.message);
-    assert_eq!(condition(&p, "Ready").0, true);
+    assert!(condition(&p, "Ready").0);
 }
 
 #[test]
@@ -512,7 +512,7 @@ fn losing_the_advertisement_without_a_fallback_keeps_the_route_and_clears_the_ba
     assert_eq!(layout(&p).route, Some(Kodo));
     assert_eq!(p.kodo_baseline_nonce, None);
     assert_ne!(p.phase, Phase::Ready);
-    assert_eq!(condition(&p, "Ready").0, false);
+    assert!(!condition(&p, "Ready").0);
 }
 
 #[test]
@@ -534,8 +534,8 @@ fn disabling_without_confirmation_is_blocked_and_changes_nothing() {
         p.actions
     );
     assert_eq!(condition(&p, "Degraded"), (true, "KodoDecommissionBlocked"));
-    assert_eq!(condition(&p, "Ready").0, false);
-    assert_eq!(condition(&p, "Progressing").0, false);
+    assert!(!condition(&p, "Ready").0);
+    assert!(!condition(&p, "Progressing").0);
     assert_eq!(
         condition(&p, "KodoGatewaysActive"),
         (true, "RetainedForSafety")
@@ -590,7 +590,7 @@ fn once_the_brokers_are_current_discovery_rolls_back_to_direct_then_the_selector
     assert_eq!(p.phase, Phase::DisablingKodo);
     assert!(p.message.contains("direct advertisement"), "{}", p.message);
     assert!(!deletes(&p));
-    assert_eq!(condition(&p, "Ready").0, false);
+    assert!(!condition(&p, "Ready").0);
 
     // direct Pods Ready: the selector flips; confirmed, so the Gateways go
     let obs = cluster(
