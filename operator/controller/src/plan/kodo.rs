@@ -127,9 +127,29 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
             .count();
         i32::try_from(n).unwrap_or(i32::MAX)
     };
-    let current_mode = kodo
-        .discovery_template_mode
-        .unwrap_or(DiscoveryMode::Direct);
+    // The mode discovery serves: its template's label; when the Deployment vanished, what the
+    // previous status says it served while the Gateways run (Kodo mode advertised, or a
+    // disable not yet advertising the brokers), so recovery neither drops an advertisement
+    // nor skips the hold of a disable in progress.
+    let served = |t: &str| {
+        i.previous
+            .condition(t)
+            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
+    };
+    let current_mode = match kodo.discovery_template_mode {
+        Some(m) => m,
+        None if i.obs.discovery.is_none()
+            && gateways_active
+            && if enabled {
+                served("KodoGatewaysAdvertised")
+            } else {
+                !served("KodoDirectBrokersAdvertised")
+            } =>
+        {
+            DiscoveryMode::Kodo
+        }
+        None => DiscoveryMode::Direct,
+    };
     let soak = if enabled || gateways_active {
         i32::try_from(i.grace + 30).unwrap_or(i32::MAX)
     } else {

@@ -689,3 +689,29 @@ fn outside_the_profile_nothing_kodo_is_rendered_and_the_conditions_say_disabled(
         (true, "Advertised")
     );
 }
+
+#[test]
+fn a_vanished_discovery_comes_back_in_the_mode_it_served() {
+    // enabled and advertised: back in Kodo mode even before the Gateways are Ready again
+    let spec = kodo_spec(true);
+    let mut obs = cluster(&spec, "a", discovery(None, Some(Kodo), 0, 0), Some(1));
+    obs.discovery = None;
+    let p = run(&spec, &obs, &previous(Some(GRACE), Some("n0")));
+    let l = layout(&p);
+    assert_eq!((l.discovery_mode, l.route), (Kodo, Some(Kodo)));
+    // a confirmed disable still holding: back in Kodo mode, the Gateways retained
+    let spec = disabled(true);
+    let mut obs = cluster(&spec, "a", discovery(None, Some(Kodo), 0, 0), Some(3));
+    obs.discovery = None;
+    let p = run(&spec, &obs, &previous(None, None));
+    let l = layout(&p);
+    assert_eq!((l.discovery_mode, l.route), (Kodo, Some(Kodo)));
+    assert_eq!(l.gateway_replicas, Some(3));
+    assert!(!deletes(&p));
+    // never advertised: direct, as on a new cluster
+    let spec = kodo_spec(true);
+    let mut obs = cluster(&spec, "a", discovery(None, None, 0, 0), Some(1));
+    obs.discovery = None;
+    let p = run(&spec, &obs, &previous(None, None));
+    assert_eq!(layout(&p).discovery_mode, Direct);
+}
