@@ -33,23 +33,8 @@ MAX_MSG=1048576
 WORK_PREFIX="rq-compat-$target"
 source "$HERE/lib/procs.sh"
 
-# wait_http NAME URL: poll URL/ping until it answers, failing early if NAME died. A bare
-# host:port means http://; https:// URLs are checked with the test CA and client certificate.
-wait_http() {
-  local name="$1" addr="$2" pidvar="PID_${1//-/_}" i
-  [[ "$addr" == *://* ]] || addr="http://$addr"
-  for i in $(seq 1 200); do
-    if curl -fsS -o /dev/null --cacert "$WORK/tls/ca.pem" --cert "$WORK/tls/client.pem" \
-      --key "$WORK/tls/client-key.pem" "$addr/ping" 2>/dev/null; then return 0; fi
-    if ! kill -0 "${!pidvar}" 2>/dev/null; then
-      tail -n 30 "$WORK/$name.log" >&2
-      die "$name exited before answering on $addr"
-    fi
-    sleep 0.1
-  done
-  tail -n 30 "$WORK/$name.log" >&2
-  die "$name did not answer on $addr/ping within 20 s"
-}
+# wait_http (lib/procs.sh) checks https:// URLs with the test CA and client certificate.
+WAIT_HTTP_CURL=(--cacert "$WORK/tls/ca.pem" --cert "$WORK/tls/client.pem" --key "$WORK/tls/client-key.pem")
 
 check_tools() {
   local c

@@ -123,12 +123,26 @@ pub enum BrokerError {
 /// A running broker; stopped and its data removed on drop.
 pub struct Broker {
     child: Child,
+    kind: Kind,
     /// TCP (NSQ protocol) address.
     pub tcp: String,
     /// HTTP address.
     pub http: String,
-    /// Data directory (a fresh temp dir).
-    pub data: tempfile::TempDir,
+    /// Data directory (a fresh temp dir, or the one handed to [`Broker::start_with`]); only
+    /// `None` after [`Broker::stop_keeping_data`].
+    data: Option<tempfile::TempDir>,
+    /// When the process was spawned.
+    pub spawned: Instant,
+}
+
+/// Settings beyond the profile's, for cases that need them.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// TOML appended to rustqueued's config file, whose last table is `[storage]`: keys of
+    /// that table first, then any further tables.
+    pub rustqueue_toml: String,
+    /// Extra nsqd flags.
+    pub nsqd_args: Vec<String>,
 }
 
 /// rustqueued's disk guard for benchmark runs: pressure only with the disk 99 % full or under
@@ -139,26 +153,48 @@ const BENCH_DISK_GUARD: &str = "[storage]\ndisk_high_watermark_percent = 99\n\
 impl Broker {
     /// Starts `profile` and waits (up to 30 s) until its TCP port accepts connections.
     pub fn start(profile: &Profile, bins: &Binaries) -> Result<Broker, BrokerError> {
+        Self::start_with(profile, bins, &StartOptions::default(), None)
+    }
+
+    /// Like [`Broker::start`], with extra settings, and on the data directory of an earlier
+    /// broker of the same kind when `data` is given (a restart).
+    pub fn start_with(
+        profile: &Profile,
+        bins: &Binaries,
+        options: &StartOptions,
+        data: Option<tempfile::TempDir>,
+    ) -> Result<Broker, BrokerError> {
         let io = |what: &str| {
             let what = format!("{} ({what})", profile.name);
             move |source| BrokerError::Io { what, source }
         };
-        let data = tempfile::Builder::new()
-            .prefix(&format!("rustqueue-bench-{}-", profile.name))
-            .tempdir()
-            .map_err(io("temp dir"))?;
+        let restart = data.is_some();
+        let data = match data {
+            Some(d) => d,
+            None => tempfile::Builder::new()
+                .prefix(&format!("rustqueue-bench-{}-", profile.name))
+                .tempdir()
+                .map_err(io("temp dir"))?,
+        };
         let tcp = free_address().map_err(io("free port"))?;
         let http = free_address().map_err(io("free port"))?;
-        let log = std::fs::File::create(data.path().join("broker.log")).map_err(io("log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data.path().join("broker.log"))
+            .map_err(io("log"))?;
         let store = data.path().join("data");
-        std::fs::create_dir(&store).map_err(io("data dir"))?;
+        if !restart {
+            std::fs::create_dir(&store).map_err(io("data dir"))?;
+        }
         let mut cmd = match profile.kind {
             Kind::Nsqd => {
                 let mut cmd = Command::new(&bins.nsqd);
                 cmd.arg(format!("--tcp-address={tcp}"))
                     .arg(format!("--http-address={http}"))
                     .arg(format!("--data-path={}", store.display()))
-                    .arg("--log-level=warn");
+                    .arg("--log-level=warn")
+                    .args(&options.nsqd_args);
                 cmd
             }
             Kind::Rustqueue => {
@@ -169,7 +205,8 @@ impl Broker {
                 // The disk guard (85 % used or < 10 GiB free) would throttle a 10 GB backlog on
                 // a fuller host; nsqd has no guard, so the comparison keeps only a last-resort one.
                 let guard = data.path().join("bench.toml");
-                std::fs::write(&guard, BENCH_DISK_GUARD).map_err(io("config"))?;
+                let config = format!("{BENCH_DISK_GUARD}{}", options.rustqueue_toml);
+                std::fs::write(&guard, config).map_err(io("config"))?;
                 let mut cmd = Command::new(bin);
                 cmd.env("RUSTQUEUE_CONFIG", &guard)
                     .env("RUSTQUEUE_DATA_PATH", &store)
@@ -184,12 +221,15 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(io("log"))?)
             .stderr(log);
+        let spawned = Instant::now();
         let child = cmd.spawn().map_err(io("spawn"))?;
         let mut broker = Broker {
             child,
+            kind: profile.kind,
             tcp,
             http,
-            data,
+            data: Some(data),
+            spawned,
         };
         broker.wait_ready(&profile.name)?;
         Ok(broker)
@@ -198,6 +238,52 @@ impl Broker {
     /// The process id, for /proc sampling.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The data directory's parent (the broker's store is `data/` inside it).
+    pub fn data_path(&self) -> &Path {
+        self.data
+            .as_ref()
+            .map_or(Path::new("/nonexistent"), |d| d.path())
+    }
+
+    /// The readiness a Kubernetes probe uses: `GET /v1/health` answering 200 for rustqueued
+    /// (the operator's readinessProbe), `GET /ping` answering 200 for nsqd.
+    pub fn is_ready(&self) -> bool {
+        let path = match self.kind {
+            Kind::Rustqueue => "/v1/health",
+            Kind::Nsqd => "/ping",
+        };
+        crate::http::get(&self.http, path).is_ok_and(|r| r.status == 200)
+    }
+
+    /// Polls [`Broker::is_ready`] every 2 ms (up to `limit`); the time from spawn to ready.
+    pub fn wait_http_ready(&mut self, limit: Duration) -> Result<Duration, BrokerError> {
+        loop {
+            if self.is_ready() {
+                return Ok(self.spawned.elapsed());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(self.not_ready("restart", format!("exited with {status}")));
+            }
+            if self.spawned.elapsed() > limit {
+                return Err(self.not_ready("restart", format!("not ready after {limit:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// SIGKILL (no shutdown at all) and wait for the exit.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops the broker (SIGTERM as [`Broker::stop`]) and hands back its data directory for a
+    /// restart.
+    pub fn stop_keeping_data(mut self) -> Option<tempfile::TempDir> {
+        self.shutdown();
+        self.data.take()
     }
 
     fn wait_ready(&mut self, name: &str) -> Result<(), BrokerError> {
@@ -212,7 +298,7 @@ impl Broker {
             if Instant::now() > deadline {
                 return Err(self.not_ready(name, "no TCP listener after 30 s".to_owned()));
             }
-            std::thread::sleep(Duration::from_millis(25));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -220,7 +306,7 @@ impl Broker {
         BrokerError::NotReady {
             name: name.to_owned(),
             reason,
-            log: log_tail(&self.data.path().join("broker.log")),
+            log: log_tail(&self.data_path().join("broker.log")),
         }
     }
 

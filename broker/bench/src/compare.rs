@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::{self, Binaries, Broker, Kind, Profile};
+use crate::disk::DiskReport;
+use crate::idle::{IdleConfig, IdleReport};
+use crate::restart::{RestartConfig, RestartReport};
 use crate::run::{self, RunConfig, RunReport};
 
 /// What a case's headline figure is.
@@ -21,6 +24,27 @@ pub enum Headline {
     P99Latency,
     /// Broker peak RSS (lower is better).
     PeakRss,
+    /// What the disk can do (no broker; no ratio).
+    Disk,
+    /// Spawn to ready after a clean stop (lower is better).
+    RestartReady,
+    /// Broker RSS while idle (lower is better).
+    IdleRss,
+}
+
+/// What a case runs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaseKind {
+    /// Producers and consumers against each profile ([`Case::load`]).
+    #[default]
+    Load,
+    /// The disk beside the brokers, once per round, no broker.
+    Disk,
+    /// A backlog, then a clean and a SIGKILL restart.
+    Restart(RestartConfig),
+    /// Many topics, light traffic, then idle.
+    IdleTopics(IdleConfig),
 }
 
 /// One benchmark case.
@@ -32,8 +56,11 @@ pub struct Case {
     pub title: String,
     /// The figure ratios are taken on.
     pub headline: Headline,
-    /// The load (address and pid are filled in per run).
+    /// The load (address and pid are filled in per run; unused by other kinds).
     pub load: RunConfig,
+    /// What the case runs.
+    #[serde(default)]
+    pub kind: CaseKind,
     /// Profiles not run in this case, each with the reason (shown in the table).
     #[serde(default)]
     pub skip: Vec<Skip>,
@@ -65,9 +92,27 @@ pub struct Settings {
     pub cases: Vec<String>,
     /// Only these profiles (empty = all).
     pub profiles: Vec<String>,
+    /// Messages in the restart case.
+    #[serde(default = "default_restart_messages")]
+    pub restart_messages: u64,
+    /// Topics in the idle-topics case.
+    #[serde(default = "default_idle_topics")]
+    pub idle_topics: usize,
 }
 
-/// The five cases of docs/benchmarks.md.
+fn default_restart_messages() -> u64 {
+    1_000_000
+}
+
+fn default_idle_topics() -> usize {
+    1_000
+}
+
+/// Why the restart and idle cases run one profile per server.
+const ONE_PER_SERVER: &str = "the ack mode does not change what a restart reads or what an \
+                              idle topic costs: one profile per server";
+
+/// The cases of docs/benchmarks.md, in run order.
 pub fn cases(s: &Settings) -> Vec<Case> {
     let base = RunConfig {
         address: String::new(),
@@ -93,9 +138,70 @@ pub fn cases(s: &Settings) -> Vec<Case> {
             topic_prefix: format!("bench-{name}"),
             ..load
         },
+        kind: CaseKind::Load,
         skip: vec![],
     };
+    let one_per_server = || {
+        broker::profiles()
+            .iter()
+            .filter(|p| !crate::restart::runs_profile(p))
+            .map(|p| Skip {
+                profile: p.name.clone(),
+                reason: ONE_PER_SERVER.to_owned(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let disk = Case {
+        kind: CaseKind::Disk,
+        ..case(
+            "disk",
+            "The disk beside the brokers: write + fdatasync latency, synced write bandwidth, and the limits they set",
+            Headline::Disk,
+            base.clone(),
+        )
+    };
+    let restart = Case {
+        kind: CaseKind::Restart(RestartConfig {
+            messages: s.restart_messages,
+            segments: 100,
+            channels: 10,
+            message_bytes: 100,
+            producers: 4,
+            batch: 100,
+        }),
+        skip: one_per_server(),
+        ..case(
+            "restart",
+            &format!(
+                "Restart: {} messages of 100 B in ~100 segments, 10 channels; spawn to ready (`/v1/health` 200; nsqd `/ping`) after SIGTERM and after SIGKILL",
+                thousands(s.restart_messages)
+            ),
+            Headline::RestartReady,
+            base.clone(),
+        )
+    };
+    let idle = Case {
+        kind: CaseKind::IdleTopics(IdleConfig {
+            topics: s.idle_topics,
+            channels: 2,
+            rate: 200.0,
+            traffic_seconds: 5.0,
+            idle_seconds: 10.0,
+            message_bytes: 1024,
+        }),
+        skip: one_per_server(),
+        ..case(
+            "idle_topics",
+            &format!(
+                "Idle topics: {} topics x 2 channels, 5 s of 200 msg/s PUB round-robin, then 10 s idle",
+                thousands(s.idle_topics as u64)
+            ),
+            Headline::IdleRss,
+            base.clone(),
+        )
+    };
     let mut all = vec![
+        disk,
         case(
             "mpub_publish",
             "Publish only: 16 producers, MPUB 64 x 1 KiB, saturation (drained afterwards by 4 consumers to check the ledger)",
@@ -154,6 +260,8 @@ pub fn cases(s: &Settings) -> Vec<Case> {
                 .to_owned(),
         });
     }
+    all.push(restart);
+    all.push(idle);
     all.into_iter()
         .filter(|c| s.cases.is_empty() || s.cases.contains(&c.name))
         .collect()
@@ -172,6 +280,39 @@ pub struct CaseRun {
     pub report: Option<RunReport>,
     /// Why not, otherwise.
     pub error: Option<String>,
+    /// The `disk` case's measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskReport>,
+    /// The `restart` case's measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartReport>,
+    /// The `idle_topics` case's measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleReport>,
+}
+
+impl CaseRun {
+    /// The run was carried out and its result counts (drained clean, backlog intact, ...).
+    pub fn counts(&self) -> bool {
+        self.error.is_none()
+            && (self.report.as_ref().is_some_and(|r| r.complete)
+                || self.disk.is_some()
+                || self.restart.as_ref().is_some_and(|r| r.complete)
+                || self.idle.as_ref().is_some_and(|r| r.complete))
+    }
+}
+
+/// `1000000` as `1,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Facts about where it ran.
@@ -237,6 +378,12 @@ pub async fn compare(
     };
     for case in &cases {
         for round in 0..settings.rounds {
+            if matches!(case.kind, CaseKind::Disk) {
+                let run = run_disk(case, round).await;
+                progress(&progress_line(&run));
+                results.runs.push(run);
+                continue;
+            }
             for profile in &profiles {
                 if case.skip.iter().any(|s| s.profile == profile.name) {
                     continue;
@@ -250,6 +397,27 @@ pub async fn compare(
     results
 }
 
+async fn run_disk(case: &Case, round: usize) -> CaseRun {
+    let mut out = CaseRun {
+        case: case.name.clone(),
+        profile: "disk".to_owned(),
+        round,
+        report: None,
+        error: None,
+        disk: None,
+        restart: None,
+        idle: None,
+    };
+    // Broker data directories are fresh temp dirs (broker.rs): measure in the same place.
+    let dir = std::env::temp_dir();
+    match tokio::task::spawn_blocking(move || crate::disk::measure(&dir)).await {
+        Ok(Ok(d)) => out.disk = Some(d),
+        Ok(Err(e)) => out.error = Some(e.to_string()),
+        Err(e) => out.error = Some(e.to_string()),
+    }
+    out
+}
+
 async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) -> CaseRun {
     let mut out = CaseRun {
         case: case.name.clone(),
@@ -257,7 +425,28 @@ async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) 
         round,
         report: None,
         error: None,
+        disk: None,
+        restart: None,
+        idle: None,
     };
+    match &case.kind {
+        CaseKind::Load => {}
+        CaseKind::Disk => return run_disk(case, round).await,
+        CaseKind::Restart(config) => {
+            match crate::restart::run(profile, bins, config).await {
+                Ok(r) => out.restart = Some(r),
+                Err(e) => out.error = Some(e),
+            }
+            return out;
+        }
+        CaseKind::IdleTopics(config) => {
+            match crate::idle::run(profile, bins, config).await {
+                Ok(r) => out.idle = Some(r),
+                Err(e) => out.error = Some(e),
+            }
+            return out;
+        }
+    }
     let broker = match Broker::start(profile, bins) {
         Ok(b) => b,
         Err(e) => {
@@ -281,6 +470,44 @@ async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) 
 }
 
 fn progress_line(run: &CaseRun) -> String {
+    if let Some(d) = &run.disk {
+        let small = d.p50_us(crate::disk::SMALL, crate::disk::Layout::Grow);
+        let group = d.p50_us(crate::disk::GROUP, crate::disk::Layout::Grow);
+        return format!(
+            "{:<17} {:<21} round {}: fdatasync p50 1 KiB {:?} us, 16 KiB {:?} us; synced bandwidth {:.0} MiB/s",
+            run.case, run.profile, run.round, small, group, d.bandwidth_mib_per_sec
+        );
+    }
+    if let Some(r) = &run.restart {
+        return format!(
+            "{:<17} {:<21} round {}: published {} in {:.1} s, {} data files; ready after SIGTERM {:.0} ms, after SIGKILL {:.0} ms; min depth {} / after SIGKILL {}, {}",
+            run.case,
+            run.profile,
+            run.round,
+            r.published,
+            r.publish_seconds,
+            r.data_files,
+            r.clean_ready_ms,
+            r.kill_ready_ms,
+            r.min_depth_after,
+            r.min_depth_after_kill,
+            if r.complete { "complete" } else { "INCOMPLETE" },
+        );
+    }
+    if let Some(r) = &run.idle {
+        return format!(
+            "{:<17} {:<21} round {}: setup {:.1} s; traffic {:.3} cores, rss {:.1} MiB; idle {:.3} cores, rss {:.1} MiB, {}",
+            run.case,
+            run.profile,
+            run.round,
+            r.setup_seconds,
+            r.traffic_cpu_cores,
+            r.rss_traffic_bytes as f64 / 1048576.0,
+            r.idle_cpu_cores,
+            r.rss_idle_bytes as f64 / 1048576.0,
+            if r.complete { "complete" } else { "INCOMPLETE" },
+        );
+    }
     match (&run.report, &run.error) {
         (Some(r), _) => format!(
             "{:<17} {:<21} round {}: pub {:>9.0} msg/s, recv {:>9.0} msg/s, p99 {:>7} us, peak rss {:>6.1} MiB, missing {}, dup {}, {}",
@@ -369,7 +596,7 @@ mod tests {
     }
 
     #[test]
-    fn the_five_cases_have_the_shapes_issue_8_asks_for() {
+    fn the_cases_have_the_shapes_docs_benchmarks_describes() {
         let s = Settings {
             duration_seconds: 5.0,
             warmup_seconds: 1.0,
@@ -378,27 +605,46 @@ mod tests {
             drain_timeout_seconds: 60.0,
             cases: vec![],
             profiles: vec![],
+            restart_messages: 1_000_000,
+            idle_topics: 1_000,
         };
         let c = cases(&s);
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
             [
+                "disk",
                 "mpub_publish",
                 "pub_fin",
                 "low_load_latency",
                 "small_messages",
-                "backlog"
+                "backlog",
+                "restart",
+                "idle_topics"
             ]
         );
-        assert_eq!((c[0].load.producers, c[0].load.batch_size), (16, 64));
-        assert_eq!((c[1].load.producers, c[1].load.consumers), (16, 16));
-        assert_eq!(c[2].load.rate, Some(1000.0));
-        assert_eq!(c[3].load.message_bytes, 100);
+        assert!(matches!(c[0].kind, CaseKind::Disk));
+        assert_eq!((c[1].load.producers, c[1].load.batch_size), (16, 64));
+        assert_eq!((c[2].load.producers, c[2].load.consumers), (16, 16));
+        assert_eq!(c[3].load.rate, Some(1000.0));
+        assert_eq!(c[4].load.message_bytes, 100);
         assert_eq!(
-            (c[4].load.messages, c[4].load.duration_seconds),
+            (c[5].load.messages, c[5].load.duration_seconds),
             (1000, None)
         );
+        let CaseKind::Restart(r) = &c[6].kind else {
+            panic!("restart case")
+        };
+        assert_eq!((r.messages, r.segments, r.channels), (1_000_000, 100, 10));
+        let CaseKind::IdleTopics(i) = &c[7].kind else {
+            panic!("idle case")
+        };
+        assert_eq!((i.topics, i.channels), (1_000, 2));
+        // One profile per server in the restart and idle cases; the other four are skipped.
+        assert_eq!(c[6].skip.len(), 4);
+        assert!(!c[7].skip.iter().any(|s| s.profile == "rustqueue-durable"));
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        assert_eq!(thousands(999), "999");
         let only = cases(&Settings {
             cases: vec!["backlog".into()],
             ..s

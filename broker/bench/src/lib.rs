@@ -8,13 +8,20 @@
 //! - [`load`] and [`run`]: producers (PUB/MPUB, timed acks) and consumers (RDY/FIN), one run.
 //! - [`procstat`]: broker RSS and CPU from `/proc`.
 //! - [`broker`], [`compare`] and [`report`]: the side-by-side driver behind `make bench`.
+//! - [`disk`], [`restart`] and [`idle`]: the cases that are not producer/consumer loads (the
+//!   disk's own limits, restart time with a backlog, many idle topics); [`http`] is the small
+//!   HTTP client they use.
 
 pub mod broker;
 pub mod client;
 pub mod compare;
+pub mod disk;
+pub mod http;
+pub mod idle;
 pub mod ledger;
 pub mod load;
 pub mod procstat;
 pub mod report;
+pub mod restart;
 pub mod run;
 pub mod wire;

@@ -86,6 +86,12 @@ struct CompareArgs {
     backlog_messages: u64,
     #[arg(long, env = "BENCH_DRAIN_TIMEOUT", default_value_t = 90.0)]
     drain_timeout_seconds: f64,
+    /// Messages in the restart case.
+    #[arg(long, env = "BENCH_RESTART_MESSAGES", default_value_t = 1_000_000)]
+    restart_messages: u64,
+    /// Topics in the idle-topics case.
+    #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
+    idle_topics: usize,
     /// Comma-separated case names (default all).
     #[arg(long, env = "BENCH_CASES", value_delimiter = ',')]
     cases: Vec<String>,
@@ -214,6 +220,8 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         drain_timeout_seconds: a.drain_timeout_seconds,
         cases: a.cases.into_iter().filter(|c| !c.is_empty()).collect(),
         profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),
+        restart_messages: a.restart_messages,
+        idle_topics: a.idle_topics.max(1),
     };
     let bins = Binaries {
         nsqd: a.nsqd,
@@ -245,7 +253,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
     let failed: Vec<_> = results
         .runs
         .iter()
-        .filter(|r| !r.report.as_ref().is_some_and(|r| r.complete))
+        .filter(|r| !r.counts())
         .map(|r| format!("{}/{}/{}", r.case, r.profile, r.round))
         .collect();
     if !failed.is_empty() {

@@ -170,6 +170,8 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
         drain_timeout_seconds: 60.0,
         cases: vec!["pub_fin".into(), "backlog".into()],
         profiles: vec!["nsqd-default".into(), "nsqd-sync-every-2500".into()],
+        restart_messages: 1_000,
+        idle_topics: 1,
     };
     let mut lines = Vec::new();
     let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
@@ -193,4 +195,59 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
     assert!(md.contains("1.00x"), "{md}");
     assert!(md.contains("hand-written"));
     assert!(md.contains("share its cores"));
+}
+
+/// The disk, restart and idle-topics cases against real nsqd (RustQueue's side runs in
+/// `make bench`): each produces its figures, the restart finds every message on every channel
+/// after both restarts, and the table shows them with the skipped profiles' reasons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_restart_and_idle_cases_measure_nsqd() {
+    let settings = Settings {
+        duration_seconds: 1.0,
+        warmup_seconds: 0.0,
+        rounds: 1,
+        backlog_messages: 1_000,
+        drain_timeout_seconds: 60.0,
+        cases: vec!["disk".into(), "restart".into(), "idle_topics".into()],
+        profiles: vec!["nsqd-default".into(), "nsqd-sync-every-2500".into()],
+        restart_messages: 20_000,
+        idle_topics: 20,
+    };
+    let mut lines = Vec::new();
+    let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
+    let order: Vec<(&str, &str)> = results
+        .runs
+        .iter()
+        .map(|r| (r.case.as_str(), r.profile.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("disk", "disk"),
+            ("restart", "nsqd-default"),
+            ("idle_topics", "nsqd-default"),
+        ],
+        "{lines:#?}"
+    );
+    assert!(results.runs.iter().all(|r| r.counts()), "{lines:#?}");
+    let disk = results.runs[0].disk.as_ref().unwrap();
+    assert_eq!(disk.writes.len(), 7);
+    assert!(disk.writes.iter().all(|w| w.count > 0 && w.p50_us > 0));
+    assert!(disk.bandwidth_mib_per_sec > 0.0);
+    let restart = results.runs[1].restart.as_ref().unwrap();
+    assert_eq!(
+        (restart.published, restart.min_depth_after),
+        (20_000, 20_000)
+    );
+    assert!(restart.min_depth_after_kill <= 20_000);
+    assert!(restart.clean_ready_ms > 0.0 && restart.kill_ready_ms > 0.0);
+    let idle = results.runs[2].idle.as_ref().unwrap();
+    assert_eq!(idle.published, 1000);
+    assert!(idle.rss_idle_bytes > 0);
+    let md = report::render(&results, None);
+    assert!(md.contains("## `disk`"), "{md}");
+    assert!(md.contains("fdatasync"), "{md}");
+    assert!(md.contains("## `restart`"), "{md}");
+    assert!(md.contains("one profile per server"), "{md}");
+    assert!(md.contains("## `idle_topics`"), "{md}");
 }

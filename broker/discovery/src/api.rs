@@ -11,6 +11,8 @@
 //!   and 503 `discovery source is not ready` (plus a `reason`) while the source is stale
 //!   (fail closed).
 //! - `/ping` is plain `OK`.
+//! - `POST /channel/delete` is 404 `E_NOT_FOUND Kodo cleanup compatibility is disabled` in both
+//!   modes ([`kodo::CLEANUP_DISABLED`]); in Kodo mode `/nodes` lists the gateway identities.
 
 use std::sync::Arc;
 
@@ -22,9 +24,9 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::Shared;
 use crate::index::Producer;
 use crate::query::{self, QueryError};
+use crate::{Shared, kodo};
 
 /// The `X-NSQ-Content-Type` value nsqlookupd sends on every JSON answer.
 pub const NSQ_CONTENT_TYPE: &str = "nsq; version=1.0";
@@ -77,6 +79,7 @@ const ROUTES: &[(&str, Method, bool)] = &[
     ("/v1/brokers", Method::GET, true),
     ("/v1/health", Method::GET, false),
     ("/metrics", Method::GET, false),
+    ("/channel/delete", Method::POST, false),
 ];
 
 async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
@@ -89,8 +92,8 @@ async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
 pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
     let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
         // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
-        // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Every route is GET
-        // only, so other methods on such paths are simply not found.
+        // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
+        // redirected; other methods on such paths are simply not found.
         if method == Method::GET
             && let Some(route) = fixed_path(path)
         {
@@ -108,16 +111,19 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
         }
         return error(StatusCode::NOT_FOUND, "NOT_FOUND");
     };
+    let allow = HeaderValue::from_static(if *want == Method::POST {
+        "POST, OPTIONS"
+    } else {
+        "GET, OPTIONS"
+    });
     if method == Method::OPTIONS {
         let mut r = Response::new(Body::empty());
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
+        r.headers_mut().insert(header::ALLOW, allow);
         return r;
     }
     if method != want {
         let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
+        r.headers_mut().insert(header::ALLOW, allow);
         return r;
     }
     if gated && let Err(reason) = shared.source_ready() {
@@ -183,6 +189,7 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
             )
         }
         "/v1/health" => health(shared),
+        "/channel/delete" => error(StatusCode::NOT_FOUND, kodo::CLEANUP_DISABLED),
         "/metrics" => text(
             StatusCode::OK,
             shared.metrics.render(),
@@ -208,7 +215,7 @@ fn fixed_path(path: &str) -> Option<&'static str> {
     let cleaned = format!("/{}", parts.join("/"));
     ROUTES
         .iter()
-        .find(|r| r.0.eq_ignore_ascii_case(&cleaned))
+        .find(|r| r.1 == Method::GET && r.0.eq_ignore_ascii_case(&cleaned))
         .map(|r| r.0)
 }
 
@@ -235,7 +242,21 @@ struct Node<'a> {
     topics: Vec<String>,
 }
 
+/// Direct mode: the publish-ready brokers with their topics. Kodo mode: the three gateway
+/// identities (no topics: they hold none), never the brokers.
 fn nodes(shared: &Shared) -> Response {
+    if let kodo::Mode::Kodo { gateway_address } = &shared.mode {
+        let ids = kodo::gateway_identities(gateway_address);
+        let nodes: Vec<Node<'_>> = ids
+            .iter()
+            .map(|p| Node {
+                producer: p,
+                tombstones: Vec::new(),
+                topics: Vec::new(),
+            })
+            .collect();
+        return json_response(StatusCode::OK, &json!({ "producers": nodes }));
+    }
     let ix = shared.read();
     let nodes: Vec<Node<'_>> = ix
         .publishers()
@@ -257,7 +278,11 @@ fn health(shared: &Shared) -> Response {
     match shared.source_ready() {
         Ok(()) => json_response(
             StatusCode::OK,
-            &json!({ "status": "ready", "broker_count": count, "lookup_ready": true }),
+            &json!({
+                "status": "ready",
+                "broker_count": count,
+                "lookup_ready": shared.lookup_ready(),
+            }),
         ),
         Err(reason) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -419,6 +444,151 @@ mod tests {
         let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
         assert_eq!(nodes["producers"][0]["topics"], json!(["t"]));
         assert_eq!(nodes["producers"][0]["tombstones"], json!([false]));
+    }
+
+    fn broker(node_id: u32, consume: bool) -> Broker {
+        Broker {
+            node_id,
+            revision: 1,
+            broadcast_address: format!("b{node_id}"),
+            tcp_port: 4150,
+            http_port: 4151,
+            version: "0.1.0".into(),
+            publish_ready: true,
+            consume_ready: consume,
+            topics: [("t".to_string(), vec!["c".to_string()])].into(),
+        }
+    }
+
+    fn kodo_shared(nodes: &[(u32, bool)]) -> Shared {
+        let s = Shared::with_mode(kodo::Mode::Kodo {
+            gateway_address: "q-kodo-publish.ns.svc".into(),
+        });
+        for &(id, consume) in nodes {
+            s.write()
+                .upsert(&format!("b{id}:4151"), broker(id, consume));
+        }
+        s.record(Ok(()));
+        s
+    }
+
+    async fn json_of(r: Response) -> (u16, serde_json::Value) {
+        let (code, b) = body(r).await;
+        (code.as_u16(), serde_json::from_str(&b).unwrap())
+    }
+
+    #[tokio::test]
+    async fn nodes_lists_brokers_in_direct_mode_and_gateways_in_kodo_mode() {
+        let (code, direct) =
+            json_of(answer(&shared_with_topic(), &Method::GET, "/nodes", "")).await;
+        assert_eq!(code, 200);
+        let ids: Vec<_> = direct["producers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["node_id"].clone(), p["tcp_port"].clone()))
+            .collect();
+        assert_eq!(ids, vec![(json!(1), json!(4150))]);
+
+        let s = kodo_shared(&[(1, true), (2, true), (3, true)]);
+        let (code, v) = json_of(answer(&s, &Method::GET, "/nodes", "")).await;
+        assert_eq!(code, 200);
+        let h = "q-kodo-publish.ns.svc";
+        let want: Vec<serde_json::Value> = [(4150, 4151), (4152, 4154), (4153, 4155)]
+            .iter()
+            .enumerate()
+            .map(|(k, (tcp, http))| {
+                json!({
+                    "remote_address": format!("{h}:{tcp}"), "hostname": h,
+                    "broadcast_address": h, "tcp_port": tcp, "http_port": http,
+                    "version": env!("CARGO_PKG_VERSION"), "node_id": 1_000_000 + k,
+                    "tombstones": [], "topics": [],
+                })
+            })
+            .collect();
+        assert_eq!(v["producers"], json!(want));
+        // The same gateways whatever the brokers do: never a fallback to brokers.
+        let none = kodo_shared(&[]);
+        let (_, v) = json_of(answer(&none, &Method::GET, "/nodes", "")).await;
+        assert_eq!(v["producers"], json!(want));
+        // Everything else keeps listing the real brokers.
+        let (_, l) = json_of(answer(&s, &Method::GET, "/lookup", "topic=t")).await;
+        let nodes: Vec<_> = l["producers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["node_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(nodes, vec![1, 2, 3]);
+        let (_, p) = json_of(answer(&s, &Method::GET, "/v1/publishers", "")).await;
+        assert_eq!(p["producers"].as_array().unwrap().len(), 3);
+        assert_eq!(p["producers"][0]["broadcast_address"], "b1");
+        // Stale source: /nodes fails closed in Kodo mode too.
+        let stale = Shared::with_mode(kodo::Mode::Kodo {
+            gateway_address: h.into(),
+        });
+        assert_eq!(answer(&stale, &Method::GET, "/nodes", "").status(), 503);
+    }
+
+    #[tokio::test]
+    async fn health_reports_lookup_ready_per_mode() {
+        // (Kodo mode, brokers as (node id, consume-ready), want lookup_ready)
+        type Case = (bool, &'static [(u32, bool)], bool);
+        let cases: &[Case] = &[
+            (false, &[(1, true)], true),
+            (true, &[(1, true), (2, true), (3, true)], true),
+            (true, &[(1, true), (2, true), (3, false)], false),
+            (true, &[(1, true), (2, true)], false),
+            (true, &[(1, true), (2, true), (4, true)], false),
+            (true, &[(1, true), (2, true), (3, true), (4, true)], false),
+        ];
+        for &(kodo, nodes, want) in cases {
+            let s = if kodo {
+                kodo_shared(nodes)
+            } else {
+                let s = Shared::default();
+                for &(id, c) in nodes {
+                    s.write().upsert(&format!("b{id}:4151"), broker(id, c));
+                }
+                s.record(Ok(()));
+                s
+            };
+            let (code, v) = json_of(answer(&s, &Method::GET, "/v1/health", "")).await;
+            assert_eq!(code, 200, "{v}");
+            assert_eq!(v["lookup_ready"], want, "kodo={kodo} {nodes:?}: {v}");
+            assert_eq!(s.lookup_ready(), want);
+        }
+    }
+
+    #[tokio::test]
+    async fn channel_delete_is_refused_in_both_modes() {
+        for s in [
+            shared_with_topic(),
+            kodo_shared(&[(1, true)]),
+            Shared::default(),
+        ] {
+            let (code, v) = json_of(answer(
+                &s,
+                &Method::POST,
+                "/channel/delete",
+                "topic=t&channel=c",
+            ))
+            .await;
+            assert_eq!(
+                (code, v),
+                (
+                    404,
+                    json!({"message": "E_NOT_FOUND Kodo cleanup compatibility is disabled"})
+                )
+            );
+            let r = answer(&s, &Method::GET, "/channel/delete", "topic=t&channel=c");
+            assert_eq!(r.status(), 405);
+            assert_eq!(r.headers()["Allow"], "POST, OPTIONS");
+            assert_eq!(
+                answer(&s, &Method::GET, "/channel/delete/", "").status(),
+                404
+            );
+        }
     }
 
     proptest! {

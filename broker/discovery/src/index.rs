@@ -106,7 +106,7 @@ pub struct Index {
     revision: u64,
     publisher_list: Vec<Producer>,
     broker_list: Vec<Producer>,
-    consume_ready_nodes: usize,
+    consume_ready_nodes: BTreeSet<u32>,
     /// node_id -> the key its listed producer came from (the first key in order).
     node_keys: BTreeMap<u32, String>,
 }
@@ -183,11 +183,12 @@ impl Index {
     fn rebuild_lists(&mut self) {
         self.publisher_list = dedup(self.publishers.iter().filter_map(|k| self.brokers.get(k)));
         self.broker_list = dedup(self.brokers.values());
-        let mut nodes = BTreeSet::new();
-        for b in self.brokers.values().filter(|b| b.consume_ready) {
-            nodes.insert(b.node_id);
-        }
-        self.consume_ready_nodes = nodes.len();
+        self.consume_ready_nodes = self
+            .brokers
+            .values()
+            .filter(|b| b.consume_ready)
+            .map(|b| b.node_id)
+            .collect();
         self.node_keys.clear();
         for (k, b) in &self.brokers {
             self.node_keys.entry(b.node_id).or_insert_with(|| k.clone());
@@ -242,7 +243,12 @@ impl Index {
 
     /// Distinct consume-ready node ids.
     pub fn consume_ready_count(&self) -> usize {
-        self.consume_ready_nodes
+        self.consume_ready_nodes.len()
+    }
+
+    /// The distinct consume-ready node ids (Kodo mode's `lookup_ready` checks their shards).
+    pub fn consume_ready_nodes(&self) -> &BTreeSet<u32> {
+        &self.consume_ready_nodes
     }
 
     /// Observed broker endpoints.

@@ -4,10 +4,12 @@
 //! static list beside `make run`); the [`poller`] reads each broker's `/v1/registry/head` and
 //! fetches `/v1/registry` only when it changed; the [`index`] keeps per-topic owner and channel
 //! maps up to date incrementally; [`api`] serves nsqlookupd's read API and the native
-//! `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. See docs/discovery.md.
+//! `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. In [`kodo`] mode `/nodes`
+//! advertises the Kodo gateways instead of the brokers. See docs/discovery.md.
 
 pub mod api;
 pub mod index;
+pub mod kodo;
 pub mod metrics;
 pub mod poller;
 pub mod query;
@@ -33,6 +35,8 @@ pub struct Shared {
     pub metrics: metrics::Metrics,
     /// The HTTP port reported by `/info`.
     pub http_port: AtomicU16,
+    /// Direct or Kodo mode (fixed at startup).
+    pub mode: kodo::Mode,
 }
 
 impl Default for Shared {
@@ -43,11 +47,27 @@ impl Default for Shared {
             last_error: Mutex::new(None),
             metrics: metrics::Metrics::new(),
             http_port: AtomicU16::new(4161),
+            mode: kodo::Mode::Direct,
         }
     }
 }
 
 impl Shared {
+    /// A service in `mode`.
+    pub fn with_mode(mode: kodo::Mode) -> Self {
+        Shared {
+            mode,
+            ..Shared::default()
+        }
+    }
+
+    /// `lookup_ready` of `/v1/health` and the gauge: the source is fresh and, in Kodo mode,
+    /// every stats shard has its broker ([`kodo::lookup_ready`]).
+    pub fn lookup_ready(&self) -> bool {
+        let fresh = self.source_ready().is_ok();
+        kodo::lookup_ready(&self.mode, fresh, self.read().consume_ready_nodes())
+    }
+
     /// Record a refresh outcome: `Ok` marks the source fresh, `Err` keeps the reason.
     pub fn record(&self, outcome: Result<(), String>) {
         match outcome {

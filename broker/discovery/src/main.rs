@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use rustqueue_discovery::{Shared, api, poller, source};
+use rustqueue_discovery::{Shared, api, kodo, poller, source};
 use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
@@ -49,6 +49,20 @@ struct Cli {
     /// File holding the brokers' registry token (re-read every poll).
     #[arg(long, env = "RUSTQUEUE_REGISTRY_TOKEN_FILE")]
     registry_token_file: Option<PathBuf>,
+    /// Kodo mode: `/nodes` advertises the three Kodo gateway identities (docs/kodo.md).
+    #[arg(
+        long,
+        env = "RUSTQUEUE_KODO_COMPATIBILITY_ENABLED",
+        default_value_t = false
+    )]
+    kodo_compatibility_enabled: bool,
+    /// Kodo mode: the gateway Service host every identity advertises (required there,
+    /// refused in direct mode).
+    #[arg(long, env = "RUSTQUEUE_KODO_GATEWAY_ADDRESS")]
+    kodo_gateway_address: Option<String>,
+    /// Kodo cleanup compatibility: never supported, `true` is a startup error.
+    #[arg(long, env = "RUSTQUEUE_KODO_CLEANUP_ENABLED", default_value_t = false)]
+    kodo_cleanup_enabled: bool,
 }
 
 #[tokio::main]
@@ -62,7 +76,15 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let shared = Arc::new(Shared::default());
+    let mode = kodo::Mode::from_settings(
+        cli.kodo_compatibility_enabled,
+        cli.kodo_gateway_address.as_deref(),
+        cli.kodo_cleanup_enabled,
+    )?;
+    if let kodo::Mode::Kodo { gateway_address } = &mode {
+        tracing::info!(%gateway_address, "Kodo mode: /nodes advertises the Kodo gateways");
+    }
+    let shared = Arc::new(Shared::with_mode(mode));
     let statics: Vec<String> = cli
         .static_brokers
         .iter()

@@ -306,7 +306,7 @@ impl Poller {
         let ready = shared.source_ready().is_ok();
         let m = &shared.metrics;
         m.source_ready.set(i64::from(ready));
-        m.lookup_ready.set(i64::from(ready));
+        m.lookup_ready.set(i64::from(shared.lookup_ready()));
         let ix = shared.read();
         m.brokers.set(ix.consume_ready_count() as i64);
         m.publishers.set(ix.publishers().len() as i64);

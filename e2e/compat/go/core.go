@@ -108,17 +108,11 @@ func compressed(kind string) func(e *env) error {
 
 func mpub(e *env) error {
 	topic := e.topic()
-	box := newInbox()
-	cons, err := e.consumer(e.config(), topic, "c", box, nil)
+	box, p, done, err := e.pubSub(topic)
 	if err != nil {
 		return err
 	}
-	defer stop(cons)
-	p, err := e.producer(e.config())
-	if err != nil {
-		return err
-	}
-	defer p.Stop()
+	defer done()
 	bodies := []string{"one", "two", "three"}
 	if err := p.MultiPublish(topic, [][]byte{[]byte("one"), []byte("two"), []byte("three")}); err != nil {
 		return fmt.Errorf("mpub: %w", err)
@@ -136,17 +130,11 @@ func mpub(e *env) error {
 // dpub: a DPUB of 300 ms must not arrive before 250 ms; a plain PUB sent after it arrives first.
 func dpub(e *env) error {
 	topic := e.topic()
-	box := newInbox()
-	cons, err := e.consumer(e.config(), topic, "c", box, nil)
+	box, p, done, err := e.pubSub(topic)
 	if err != nil {
 		return err
 	}
-	defer stop(cons)
-	p, err := e.producer(e.config())
-	if err != nil {
-		return err
-	}
-	defer p.Stop()
+	defer done()
 	start := time.Now()
 	if err := p.DeferredPublish(topic, 300*time.Millisecond, []byte("later")); err != nil {
 		return fmt.Errorf("dpub: %w", err)

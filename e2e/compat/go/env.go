@@ -234,6 +234,22 @@ func (e *env) waitSubscribed(topic, channel string) {
 }
 
 // stop stops a consumer and waits (bounded) until it has closed.
+// pubSub subscribes channel "c" of topic and opens a producer, both with the default config;
+// done stops them.
+func (e *env) pubSub(topic string) (*inbox, *nsq.Producer, func(), error) {
+	box := newInbox()
+	cons, err := e.consumer(e.config(), topic, "c", box, nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := e.producer(e.config())
+	if err != nil {
+		stop(cons)
+		return nil, nil, nil, err
+	}
+	return box, p, func() { p.Stop(); stop(cons) }, nil
+}
+
 func stop(c *nsq.Consumer) {
 	if c == nil {
 		return

@@ -32,3 +32,22 @@ start() {
   PIDS+=($!)
   eval "PID_${name//-/_}=$!"
 }
+
+# wait_http NAME URL: poll URL/ping until it answers, failing early if NAME died. A bare
+# host:port means http://. Extra curl arguments (e.g. a CA and a client certificate for
+# https:// URLs) come from the WAIT_HTTP_CURL array.
+WAIT_HTTP_CURL=()
+wait_http() {
+  local name="$1" addr="$2" pidvar="PID_${1//-/_}" i
+  [[ "$addr" == *://* ]] || addr="http://$addr"
+  for i in $(seq 1 200); do
+    if curl -fsS -o /dev/null "${WAIT_HTTP_CURL[@]}" "$addr/ping" 2>/dev/null; then return 0; fi
+    if ! kill -0 "${!pidvar}" 2>/dev/null; then
+      tail -n 30 "$WORK/$name.log" >&2
+      die "$name exited before answering on $addr"
+    fi
+    sleep 0.1
+  done
+  tail -n 30 "$WORK/$name.log" >&2
+  die "$name did not answer on $addr/ping within 20 s"
+}

@@ -45,20 +45,6 @@ GW_TCP="" GW_HTTP=""
 WORK_PREFIX="rq-lookupd-$target"
 source "$HERE/../lib/procs.sh"
 
-wait_http() {
-  local name="$1" addr="$2" pidvar="PID_$1" i
-  for i in $(seq 1 200); do
-    curl -fsS -o /dev/null "http://$addr/ping" 2>/dev/null && return 0
-    if ! kill -0 "${!pidvar}" 2>/dev/null; then
-      tail -n 30 "$WORK/$name.log" >&2
-      die "$name exited before answering on $addr"
-    fi
-    sleep 0.1
-  done
-  tail -n 30 "$WORK/$name.log" >&2
-  die "$name did not answer on $addr/ping within 20 s"
-}
-
 # A cluster: LOOKUP (HTTP), broker 1 and 2 (B1_TCP/B1_HTTP, B2_TCP/B2_HTTP), PID_b2.
 start_nsqlookupd() {
   local dir="$1" ltcp

@@ -19,9 +19,9 @@ use rustqueue_api::labels;
 use crate::Error;
 use crate::apply;
 use crate::metrics::Metrics;
-use crate::observe::{Observer, base_url};
+use crate::observe::{Observer, RuntimeWorkloads, base_url};
 use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
-use crate::render::{AuthTokens, Desired, DesiredInputs, Owner};
+use crate::render::{AuthTokens, Desired, DesiredInputs, KodoLayout, Owner};
 use crate::status::{error_status, next_status, now_rfc3339};
 
 /// Shared state of all reconciles.
@@ -34,6 +34,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Metrics,
+    /// Testing only: the most Kodo cutover grace to honour (docs/kodo.md).
+    pub kodo_max_grace_seconds: Option<u64>,
 }
 
 /// Which namespaces the operator manages.
@@ -207,7 +209,12 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
             feature_level_floor: feature_floor(&observed, &previous),
         },
     );
-    let decided = plan(&rq.spec, &observed, &desired, &previous, unix_now());
+    let mut desired = desired;
+    if let Some(cap) = ctx.kodo_max_grace_seconds {
+        desired.kodo_grace_seconds = desired.kodo_grace_seconds.min(cap);
+    }
+    let now = unix_now();
+    let decided = plan(&rq.spec, &observed, &desired, &previous, now);
     let applier = Applier {
         ctx,
         owner: &owner,
@@ -215,14 +222,30 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         observed: &observed,
         tokens: tokens.as_ref(),
     };
+    let mut applied_runtime = None;
     for action in &decided.actions {
-        if let Err(e) = applier.carry_out(action).await {
-            applier.resume_all().await;
-            return Err(e);
+        match applier.carry_out(action).await {
+            Ok(runtime) => applied_runtime = runtime.or(applied_runtime),
+            Err(e) => {
+                applier.resume_all().await;
+                return Err(e);
+            }
         }
     }
-    write_outcome(ctx, rq, &decided).await?;
-    Ok(Requeue::requeue(decided.requeue))
+    // The runtime workloads were read before this reconcile applied their new template; a
+    // status written from that reading would call them available while they roll. Decide
+    // the status again from what the apply left (the actions are not repeated).
+    let status = match applied_runtime {
+        Some(rt)
+            if (Some(rt.discovery), Some(rt.gateway)) != (observed.discovery, observed.gateway) =>
+        {
+            let after = observed.clone().with_runtime(rt.discovery, rt.gateway);
+            plan(&rq.spec, &after, &desired, &previous, now)
+        }
+        _ => decided,
+    };
+    write_outcome(ctx, rq, &status).await?;
+    Ok(Requeue::requeue(status.requeue))
 }
 
 fn unix_now() -> u64 {
@@ -242,23 +265,31 @@ struct Applier<'a> {
 }
 
 impl Applier<'_> {
-    async fn carry_out(&self, action: &Action) -> Result<(), Error> {
+    /// Returns the runtime workloads as the apply left them when the action applied them.
+    async fn carry_out(&self, action: &Action) -> Result<Option<RuntimeWorkloads>, Error> {
         let client = &self.ctx.client;
         let ns = self.owner.namespace;
-        match action {
+        let done = match action {
             Action::CreateAuthSecret { name } => {
                 apply::create_auth_secret(client, self.owner, name).await
             }
-            Action::ApplyRuntime { image } => {
+            Action::ApplyRuntime { image, kodo } => {
                 // Replicas only size the brokers' PDB, which the runtime subset does not apply.
-                let c = self.desired.children(self.owner, 0, image);
-                apply::apply_runtime(client, ns, &c).await
+                let c = self.desired.children(self.owner, 0, image, kodo);
+                return apply::apply_runtime(client, ns, &c).await.map(Some);
             }
             Action::ApplyBrokerSet { replicas } => {
-                let c = self
-                    .desired
-                    .children(self.owner, *replicas, &self.desired.spec.image);
+                // The broker set holds no Kodo or discovery object.
+                let c = self.desired.children(
+                    self.owner,
+                    *replicas,
+                    &self.desired.spec.image,
+                    &KodoLayout::default(),
+                );
                 apply::apply_broker_set(client, ns, &c).await
+            }
+            Action::DeleteKodoGateways => {
+                apply::delete_kodo_gateways(client, ns, self.owner.name, self.owner.uid).await
             }
             Action::Drain { pod, goal } => {
                 let req = DrainRequest {
@@ -270,16 +301,20 @@ impl Applier<'_> {
             Action::Resume { pod } => self.drain(pod, DrainRequest::resume()).await,
             Action::DeletePod { pod } => apply::delete_pod(client, ns, pod).await,
             Action::CreateProbePod { .. } => {
-                let c = self
-                    .desired
-                    .children(self.owner, 0, &self.desired.spec.image);
+                let c = self.desired.children(
+                    self.owner,
+                    0,
+                    &self.desired.spec.image,
+                    &KodoLayout::default(),
+                );
                 apply::create_probe(client, ns, &c.config_map, &self.desired.probe(self.owner))
                     .await
             }
             Action::DeleteProbePod { name } => apply::delete_pod(client, ns, name).await,
             Action::PatchClaim { name, size } => apply::patch_claim(client, ns, name, size).await,
             Action::DeleteConfigMap { name } => apply::delete_config_map(client, ns, name).await,
-        }
+        };
+        done.map(|()| None)
     }
 
     /// After a failed action: un-drain every draining broker (best effort), so an error never

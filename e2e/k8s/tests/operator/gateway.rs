@@ -2,14 +2,17 @@
 //! (`<n>-gateway`, TCP 4150 / HTTP 4151), consumers only the discovery Service (`<n>-discovery`,
 //! port 4161). The official go-nsq `Producer` and HTTP publishes through the gateway reach every
 //! broker; go-nsq's `ConnectToNSQLookupd` and pynsq's `lookupd_http_addresses` drain them with a
-//! ledger; a deleted broker's consumers reconnect when it returns.
+//! ledger; a deleted broker's consumers reconnect when it returns; the gateway rotates producer
+//! connections at `proxyTcpMaxConnectionAgeSeconds`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
+use kube::api::ListParams;
 use rustqueue_e2e::tools::{
     Produce, Sub, gonsq_consume_in, gonsq_consumer, gonsq_produce, pynsq_consume_in,
 };
@@ -197,4 +200,98 @@ pub async fn consumers_reconnect_to_a_broker_that_returns(c: &Cluster) {
         String::from_utf8_lossy(&out.stderr)
     );
     check_ledger("go-nsq across a broker's return", &published, &got);
+}
+
+/// `proxyTcpMaxConnectionAgeSeconds: 2` reaches every gateway Pod, and one long-lived go-nsq
+/// Producer publishing for 8 s is rotated (reconnected and placed again) several times, so its
+/// messages land on more than one broker; back to the default afterwards.
+pub async fn the_gateway_rotates_producer_connections_at_the_configured_age(c: &Cluster) {
+    c.patch_spec_ok(r#"{"proxyTcpMaxConnectionAgeSeconds":2}"#);
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(c.client.clone(), NS);
+    eventually(
+        "the gateway DaemonSet carrying the new age",
+        LONG,
+        || async {
+            let ds = daemon_sets.get(&format!("{RQ}-gateway")).await.ok();
+            let age = ds.as_ref().and_then(|d| {
+                let env = d.spec.template.spec.as_ref()?.containers[0].env.clone()?;
+                env.into_iter()
+                    .find(|e| e.name == "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS")?
+                    .value
+            });
+            if age.as_deref() == Some("2") {
+                Poll::Done(())
+            } else {
+                Poll::Saw(age)
+            }
+        },
+    )
+    .await;
+    c.ready(3).await;
+    let before = rotations(c).await;
+    let gw = service_ip(c, &format!("{RQ}-gateway")).await;
+    let topic = "rotation";
+    let one = Produce {
+        n: 40,
+        conns: 1,
+        prefix: "rot",
+        interval: Duration::from_millis(200),
+    };
+    let (published, log) = gonsq_produce(&format!("{gw}:4150"), topic, one);
+    assert_eq!(published.len(), 40);
+    let rotated = rotations(c).await - before;
+    let per_broker = published_per_broker(c, topic).await;
+    let owners = per_broker.values().filter(|n| **n > 0).count();
+    eprintln!(
+        "rotation at 2 s: {rotated} tunnels rotated over 8 s, per broker {per_broker:?}; {}",
+        log.trim()
+    );
+    assert!(rotated >= 2.0, "{rotated} rotations in 8 s at a 2 s age");
+    assert!(owners >= 2, "one producer reached only {per_broker:?}");
+    // drain what was published (a scale-down later waits for every broker to be empty)
+    let lookupd = format!(
+        "http://{}:4161",
+        service_ip(c, &format!("{RQ}-discovery")).await
+    );
+    let resolv = pod_resolv_conf(c).await;
+    let got = gonsq_consume_in(&Sub {
+        resolv_conf: Some(&resolv),
+        addr: &lookupd,
+        topic,
+        channel: "c",
+        n: published.len(),
+        limit: Duration::from_secs(90),
+    });
+    check_ledger("go-nsq after rotation", &published, &got);
+
+    c.patch_spec_ok(r#"{"proxyTcpMaxConnectionAgeSeconds":300}"#);
+    c.ready(3).await;
+}
+
+/// `rustqueue_gateway_tcp_connection_rotations_total` summed over the gateway Pods.
+async fn rotations(c: &Cluster) -> f64 {
+    let pods = c
+        .pods
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={RQ},app.kubernetes.io/component=gateway"
+        )))
+        .await
+        .expect("list gateway Pods");
+    let mut total = 0.0;
+    for p in pods.items {
+        let Some(ip) = p.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        let url = format!("http://{ip}:4151/metrics");
+        let Ok(text) = reqwest::get(&url).await.and_then(|r| r.error_for_status()) else {
+            continue;
+        };
+        let text = text.text().await.unwrap_or_default();
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("rustqueue_gateway_tcp_connection_rotations_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
 }

@@ -67,6 +67,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(producers_reach_every_broker_through_the_gateway_and_consumers_through_discovery(&c))
             .await;
         step!(consumers_reconnect_to_a_broker_that_returns(&c)).await;
+        step!(the_gateway_rotates_producer_connections_at_the_configured_age(&c)).await;
         step!(a_deleted_broker_returns_on_its_pvc_with_its_backlog(&c)).await;
         let leader = step!(the_standby_takes_the_lease_when_the_leader_dies(&c)).await;
         step!(the_new_leader_reconciles_and_reports_leadership(

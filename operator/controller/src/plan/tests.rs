@@ -805,6 +805,14 @@ fn conditions_are_sorted_by_type() {
         [
             "BrokersAvailable",
             "Degraded",
+            "KodoCleanupActive",
+            "KodoCutoverReady",
+            "KodoDecommissionConfirmed",
+            "KodoDirectBrokersAdvertised",
+            "KodoGatewaysActive",
+            "KodoGatewaysAdvertised",
+            "KodoGatewaysReady",
+            "KodoProducerRestartConfirmed",
             "Maintenance",
             "OrphanedPVCs",
             "Progressing",
@@ -886,7 +894,7 @@ fn the_feature_floor_comes_from_status_and_running_brokers() {
 
 fn runtime_image(p: &Plan) -> Option<&str> {
     p.actions.iter().find_map(|a| match a {
-        Action::ApplyRuntime { image } => Some(image.as_str()),
+        Action::ApplyRuntime { image, .. } => Some(image.as_str()),
         _ => None,
     })
 }
@@ -1018,4 +1026,28 @@ fn ready_waits_for_the_discovery_and_gateway_pods_clients_connect_to() {
         assert!(cond(&p, "Progressing").status);
         assert!(!cond(&p, "Degraded").status);
     }
+}
+
+/// The reading a reconcile takes comes before it applies a new runtime template; deciding the
+/// status again from what the apply returned (a generation the DaemonSet controller has not
+/// observed yet) keeps `Ready` false at the new generation until the Pods roll.
+#[test]
+fn a_runtime_template_applied_in_this_reconcile_is_not_available_yet() {
+    let cond = |p: &Plan, t: &str| p.conditions.iter().find(|c| c.type_ == t).cloned().unwrap();
+    let before = Observed::test().brokers(3).at_revision("b").build();
+    assert!(cond(&run(&spec(), &before, None), "Ready").status);
+    let just_applied = Workload {
+        observed: false,
+        ..Workload::available(3)
+    };
+    let after = before.with_runtime(Workload::available(2), just_applied);
+    let p = run(&spec(), &after, None);
+    let ready = cond(&p, "Ready");
+    assert!(!ready.status);
+    assert_eq!(ready.reason, "WaitingForRuntime");
+    assert!(
+        ready.message.contains("has not seen the latest spec"),
+        "{}",
+        ready.message
+    );
 }

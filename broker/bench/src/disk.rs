@@ -1,0 +1,204 @@
+//! The `disk` case: what the disk under the brokers' data directories can do, measured beside
+//! them (a file in the same temporary directory a broker's data directory is created in), so
+//! the fsync-bound targets hold on any machine:
+//!
+//! - `fdatasync` latency of small appends (1 KiB, what one PUB adds) and of group-sized ones
+//!   (16 KiB: 16 producers' PUBs; 64 KiB), to a file that grows with each append (what a
+//!   segment does today), to a file preallocated with `fallocate` (the extents exist but are
+//!   unwritten, so the first write of each still changes metadata), and to a region that was
+//!   written with zeros and synced beforehand (a pure data overwrite);
+//! - synced sequential write bandwidth: 1 MiB writes, each followed by `fdatasync`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// How the file under the appends was prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// Each append extends the file (size and extent metadata change on every sync).
+    Grow,
+    /// `fallocate` reserved the space up front (size fixed; extents unwritten).
+    Fallocate,
+    /// The region was written with zeros and synced first (nothing but data changes).
+    Prewritten,
+}
+
+/// One series of `write` + `fdatasync` of `bytes` each.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SyncedWrites {
+    /// Bytes per write.
+    pub bytes: usize,
+    /// How the file was prepared.
+    pub layout: Layout,
+    /// Writes measured.
+    pub count: u64,
+    /// Median write + fdatasync, µs.
+    pub p50_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// Mean, µs.
+    pub mean_us: f64,
+}
+
+/// Everything the `disk` case measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiskReport {
+    /// The directory the test file was in (where broker data directories are created).
+    pub directory: String,
+    /// Small and group-sized synced writes.
+    pub writes: Vec<SyncedWrites>,
+    /// 1 MiB write + fdatasync, MiB/s.
+    pub bandwidth_mib_per_sec: f64,
+    /// MiB written for the bandwidth figure.
+    pub bandwidth_mib_written: f64,
+}
+
+impl DiskReport {
+    /// The median of `bytes`-sized writes with `layout`, if measured.
+    pub fn p50_us(&self, bytes: usize, layout: Layout) -> Option<u64> {
+        self.writes
+            .iter()
+            .find(|w| w.bytes == bytes && w.layout == layout)
+            .map(|w| w.p50_us)
+    }
+}
+
+/// Bytes of one PUB body in the fsync-bound cases.
+pub const SMALL: usize = 1024;
+/// A group commit of 16 producers' 1 KiB PUBs.
+pub const GROUP: usize = 16 * 1024;
+/// A larger group.
+pub const LARGE_GROUP: usize = 64 * 1024;
+
+/// Per series: at most this many writes or this long, whichever comes first.
+const SERIES_WRITES: u64 = 4000;
+const SERIES_TIME: Duration = Duration::from_millis(1500);
+/// Space reserved for the preallocated layouts.
+const REGION: u64 = 64 * 1024 * 1024;
+/// Bandwidth run: up to this much or this long.
+const BANDWIDTH_BYTES: u64 = 512 * 1024 * 1024;
+const BANDWIDTH_TIME: Duration = Duration::from_secs(3);
+
+/// Measures the disk under `dir` (a fresh temp dir inside it, removed afterwards).
+pub fn measure(dir: &Path) -> std::io::Result<DiskReport> {
+    let tmp = tempfile::Builder::new()
+        .prefix("rustqueue-bench-disk-")
+        .tempdir_in(dir)?;
+    let mut writes = Vec::new();
+    let series = [
+        (SMALL, Layout::Grow),
+        (SMALL, Layout::Fallocate),
+        (SMALL, Layout::Prewritten),
+        (GROUP, Layout::Grow),
+        (GROUP, Layout::Fallocate),
+        (GROUP, Layout::Prewritten),
+        (LARGE_GROUP, Layout::Grow),
+    ];
+    for (i, (bytes, layout)) in series.into_iter().enumerate() {
+        let path = tmp.path().join(format!("series-{i}"));
+        writes.push(synced_writes(&path, bytes, layout)?);
+        std::fs::remove_file(&path)?;
+    }
+    let (mib_per_sec, mib) = bandwidth(&tmp.path().join("bandwidth"))?;
+    Ok(DiskReport {
+        directory: dir.display().to_string(),
+        writes,
+        bandwidth_mib_per_sec: mib_per_sec,
+        bandwidth_mib_written: mib,
+    })
+}
+
+fn create(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(path)
+}
+
+fn synced_writes(path: &Path, bytes: usize, layout: Layout) -> std::io::Result<SyncedWrites> {
+    let file = create(path)?;
+    match layout {
+        Layout::Grow => {}
+        Layout::Fallocate => {
+            nix::fcntl::fallocate(&file, nix::fcntl::FallocateFlags::empty(), 0, REGION as i64)
+                .map_err(std::io::Error::from)?;
+            file.sync_all()?;
+        }
+        Layout::Prewritten => {
+            let zeros = vec![0u8; 1024 * 1024];
+            let mut f = &file;
+            for _ in 0..REGION / zeros.len() as u64 {
+                f.write_all(&zeros)?;
+            }
+            file.sync_all()?;
+        }
+    }
+    let buf = vec![0x5au8; bytes];
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
+    let start = Instant::now();
+    let mut offset = 0u64;
+    while hist.len() < SERIES_WRITES
+        && start.elapsed() < SERIES_TIME
+        && offset + bytes as u64 <= REGION
+    {
+        let t = Instant::now();
+        file.write_all_at(&buf, offset)?;
+        file.sync_data()?;
+        hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
+        offset += bytes as u64;
+    }
+    Ok(SyncedWrites {
+        bytes,
+        layout,
+        count: hist.len(),
+        p50_us: hist.value_at_quantile(0.5),
+        p99_us: hist.value_at_quantile(0.99),
+        mean_us: hist.mean(),
+    })
+}
+
+fn bandwidth(path: &Path) -> std::io::Result<(f64, f64)> {
+    let mut file = create(path)?;
+    let buf = vec![0xa5u8; 1024 * 1024];
+    let start = Instant::now();
+    let mut written = 0u64;
+    while written < BANDWIDTH_BYTES && start.elapsed() < BANDWIDTH_TIME {
+        file.write_all(&buf)?;
+        file.sync_data()?;
+        written += buf.len() as u64;
+    }
+    let mib = written as f64 / 1048576.0;
+    Ok((mib / start.elapsed().as_secs_f64().max(1e-9), mib))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synced_writes_are_timed_for_every_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, layout) in [Layout::Grow, Layout::Fallocate, Layout::Prewritten]
+            .into_iter()
+            .enumerate()
+        {
+            let w = synced_writes(&dir.path().join(format!("f{i}")), 4096, layout).unwrap();
+            assert!(w.count > 0 && w.p50_us > 0 && w.p99_us >= w.p50_us, "{w:?}");
+            let len = std::fs::metadata(dir.path().join(format!("f{i}")))
+                .unwrap()
+                .len();
+            match layout {
+                Layout::Grow => assert_eq!(len, w.count * 4096),
+                _ => assert_eq!(len, REGION),
+            }
+        }
+    }
+}
