@@ -165,7 +165,7 @@ e2e-operator: deps-k8s images ## the operator scenario on the testbed, from the 
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 	rm -f $(E2E_FIGURES)
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release \
-	  RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) $(CARGO) test --locked -p rustqueue-e2e -- --nocapture
+	  RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) $(CARGO) test --locked -p rustqueue-e2e -- --nocapture --test-threads=1
 	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------

@@ -102,30 +102,51 @@ fn with_resolv_conf(resolv_conf: Option<&Path>, program: &Path) -> Command {
     }
 }
 
-/// The official go-nsq client as e2e/k8s/gonsq/main.go drives it, built once per test process
-/// (`go build`, static so it resolves names from `/etc/resolv.conf` itself) into
-/// `$CARGO_TARGET_DIR` or a temporary directory.
+/// The official go-nsq client as e2e/k8s/gonsq/main.go drives it, built once per test process.
 pub fn gonsq() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| go_build(&crate::crate_dir().join("gonsq"), "e2e-gonsq"))
+        .clone()
+}
+
+/// The Kodo stand-in (e2e/kodo/standin: go-nsq used the way Kodo uses it), built once per
+/// test process.
+pub fn kodo_standin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| crate::repo_root().join("target"), PathBuf::from);
-        let bin = dir.join("e2e-gonsq");
-        let mut cmd = Command::new("go");
-        cmd.current_dir(crate::crate_dir().join("gonsq"))
-            .env("CGO_ENABLED", "0")
-            .args(["build", "-o"])
-            .arg(&bin)
-            .arg(".");
-        let out = run(cmd);
-        assert!(
-            out.success,
-            "go build e2e/k8s/gonsq failed:\n{}{}",
-            out.stdout, out.stderr
-        );
-        bin
+        let dir = crate::repo_root().join("e2e/kodo/standin");
+        go_build(&dir, "e2e-kodo-standin")
     })
     .clone()
+}
+
+/// `go build`s the module in `dir` (static, so it resolves names from `/etc/resolv.conf`
+/// itself) into `$CARGO_TARGET_DIR/<name>` (else the repository's `target/`).
+fn go_build(dir: &Path, name: &str) -> PathBuf {
+    let out_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| crate::repo_root().join("target"), PathBuf::from);
+    let bin = out_dir.join(name);
+    let mut cmd = Command::new("go");
+    cmd.current_dir(dir)
+        .env("CGO_ENABLED", "0")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".");
+    let out = run(cmd);
+    assert!(
+        out.success,
+        "go build {} failed:\n{}{}",
+        dir.display(),
+        out.stdout,
+        out.stderr
+    );
+    bin
+}
+
+/// `program` run as [`with_resolv_conf`] says: resolving names with `resolv_conf` as
+/// `/etc/resolv.conf` in a mount namespace of its own.
+pub fn in_pod_dns(resolv_conf: &Path, program: &Path) -> Command {
+    with_resolv_conf(Some(resolv_conf), program)
 }
 
 /// How a go-nsq producer run is shaped: `n` bodies `<prefix>-<i>` over `conns` Producers (one

@@ -15,6 +15,7 @@ mod discovery;
 mod dns;
 mod failures;
 mod gateway;
+mod kodo;
 mod levels;
 mod maintenance;
 mod network;
@@ -30,6 +31,7 @@ use discovery::*;
 use dns::*;
 use failures::*;
 use gateway::*;
+use kodo::*;
 use levels::*;
 use maintenance::*;
 use network::*;
@@ -112,5 +114,23 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
             not_run("claims_grow_with_storage_size_and_never_shrink", &why);
         }
         step!(a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(&c)).await;
+    });
+}
+
+/// The Kodo compatibility profile (docs/kodo.md) on a cluster of its own: enabled under a
+/// publishing Kodo stand-in, a broker killed mid-publish, a blocked and then a confirmed
+/// decommission, every acknowledged message consumed at the end.
+#[test]
+fn the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message() {
+    cluster::runtime().block_on(async {
+        let c = Cluster::start().await;
+        step!(the_operator_installs_from_config_default(&c)).await;
+        step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
+        step!(the_brokers_take_kodo_sized_messages_before_the_profile(&c)).await;
+        let mut fleet = step!(enabling_kodo_keeps_a_kodo_producer_publishing(&c)).await;
+        step!(a_broker_killed_mid_publish_keeps_every_acknowledged_kodo_message(&c, &mut fleet))
+            .await;
+        step!(disabling_kodo_waits_for_confirmation_then_returns_to_the_brokers(&c, &mut fleet))
+            .await;
     });
 }
