@@ -229,6 +229,11 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
         1.0
     );
     assert_eq!(b.count("t").await, 0);
+    // A /stats call reserves 96 MiB of the same budget: refused while the 100 MiB are held.
+    let stats = format!("http://{}/stats", gw.shard_addresses[0]);
+    let r = reqwest::get(&stats).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
     // The slow producer leaves; its reservation comes back and 40 MiB now fit.
     drop(slow);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -236,6 +241,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     next.cmd_body("PUB t", &payload(2, 40 * 1024 * 1024)).await;
     next.expect_ok().await;
     assert_eq!(b.count("t").await, 1);
+    assert_eq!(reqwest::get(&stats).await.unwrap().status(), 200);
     gw.shutdown().await;
 }
 
