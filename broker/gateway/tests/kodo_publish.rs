@@ -234,6 +234,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     let r = reqwest::get(&stats).await.unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(metric(&gw, "rustqueue_gateway_http_throttled_total"), 1.0);
     // The slow producer leaves; its reservation comes back and 40 MiB now fit.
     drop(slow);
     tokio::time::sleep(Duration::from_millis(300)).await;

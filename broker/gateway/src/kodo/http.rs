@@ -139,6 +139,7 @@ async fn shard_stats(
         .clone()
         .try_acquire_many_owned(stats::STATS_RESERVATION_BYTES)
     else {
+        s.metrics.http_throttled.inc();
         return GatewayError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "E_THROTTLED",
