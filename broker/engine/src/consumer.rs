@@ -53,8 +53,13 @@ fn durable(
     })
 }
 
-/// The open file a body is read from (`None`: the message is gone).
-type BodySource = Option<Arc<dyn FsFile>>;
+/// Where a body comes from.
+enum BodySource {
+    /// The log still holds a copy of it (a recent append): no read.
+    Recent(Bytes),
+    /// The open file it is read from (`None`: the message is gone).
+    File(Option<Arc<dyn FsFile>>),
+}
 
 /// What one look at the channel found.
 struct Look {
@@ -256,7 +261,10 @@ impl Consumer {
         m.observe(Timer::DeliveryLockWait, held - waited);
         let take = match st.take(self.id, &log, rules, persist) {
             take @ (Take::Deliver { entry, .. } | Take::DeadLetter { entry }) => {
-                let source = log.body_source(&entry);
+                let source = match log.recent_body(&entry) {
+                    Some(body) => BodySource::Recent(body),
+                    None => BodySource::File(log.body_source(&entry)),
+                };
                 Some((take, source))
             }
             Take::Nothing => {
@@ -436,7 +444,10 @@ enum ReadFail {
 }
 
 async fn read(source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
-    let file = source.ok_or(ReadFail::Failed)?;
+    let file = match source {
+        BodySource::Recent(body) => return Ok(body),
+        BodySource::File(file) => file.ok_or(ReadFail::Failed)?,
+    };
     let r = if entry.body_len > BLOCKING_READ_BYTES {
         tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry))
             .await

@@ -168,6 +168,43 @@ async fn a_broker_killed_while_a_large_pub_is_written_costs_a_retry_not_a_messag
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_after_a_whole_pub_was_sent_gives_e_ambiguous_and_no_retry() {
+    let (mut b1, mut b2) = (Broker::start(1).await, Broker::start(2).await);
+    let d = FakeDiscovery::start(vec![b1.listed(), b2.listed()]).await;
+    let gw = kodo_gateway(&d, &[]).await;
+    ready(&gw, 2).await;
+    let mut c = Client::connect(gw.tcp_address).await;
+    c.cmd_body("PUB unsure", b"warm").await;
+    c.expect_ok().await;
+    let first_on_1 = b1.count("unsure").await == 1;
+    let (victim, survivor) = if first_on_1 {
+        (&mut b1, &mut b2)
+    } else {
+        (&mut b2, &mut b1)
+    };
+    // A small PUB fits the socket buffers: written and flushed whole, then the broker dies
+    // before answering. The gateway cannot know whether it was stored.
+    victim.pause();
+    c.cmd_body("PUB unsure", b"maybe").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    victim.kill();
+    let text = c.expect_error("E_AMBIGUOUS").await;
+    assert!(text.contains("automatic retry is unsafe"), "{text}");
+    c.expect_closed().await;
+    assert_eq!(
+        metric(&gw, "rustqueue_gateway_producer_ambiguous_failures_total"),
+        1.0
+    );
+    assert_eq!(metric(&gw, "rustqueue_gateway_producer_retries_total"), 0.0);
+    assert_eq!(
+        survivor.count("unsure").await,
+        0,
+        "an ambiguous publish is never retried"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection() {
     let b = Broker::start(1).await;
     let d = FakeDiscovery::start(vec![b.listed()]).await;
@@ -192,6 +229,12 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
         1.0
     );
     assert_eq!(b.count("t").await, 0);
+    // A /stats call reserves 96 MiB of the same budget: refused while the 100 MiB are held.
+    let stats = format!("http://{}/stats", gw.shard_addresses[0]);
+    let r = reqwest::get(&stats).await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(metric(&gw, "rustqueue_gateway_http_throttled_total"), 1.0);
     // The slow producer leaves; its reservation comes back and 40 MiB now fit.
     drop(slow);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -199,5 +242,42 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     next.cmd_body("PUB t", &payload(2, 40 * 1024 * 1024)).await;
     next.expect_ok().await;
     assert_eq!(b.count("t").await, 1);
+    assert_eq!(reqwest::get(&stats).await.unwrap().status(), 200);
     gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_the_publish_in_progress_and_runs_no_queued_command() {
+    let b = Broker::start(1).await;
+    let d = FakeDiscovery::start(vec![b.listed()]).await;
+    let gw = kodo_gateway(&d, &[]).await;
+    ready(&gw, 1).await;
+    let tcp = gw.tcp_address;
+    let mut c = Client::connect(tcp).await;
+    c.cmd_body("PUB late", b"warm").await;
+    c.expect_ok().await;
+    // The broker holds its answer while it is paused: the first PUB is in progress at the
+    // gateway, the second waits in the queue behind it.
+    b.pause();
+    c.cmd_body("PUB late", b"in-progress").await;
+    c.cmd_body("PUB late", b"queued").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = tokio::spawn(gw.shutdown());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        tokio::net::TcpStream::connect(tcp).await.is_err(),
+        "no new producer connection once shutdown began"
+    );
+    b.resume();
+    c.expect_ok().await;
+    c.expect_closed().await;
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        b.count("late").await,
+        2,
+        "warm and in-progress stored, queued never sent"
+    );
 }

@@ -75,5 +75,17 @@ async fn each_shard_sums_its_brokers_own_stats() {
     brokers[2].kill();
     assert_eq!(shard(&gw, 0, "").await.status(), 503);
     assert_eq!(shard(&gw, 1, "").await.status(), 200);
+    // A broker that accepts but never answers: the whole call gives up after 10 s.
+    brokers[1].pause();
+    let started = std::time::Instant::now();
+    let r = shard(&gw, 1, "").await;
+    let waited = started.elapsed();
+    assert_eq!(r.status(), 504);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["message"], "E_STATS_TIMEOUT");
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(14),
+        "{waited:?}"
+    );
     gw.shutdown().await;
 }

@@ -168,6 +168,62 @@ struct Segment {
     summary: Option<index::Summary>,
 }
 
+/// Most bytes of recent bodies a log keeps in memory ([`TopicLog::recent_body`]). Consumers
+/// that keep up trail the newest append by about one publish group, far less than this; it
+/// is per topic, so 1,000 busy topics hold at most 125 MiB here.
+pub const RECENT_BODY_BYTES: usize = 128 * 1024;
+/// Bodies larger than this are never kept (one would evict hundreds of small ones).
+const RECENT_BODY_MAX: usize = 64 * 1024;
+
+/// Copies of the bodies of the latest appends, by position, within [`RECENT_BODY_BYTES`]:
+/// a consumer that keeps up with publishers is served from here without reading the file.
+/// They are the bytes that were appended, so they need no checksum; positions are never
+/// reused, and a lookup also matches the entry's id and length.
+#[derive(Default)]
+pub(crate) struct Recent {
+    bodies: VecDeque<(u64, u64, bytes::Bytes)>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn push(&mut self, position: u64, id: u64, body: &[u8]) {
+        if body.len() > RECENT_BODY_MAX {
+            // Keep the positions contiguous: a gap ends what is kept.
+            self.clear();
+            return;
+        }
+        if self
+            .bodies
+            .back()
+            .is_some_and(|&(last, _, _)| last + 1 != position)
+        {
+            self.clear();
+        }
+        self.bytes += body.len();
+        self.bodies
+            .push_back((position, id, bytes::Bytes::copy_from_slice(body)));
+        while self.bytes > RECENT_BODY_BYTES {
+            match self.bodies.pop_front() {
+                Some((_, _, b)) => self.bytes -= b.len(),
+                None => break,
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bodies = VecDeque::new();
+        self.bytes = 0;
+    }
+
+    fn get(&self, e: &Entry) -> Option<bytes::Bytes> {
+        let &(first, _, _) = self.bodies.front()?;
+        let i = usize::try_from(e.position.checked_sub(first)?).ok()?;
+        let (position, id, body) = self.bodies.get(i)?;
+        (*position == e.position && *id == e.id && body.len() == e.body_len as usize)
+            .then(|| body.clone())
+    }
+}
+
 /// The log of one topic.
 pub struct TopicLog {
     fs: Arc<dyn Fs>,
@@ -177,6 +233,8 @@ pub struct TopicLog {
     segments: Vec<Segment>,
     /// Entries of the active (last) segment only.
     active: VecDeque<Entry>,
+    /// Copies of the latest bodies appended.
+    recent: Recent,
     cache: Arc<PageCache>,
     log_id: u64,
     next_index: u64,
@@ -336,6 +394,8 @@ impl TopicLog {
         for (i, b) in batch.bodies.iter().enumerate() {
             at += record::ITEM_LEN as u64;
             let len = b.as_ref().len() as u32;
+            self.recent
+                .push(first_pos + i as u64, batch.first_id + i as u64, b.as_ref());
             self.active.push_back(Entry {
                 position: first_pos + i as u64,
                 id: batch.first_id + i as u64,
@@ -401,6 +461,12 @@ impl TopicLog {
             }
             _ => self.sealed_entry(position),
         }
+    }
+
+    /// The body of `e` if it is among the latest appended ([`RECENT_BODY_BYTES`]): no read,
+    /// no checksum needed (the bytes are the ones appended).
+    pub fn recent_body(&self, e: &Entry) -> Option<bytes::Bytes> {
+        self.recent.get(e)
     }
 
     /// The file and offset to read a body from without holding the log lock.
@@ -646,5 +712,50 @@ impl SyncHandle {
         self.fault.guard(r)?;
         crash_failpoint("publish_after_fsync_before_reply");
         Ok(self.covers)
+    }
+}
+
+#[cfg(test)]
+mod recent_tests {
+    use super::*;
+
+    fn entry(position: u64, id: u64, len: usize) -> Entry {
+        Entry {
+            position,
+            id,
+            timestamp_ns: 0,
+            available_at_ms: 0,
+            body_offset: 0,
+            body_len: len as u32,
+            body_crc: 0,
+            segment: 1,
+        }
+    }
+
+    #[test]
+    fn recent_bodies_are_kept_within_their_byte_bound_and_matched_exactly() {
+        let mut r = Recent::default();
+        let body = vec![7u8; 1024];
+        let n = RECENT_BODY_BYTES / 1024 + 10;
+        for p in 1..=n as u64 {
+            r.push(p, 100 + p, &body);
+        }
+        assert!(r.bytes <= RECENT_BODY_BYTES);
+        assert_eq!(r.bytes, r.bodies.len() * 1024);
+        // The oldest ten fell out; the newest is there with its bytes.
+        assert!(r.get(&entry(10, 110, 1024)).is_none());
+        assert_eq!(
+            r.get(&entry(n as u64, 100 + n as u64, 1024)).as_deref(),
+            Some(&body[..])
+        );
+        // A different id or length at a kept position is not this message.
+        assert!(r.get(&entry(n as u64, 1, 1024)).is_none());
+        assert!(r.get(&entry(n as u64, 100 + n as u64, 1000)).is_none());
+        assert!(r.get(&entry(n as u64 + 1, 101 + n as u64, 1024)).is_none());
+        // A gap in positions, or a body over the per-body bound, starts over.
+        r.push(n as u64 + 5, 1, b"after a gap");
+        assert_eq!(r.bodies.len(), 1);
+        r.push(n as u64 + 6, 2, &vec![0u8; RECENT_BODY_MAX + 1]);
+        assert_eq!((r.bodies.len(), r.bytes), (0, 0));
     }
 }

@@ -42,7 +42,8 @@ impl KodoHttp {
     ) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
-            .timeout(STATS_TIMEOUT)
+            // The whole call's 10 s (504) must fire before a single request's limit (503).
+            .timeout(STATS_TIMEOUT + Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()?;
@@ -138,6 +139,7 @@ async fn shard_stats(
         .clone()
         .try_acquire_many_owned(stats::STATS_RESERVATION_BYTES)
     else {
+        s.metrics.http_throttled.inc();
         return GatewayError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "E_THROTTLED",

@@ -109,29 +109,19 @@ fn name_of(v: &Value, key: &str) -> String {
 /// Merge one topic (or channel) into `list` by name; `children` names the nested list
 /// merged the same way (a topic's channels).
 fn merge_into(list: &mut Vec<Value>, item: &Value, key: &str, children: Option<&str>) {
-    let name = name_of(item, key);
-    let Some(Value::Object(incoming)) = Some(item) else {
+    let Value::Object(incoming) = item else {
         return;
     };
-    let existing = list.iter_mut().find(|v| name_of(v, key) == name);
-    let Some(Value::Object(target)) = existing else {
-        let mut fresh = Map::new();
+    let name = name_of(item, key);
+    let Some(Value::Object(target)) = list.iter_mut().find(|v| name_of(v, key) == name) else {
+        let mut fresh = incoming.clone();
         fresh.insert(key.to_string(), json!(name));
         fresh.insert("name".to_string(), json!(name));
-        let mut copy = incoming.clone();
         if let Some(c) = children {
-            copy.insert(c.to_string(), json!([]));
+            fresh.insert(c.to_string(), json!([]));
+            merge_children(&mut fresh, incoming, c);
         }
-        for (k, v) in copy {
-            fresh.entry(k).or_insert(v);
-        }
-        fresh.insert(key.to_string(), json!(name));
-        fresh.insert("name".to_string(), json!(name));
         list.push(Value::Object(fresh));
-        if let Some(c) = children {
-            let last = list.last_mut().and_then(Value::as_object_mut);
-            merge_children(last, incoming, c);
-        }
         return;
     };
     for field in SUMMED {
@@ -156,16 +146,11 @@ fn merge_into(list: &mut Vec<Value>, item: &Value, key: &str, children: Option<&
         }
     }
     if let Some(c) = children {
-        merge_children(Some(target), incoming, c);
+        merge_children(target, incoming, c);
     }
 }
 
-fn merge_children(
-    target: Option<&mut Map<String, Value>>,
-    incoming: &Map<String, Value>,
-    key: &str,
-) {
-    let Some(target) = target else { return };
+fn merge_children(target: &mut Map<String, Value>, incoming: &Map<String, Value>, key: &str) {
     let mut list = match target.remove(key) {
         Some(Value::Array(l)) => l,
         _ => Vec::new(),

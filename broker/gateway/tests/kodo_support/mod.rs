@@ -140,6 +140,15 @@ impl Broker {
         assert!(ok.success());
     }
 
+    /// SIGCONT after [`Broker::pause`].
+    pub fn resume(&self) {
+        let ok = Command::new("kill")
+            .args(["-CONT", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{DamageSink, PageCache, Segment, TopicLog, pages, segment_path};
+use super::{DamageSink, PageCache, Recent, Segment, TopicLog, pages, segment_path};
 use crate::fs::Fs;
 use crate::quarantine::{DamageKind, Finding};
 use crate::{Fault, StorageError, io_err};
@@ -77,6 +77,7 @@ impl TopicLog {
             max_segment_bytes,
             segments: Vec::new(),
             active: VecDeque::new(),
+            recent: Recent::default(),
             cache,
             log_id: pages::next_log_id(),
             next_index: bases.first().copied().unwrap_or(1),

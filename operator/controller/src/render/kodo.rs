@@ -48,6 +48,9 @@ pub const METRICS_PORT: u16 = 4160;
 const TERMINATION_GRACE_SECONDS: i64 = 75;
 /// What the Gateway itself waits for open publishes on SIGTERM (inside the above).
 const SHUTDOWN_GRACE_SECONDS: i64 = 60;
+/// How long a discovery rollout may make no progress beyond its soak before the Deployment
+/// reports it stalled.
+const PROGRESS_DEADLINE_SECONDS: i32 = 600;
 /// Soak of a new discovery Pod outside the profile.
 pub const DEFAULT_MIN_READY_SECONDS: i32 = 30;
 
@@ -436,6 +439,12 @@ pub fn gateway_network_policy(owner: &Owner<'_>, spec: &RustQueueSpec) -> Networ
 pub fn shape_discovery(owner: &Owner<'_>, layout: &KodoLayout, d: &mut Deployment) {
     let spec = &mut d.spec;
     spec.min_ready_seconds = Some(layout.discovery_min_ready_seconds);
+    // the API server refuses a progress deadline at or below minReadySeconds (default 600)
+    spec.progress_deadline_seconds = Some(
+        layout
+            .discovery_min_ready_seconds
+            .saturating_add(PROGRESS_DEADLINE_SECONDS),
+    );
     if let Some(m) = spec.template.metadata.as_mut() {
         m.labels.get_or_insert_with(BTreeMap::new).insert(
             DISCOVERY_PUBLISHER_MODE.into(),
@@ -659,6 +668,11 @@ mod tests {
         shape_discovery(&owner(), &layout, &mut d);
         let s = d.spec;
         assert_eq!(s.min_ready_seconds, Some(660));
+        assert_eq!(
+            s.progress_deadline_seconds,
+            Some(1260),
+            "the API server wants it above minReadySeconds"
+        );
         assert!(
             !s.selector
                 .match_labels
