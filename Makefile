@@ -157,11 +157,16 @@ e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kub
 # them by e2e/k8s/fixture-images.sh), so `make test` builds the images once for this stage and
 # images-test. With KUBECONFIG set it runs on that cluster instead: see docs/e2e.md.
 .PHONY: e2e-operator
+# Every step prints its progress; the scenario's measured figures (the operator's reaction
+# times, quoted in docs/benchmarks.md) are collected as JSON lines in E2E_FIGURES.
+E2E_FIGURES = $(IMAGES_TARGET)/e2e-figures.jsonl
 e2e-operator: deps-k8s images ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
 	scripts/deps.sh python
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
+	rm -f $(E2E_FIGURES)
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release \
-	  $(CARGO) test --locked -p rustqueue-e2e
+	  RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) $(CARGO) test --locked -p rustqueue-e2e -- --nocapture
+	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke

@@ -76,20 +76,27 @@ pub struct Cli {
         default_value_t = 300
     )]
     pub tcp_max_connection_age_seconds: u64,
-    /// Time given to open tunnels and requests after SIGTERM (seconds).
-    #[arg(
-        long,
-        env = "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
-        default_value_t = 30
-    )]
-    pub shutdown_grace_seconds: u64,
-    /// Kodo gateway mode (reserved: refused at startup until it is built).
+    /// Time given to open tunnels, requests and publishes after SIGTERM (seconds; default 30,
+    /// 60 in Kodo mode).
+    #[arg(long, env = "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS")]
+    pub shutdown_grace_seconds: Option<u64>,
+    /// Kodo gateway mode: terminate the producer protocol and serve sharded `/stats`
+    /// (docs/kodo.md, "The Kodo Gateway").
     #[arg(
         long,
         env = "RUSTQUEUE_KODO_COMPATIBILITY_ENABLED",
         default_value_t = false
     )]
     pub kodo_compatibility_enabled: bool,
+    /// Kodo mode: this gateway's ordinal, 0..2 (else taken from the `POD_NAME` suffix).
+    #[arg(long, env = "RUSTQUEUE_KODO_GATEWAY_ORDINAL")]
+    pub kodo_gateway_ordinal: Option<String>,
+    /// The Pod's name (`<n>-kodo-gateway-<ordinal>`), read when no ordinal is given.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Kodo cleanup compatibility: not supported; `true` is refused at startup.
+    #[arg(long, env = "RUSTQUEUE_KODO_CLEANUP_ENABLED", default_value_t = false)]
+    pub kodo_cleanup_enabled: bool,
 }
 
 /// A configuration refused at startup; each says which setting to change.
@@ -130,12 +137,9 @@ pub enum ConfigError {
     /// A discovery URL that is not `http://host[:port]`.
     #[error("discovery URL {0:?} must look like http://host:port")]
     BadDiscoveryUrl(String),
-    /// The reserved Kodo mode.
-    #[error(
-        "Kodo gateway mode is not built yet: unset RUSTQUEUE_KODO_COMPATIBILITY_ENABLED \
-         (--kodo-compatibility-enabled) to run the standard producer gateway"
-    )]
-    KodoNotBuilt,
+    /// A Kodo mode rule (docs/kodo.md, "The Kodo Gateway").
+    #[error("Kodo gateway mode: {0}")]
+    Kodo(#[from] crate::kodo::config::KodoConfigError),
 }
 
 /// A validated configuration.
@@ -161,14 +165,13 @@ pub struct Config {
     pub tcp_max_connection_age: Option<Duration>,
     /// Shutdown grace.
     pub shutdown_grace: Duration,
+    /// Kodo gateway mode's settings; `None` runs the standard proxy.
+    pub kodo: Option<crate::kodo::config::KodoSettings>,
 }
 
 impl Cli {
     /// Apply the startup validation rules (docs/gateway.md).
     pub fn validate(&self) -> Result<Config, ConfigError> {
-        if self.kodo_compatibility_enabled {
-            return Err(crate::kodo::refuse());
-        }
         let nonzero = [
             ("max body bytes", self.max_body_bytes),
             ("max message bytes", self.max_message_bytes),
@@ -191,7 +194,13 @@ impl Cli {
             MAX_CONNECTIONS_LIMIT,
         )?;
         check_max("http body timeout ms", self.http_body_timeout_ms, 3_600_000)?;
-        check_max("shutdown grace seconds", self.shutdown_grace_seconds, 3_600)?;
+        let default_grace = if self.kodo_compatibility_enabled {
+            crate::kodo::config::SHUTDOWN_GRACE_SECONDS
+        } else {
+            30
+        };
+        let grace_seconds = self.shutdown_grace_seconds.unwrap_or(default_grace);
+        check_max("shutdown grace seconds", grace_seconds, 3_600)?;
         check_max(
             "tcp max connection age seconds",
             self.tcp_max_connection_age_seconds,
@@ -215,6 +224,11 @@ impl Cli {
                 value: self.max_inflight_bytes,
                 max: u64::from(u32::MAX),
             })?;
+        let kodo = if self.kodo_compatibility_enabled {
+            Some(crate::kodo::config::validate(self)?)
+        } else {
+            None
+        };
         Ok(Config {
             tcp_address: self.tcp_address,
             http_address: self.http_address,
@@ -226,7 +240,8 @@ impl Cli {
             http_body_timeout: Duration::from_millis(self.http_body_timeout_ms),
             tcp_max_connection_age: (self.tcp_max_connection_age_seconds > 0)
                 .then(|| Duration::from_secs(self.tcp_max_connection_age_seconds)),
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
+            shutdown_grace: Duration::from_secs(grace_seconds),
+            kodo,
         })
     }
 }
@@ -364,7 +379,6 @@ mod tests {
                 &["--discovery-urls", "https://d:4161"],
                 ConfigError::BadDiscoveryUrl("https://d:4161".into()),
             ),
-            (&["--kodo-compatibility-enabled"], ConfigError::KodoNotBuilt),
         ];
         for (args, want) in cases {
             assert_eq!(cli(args).validate().unwrap_err(), *want, "{args:?}");
@@ -372,14 +386,8 @@ mod tests {
     }
 
     #[test]
-    fn kodo_refusal_says_it_is_not_built_yet() {
-        let e = cli(&["--kodo-compatibility-enabled"])
-            .validate()
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("Kodo gateway mode is not built yet"),
-            "{e}"
-        );
+    fn standard_mode_has_no_kodo_settings() {
+        assert!(cli(&[]).validate().unwrap().kodo.is_none());
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!  producers ──HTTP :4151─> http / forward (budget, 413/408, ambiguity rule)
 //! ```
 //!
-//! [`config`] validates flags and environment; [`kodo`] keeps the place of the Kodo gateway
-//! mode, refused at startup until it is built.
+//! [`config`] validates flags and environment; [`kodo`] is the Kodo gateway mode, which
+//! terminates the producer protocol instead of tunnelling it (docs/kodo.md).
 
 pub mod config;
 pub mod discovery;

@@ -3,6 +3,7 @@
 use clap::Parser;
 use rustqueue_gateway::Gateway;
 use rustqueue_gateway::config::Cli;
+use rustqueue_gateway::kodo::KodoGateway;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -15,6 +16,13 @@ async fn main() -> anyhow::Result<()> {
     let cfg = Cli::parse().validate()?;
     // reqwest's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Some(kodo) = cfg.kodo.clone() {
+        let gateway = KodoGateway::start(cfg, kodo).await?;
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        gateway.shutdown().await;
+        return Ok(());
+    }
     let gateway = Gateway::start(cfg).await?;
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -12,10 +12,18 @@ pub struct Metrics {
     pub discovery_poll_duration: Histogram,
     /// Tunnels closed because their age elapsed or their backend left discovery.
     pub tcp_rotations: IntCounter,
-    /// Idempotent HTTP requests tried on a second backend.
+    /// Idempotent HTTP requests tried on a second backend; in Kodo mode, publishes retried
+    /// on another broker after a provably pre-commit failure.
     pub producer_retries: IntCounter,
-    /// Non-idempotent requests answered 502 `E_AMBIGUOUS` (never retried).
+    /// Publishes whose outcome is unknown (HTTP 502 / Kodo `E_AMBIGUOUS`; never retried).
     pub ambiguous_failures: IntCounter,
+    /// 1 when this process runs in Kodo gateway mode.
+    pub kodo_gateway: IntGauge,
+    /// Kodo producer connections closed because a command's working set did not fit the
+    /// in-flight budget.
+    pub kodo_budget_closes: IntCounter,
+    /// Open Kodo producer sessions.
+    pub kodo_sessions: IntGauge,
     /// Publish-ready backends in the current snapshot.
     pub publish_backends: IntGauge,
     /// Observed brokers in the current snapshot.
@@ -84,11 +92,23 @@ impl Metrics {
             ),
             producer_retries: counter(
                 "rustqueue_gateway_producer_retries_total",
-                "Idempotent HTTP requests retried on another broker",
+                "Requests or Kodo publishes retried on another broker (provably not applied)",
             ),
             ambiguous_failures: counter(
                 "rustqueue_gateway_producer_ambiguous_failures_total",
-                "Non-idempotent HTTP requests whose outcome is unknown (502 E_AMBIGUOUS)",
+                "Publishes whose outcome is unknown (E_AMBIGUOUS; never retried)",
+            ),
+            kodo_gateway: gauge(
+                "rustqueue_gateway_kodo_gateway",
+                "1 when the gateway runs in Kodo gateway mode",
+            ),
+            kodo_budget_closes: counter(
+                "rustqueue_gateway_kodo_budget_closes_total",
+                "Kodo producer connections closed: a command's working set did not fit the in-flight budget",
+            ),
+            kodo_sessions: gauge(
+                "rustqueue_gateway_kodo_sessions",
+                "Open Kodo producer sessions",
             ),
             publish_backends: gauge(
                 "rustqueue_gateway_publish_backends",

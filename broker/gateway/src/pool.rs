@@ -191,6 +191,11 @@ impl Pools {
         self.publish().entries.len()
     }
 
+    /// Every observed broker, in node-id order (Kodo stats shards read it).
+    pub fn broker_backends(&self) -> Vec<Backend> {
+        self.brokers().clone()
+    }
+
     /// Number of observed brokers.
     pub fn broker_count(&self) -> usize {
         self.brokers().len()

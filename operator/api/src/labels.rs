@@ -27,6 +27,10 @@ pub const COMPONENT_GATEWAY: &str = "gateway";
 /// Component of the Kodo gateway Pods (guarded by their own NetworkPolicy).
 pub const COMPONENT_KODO_GATEWAY: &str = "kodo-gateway";
 
+/// Label of discovery Pods (and key of the discovery Service selector): which publishers
+/// `/nodes` lists, `direct` (the brokers) or `kodo` (the Kodo Gateways).
+pub const DISCOVERY_PUBLISHER_MODE: &str = "rustqueue.io/discovery-publisher-mode";
+
 /// Pod-template annotation: hash of everything that should roll a broker Pod.
 pub const REVISION_ANNOTATION: &str = "rustqueue.io/revision";
 /// Default Node label that marks a Node eligible for a broker.

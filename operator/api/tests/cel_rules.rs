@@ -92,8 +92,7 @@ fn relaxed_sync_bytes_only_matter_in_relaxed_modes() {
     assert_eq!(errors(s), "");
 }
 
-#[test]
-fn even_a_complete_kodo_profile_is_refused_until_the_gateway_exists() {
+fn kodo_profile() -> RustQueueSpec {
     let mut s = spec();
     s.kodo_compatibility.enabled = true;
     s.min_brokers = 3;
@@ -103,12 +102,27 @@ fn even_a_complete_kodo_profile_is_refused_until_the_gateway_exists() {
     s.connection_delivery_inflight_bytes = 134_217_728;
     s.node_delivery_inflight_bytes = 536_870_912;
     s.bootstrap_retention_seconds = 180;
-    let e = errors(s);
-    assert!(
-        e.contains("kodoCompatibility.enabled is not supported by this operator yet")
-            && !e.contains("needs minBrokers"),
-        "{e}"
-    );
+    s
+}
+
+#[test]
+fn a_complete_kodo_profile_passes() {
+    assert_eq!(errors(kodo_profile()), "");
+}
+
+#[test]
+fn a_kodo_profile_is_refused_with_small_delivery_limits_or_a_confirmed_decommission() {
+    let mut s = kodo_profile();
+    s.connection_delivery_inflight_bytes = 104_857_600;
+    assert!(errors(s).contains("connectionDeliveryInflightBytes >= 134217728"));
+    let mut s = kodo_profile();
+    s.kodo_compatibility.decommission_confirmed = true;
+    assert!(errors(s).contains("decommissionConfirmed must be false"));
+    // disabling with confirmation is the decommission itself
+    let mut s = kodo_profile();
+    s.kodo_compatibility.enabled = false;
+    s.kodo_compatibility.decommission_confirmed = true;
+    assert_eq!(errors(s), "");
 }
 
 fn update_errors(old: RustQueueSpec, new: RustQueueSpec) -> String {

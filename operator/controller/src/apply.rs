@@ -75,6 +75,14 @@ pub async fn apply_runtime(
     ssa::<Service>(client, ns, &c.service).await?;
     ssa::<Service>(client, ns, &c.discovery_service).await?;
     ssa::<Service>(client, ns, &c.gateway_service).await?;
+    // the Gateways before discovery, which may advertise them
+    if let Some(k) = &c.kodo {
+        ssa::<NetworkPolicy>(client, ns, &k.network_policy).await?;
+        ssa::<Service>(client, ns, &k.headless_service).await?;
+        ssa::<Service>(client, ns, &k.publish_service).await?;
+        ssa::<StatefulSet>(client, ns, &k.stateful_set).await?;
+        ssa::<PodDisruptionBudget>(client, ns, &k.pdb).await?;
+    }
     let discovery = ssa_returning::<Deployment>(client, ns, &c.discovery).await?;
     let gateway = ssa_returning::<DaemonSet>(client, ns, &c.gateway).await?;
     ssa::<PodDisruptionBudget>(client, ns, &c.discovery_pdb).await?;
@@ -82,6 +90,93 @@ pub async fn apply_runtime(
         discovery: deployment_workload(&discovery),
         gateway: daemon_set_workload(&gateway),
     })
+}
+
+/// Delete `name` of kind `K` if it exists and is controller-owned by the RustQueue `uid` (a
+/// precondition on its own UID, so a replacement created meanwhile is not deleted).
+async fn delete_owned<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let what = format!("{} {name}", K::kind(&()));
+    let Some(obj) = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(&format!("get {what}"), e))?
+    else {
+        return Ok(());
+    };
+    if !controlled_by(obj.meta(), uid) {
+        tracing::warn!(object = %what, "not deleted: not controlled by this RustQueue");
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: obj.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube(&format!("delete {what}"), e)),
+    }
+}
+
+/// Remove the Kodo Gateways of RustQueue `n` (only objects it controls): delete the Services,
+/// the PDB and the NetworkPolicy, then scale the StatefulSet to 0 — last, so while it still
+/// has replicas the next reconcile sees what is left and finishes. The empty StatefulSet stays
+/// (the operator never deletes a StatefulSet); it goes with the RustQueue.
+pub async fn delete_kodo_gateways(
+    client: &kube::Client,
+    ns: &str,
+    n: &str,
+    uid: &str,
+) -> Result<(), Error> {
+    use crate::render::kodo::names;
+    delete_owned::<Service>(client, ns, &names::publish(n), uid).await?;
+    delete_owned::<PodDisruptionBudget>(client, ns, &names::pdb(n), uid).await?;
+    delete_owned::<NetworkPolicy>(client, ns, &names::network_policy(n), uid).await?;
+    delete_owned::<Service>(client, ns, &names::gateways(n), uid).await?;
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let name = names::gateway(n);
+    let Some(sts) = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::kube(&format!("get StatefulSet {name}"), e))?
+    else {
+        return Ok(());
+    };
+    if !controlled_by(sts.meta(), uid) {
+        tracing::warn!(object = %name, "not scaled down: not controlled by this RustQueue");
+        return Ok(());
+    }
+    // a merge patch, not an apply: an apply of replicas alone would drop the template the
+    // operator's earlier applies own
+    let body = serde_json::json!({"spec": {"replicas": 0}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(|e| Error::kube(&format!("scale StatefulSet {name} to 0"), e))?;
+    Ok(())
+}
+
+/// Controller-owned by the RustQueue `uid`.
+fn controlled_by(meta: &kube::api::ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
 /// Apply the broker set: its ConfigMap first (Pods mount it), the brokers' NetworkPolicy

@@ -9,8 +9,8 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
     // controller: the RustQueue watch; status: merge of the status subresource.
     ("rustqueue.io", "rustqueues", &["list", "watch"]),
     ("rustqueue.io", "rustqueues/status", &["patch"]),
-    // observe: broker and probe Pods (and the controller's Pod watch); apply: DeletePod,
-    // CreateProbePod, DeleteProbePod.
+    // observe: broker, probe, Kodo Gateway and discovery Pods (and the controller's Pod
+    // watch); apply: DeletePod, CreateProbePod, DeleteProbePod.
     ("", "pods", &["list", "watch", "create", "delete"]),
     // observe: broker claims; apply: PatchClaim.
     ("", "persistentvolumeclaims", &["list", "patch"]),
@@ -18,11 +18,17 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
     ("", "secrets", &["get", "create"]),
     // observe: broker ConfigMaps; apply: ApplyBrokerSet (SSA), DeleteConfigMap.
     ("", "configmaps", &["list", "create", "patch", "delete"]),
-    // controller: owns Services; apply: ApplyRuntime (SSA).
-    ("", "services", &["list", "watch", "create", "patch"]),
+    // controller: owns Services; observe: get (the discovery selector's mode); apply:
+    // ApplyRuntime (SSA), DeleteKodoGateways (get, then delete).
+    (
+        "",
+        "services",
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
     // apply: ApplyRuntime (SSA).
     ("", "serviceaccounts", &["create", "patch"]),
-    // observe: get; controller: owns; apply: ApplyBrokerSet (SSA).
+    // observe: get (brokers, Kodo Gateways); controller: owns; apply: ApplyBrokerSet and
+    // ApplyRuntime (SSA), DeleteKodoGateways (scales the Gateways to 0: never a delete).
     (
         "apps",
         "statefulsets",
@@ -40,10 +46,20 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         "daemonsets",
         &["get", "list", "watch", "create", "patch"],
     ),
-    // apply: ApplyBrokerSet and ApplyRuntime (the brokers' and discovery's PDB), SSA.
-    ("policy", "poddisruptionbudgets", &["create", "patch"]),
-    // apply: ApplyBrokerSet (the brokers' policy) and ApplyRuntime (the internal one), SSA.
-    ("networking.k8s.io", "networkpolicies", &["create", "patch"]),
+    // apply: ApplyBrokerSet and ApplyRuntime (the brokers', discovery's and the Kodo
+    // Gateways' PDB), SSA; DeleteKodoGateways (get, then delete).
+    (
+        "policy",
+        "poddisruptionbudgets",
+        &["get", "create", "patch", "delete"],
+    ),
+    // apply: ApplyBrokerSet (the brokers' policy) and ApplyRuntime (the internal one and the
+    // Kodo Gateways'), SSA; DeleteKodoGateways (get, then delete).
+    (
+        "networking.k8s.io",
+        "networkpolicies",
+        &["get", "create", "patch", "delete"],
+    ),
     // apply: ApplyRuntime (SSA).
     ("rbac.authorization.k8s.io", "roles", &["create", "patch"]),
     (

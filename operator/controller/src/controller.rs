@@ -21,7 +21,7 @@ use crate::apply;
 use crate::metrics::Metrics;
 use crate::observe::{Observer, RuntimeWorkloads, base_url};
 use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
-use crate::render::{AuthTokens, Desired, DesiredInputs, Owner};
+use crate::render::{AuthTokens, Desired, DesiredInputs, KodoLayout, Owner};
 use crate::status::{error_status, next_status, now_rfc3339};
 
 /// Shared state of all reconciles.
@@ -34,6 +34,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Metrics,
+    /// Testing only: the most Kodo cutover grace to honour (docs/kodo.md).
+    pub kodo_max_grace_seconds: Option<u64>,
 }
 
 /// Which namespaces the operator manages.
@@ -207,6 +209,10 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
             feature_level_floor: feature_floor(&observed, &previous),
         },
     );
+    let mut desired = desired;
+    if let Some(cap) = ctx.kodo_max_grace_seconds {
+        desired.kodo_grace_seconds = desired.kodo_grace_seconds.min(cap);
+    }
     let now = unix_now();
     let decided = plan(&rq.spec, &observed, &desired, &previous, now);
     let applier = Applier {
@@ -267,16 +273,23 @@ impl Applier<'_> {
             Action::CreateAuthSecret { name } => {
                 apply::create_auth_secret(client, self.owner, name).await
             }
-            Action::ApplyRuntime { image } => {
+            Action::ApplyRuntime { image, kodo } => {
                 // Replicas only size the brokers' PDB, which the runtime subset does not apply.
-                let c = self.desired.children(self.owner, 0, image);
+                let c = self.desired.children(self.owner, 0, image, kodo);
                 return apply::apply_runtime(client, ns, &c).await.map(Some);
             }
             Action::ApplyBrokerSet { replicas } => {
-                let c = self
-                    .desired
-                    .children(self.owner, *replicas, &self.desired.spec.image);
+                // The broker set holds no Kodo or discovery object.
+                let c = self.desired.children(
+                    self.owner,
+                    *replicas,
+                    &self.desired.spec.image,
+                    &KodoLayout::default(),
+                );
                 apply::apply_broker_set(client, ns, &c).await
+            }
+            Action::DeleteKodoGateways => {
+                apply::delete_kodo_gateways(client, ns, self.owner.name, self.owner.uid).await
             }
             Action::Drain { pod, goal } => {
                 let req = DrainRequest {
@@ -288,9 +301,12 @@ impl Applier<'_> {
             Action::Resume { pod } => self.drain(pod, DrainRequest::resume()).await,
             Action::DeletePod { pod } => apply::delete_pod(client, ns, pod).await,
             Action::CreateProbePod { .. } => {
-                let c = self
-                    .desired
-                    .children(self.owner, 0, &self.desired.spec.image);
+                let c = self.desired.children(
+                    self.owner,
+                    0,
+                    &self.desired.spec.image,
+                    &KodoLayout::default(),
+                );
                 apply::create_probe(client, ns, &c.config_map, &self.desired.probe(self.owner))
                     .await
             }

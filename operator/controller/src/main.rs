@@ -30,6 +30,10 @@ struct Cli {
         global = true
     )]
     http_address: SocketAddr,
+    /// Testing only: cap the Kodo cutover grace below the CRD's 630 s minimum, so a test
+    /// cluster need not wait 11 minutes per cutover (docs/kodo.md). Unset in production.
+    #[arg(long, env = "RUSTQUEUE_OPERATOR_KODO_MAX_GRACE_SECONDS", global = true)]
+    kodo_max_grace_seconds: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -95,10 +99,10 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "rustqueue_operator=info".into()),
         )
         .init();
-    run(cli.http_address).await
+    run(cli.http_address, cli.kodo_max_grace_seconds).await
 }
 
-async fn run(http_address: SocketAddr) -> anyhow::Result<()> {
+async fn run(http_address: SocketAddr, kodo_max_grace_seconds: Option<u64>) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connect to the API server")?;
@@ -122,6 +126,7 @@ async fn run(http_address: SocketAddr) -> anyhow::Result<()> {
         client,
         http: observe::broker_http_client(),
         metrics: metrics.clone(),
+        kodo_max_grace_seconds,
     });
     loop {
         tokio::select! {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::ListParams;
@@ -15,10 +15,13 @@ use rustqueue_api::labels;
 
 use crate::Error;
 use crate::plan::{
-    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, StorageDamage,
-    Workload, auth_secret_name,
+    AuthState, BrokerPod, Claim, DiscoveryPod, GatewayPod, GatewaySet, Health, KodoObserved,
+    Observed, ProbePod, StorageClassState, StorageDamage, Workload, auth_secret_name,
 };
-use crate::render::{AuthTokens, COMPONENT_PROBE, broker_selector, names, tokens_from_secret};
+use crate::render::kodo::names as kodo_names;
+use crate::render::{
+    AuthTokens, COMPONENT_PROBE, DiscoveryMode, broker_selector, names, tokens_from_secret,
+};
 
 /// The broker HTTP client: connect within 1 s, answer within 3 s, no redirects, so one stuck
 /// broker cannot stall a reconcile.
@@ -121,7 +124,8 @@ impl Observer<'_> {
             .list(&probe_selector)
             .await
             .map_err(|e| Error::kube("list capability probe Pods", e))?;
-        let (discovery, gateway) = self.runtime(name).await?;
+        let (discovery, gateway, discovery_template_mode) = self.runtime(name).await?;
+        let kodo = self.kodo(name, discovery_template_mode).await?;
         let tokens = secret.as_ref().and_then(|s| secret_tokens(&secret_name, s));
         let registry = tokens.as_ref().map(|t| t.registry.as_str());
         let brokers =
@@ -153,12 +157,71 @@ impl Observer<'_> {
             auth: auth_state(spec, &secret_name, secret.as_ref()),
             discovery,
             gateway,
+            kodo,
         };
         Ok((observed, tokens))
     }
 
-    /// The discovery Deployment and the gateway DaemonSet, as their controllers report them.
-    async fn runtime(&self, name: &str) -> Result<(Option<Workload>, Option<Workload>), Error> {
+    /// The Kodo Gateways (StatefulSet and Pods), the discovery Pods and the discovery
+    /// Service's mode.
+    async fn kodo(
+        &self,
+        name: &str,
+        discovery_template_mode: Option<DiscoveryMode>,
+    ) -> Result<KodoObserved, Error> {
+        let ns = self.namespace;
+        let sts = Api::<StatefulSet>::namespaced(self.client.clone(), ns)
+            .get_opt(&kodo_names::gateway(name))
+            .await
+            .map_err(|e| Error::kube("get Kodo Gateway StatefulSet", e))?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let gateways = match sts {
+            None => None,
+            Some(sts) => {
+                let list = pods
+                    .list(
+                        &ListParams::default()
+                            .labels(&component_selector(name, labels::COMPONENT_KODO_GATEWAY)),
+                    )
+                    .await
+                    .map_err(|e| Error::kube("list Kodo Gateway Pods", e))?;
+                Some(gateway_set(&sts, &list.items))
+            }
+        };
+        let discovery_pods = pods
+            .list(
+                &ListParams::default()
+                    .labels(&component_selector(name, labels::COMPONENT_DISCOVERY)),
+            )
+            .await
+            .map_err(|e| Error::kube("list discovery Pods", e))?
+            .items
+            .iter()
+            .map(|p| DiscoveryPod {
+                mode: mode_label(p.metadata.labels.as_ref()),
+                ready: pod_ready(p),
+            })
+            .collect();
+        let service = Api::<Service>::namespaced(self.client.clone(), ns)
+            .get_opt(&names::discovery(name))
+            .await
+            .map_err(|e| Error::kube("get discovery Service", e))?;
+        Ok(KodoObserved {
+            gateways,
+            discovery_template_mode,
+            discovery_route: service
+                .and_then(|s| s.spec)
+                .and_then(|s| mode_label(s.selector.as_ref())),
+            discovery_pods,
+        })
+    }
+
+    /// The discovery Deployment and the gateway DaemonSet, as their controllers report them,
+    /// and the mode label of the discovery Pod template.
+    async fn runtime(
+        &self,
+        name: &str,
+    ) -> Result<(Option<Workload>, Option<Workload>, Option<DiscoveryMode>), Error> {
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace);
         let discovery = deployments
             .get_opt(&names::discovery(name))
@@ -169,9 +232,14 @@ impl Observer<'_> {
             .get_opt(&names::gateway(name))
             .await
             .map_err(|e| Error::kube("get gateway DaemonSet", e))?;
+        let mode = discovery
+            .as_ref()
+            .and_then(|d| d.spec.template.metadata.as_ref())
+            .and_then(|m| mode_label(m.labels.as_ref()));
         Ok((
             discovery.as_ref().map(deployment_workload),
             gateway.as_ref().map(daemon_set_workload),
+            mode,
         ))
     }
 
@@ -271,6 +339,58 @@ impl Observer<'_> {
             return None;
         }
         resp.json().await.ok()
+    }
+}
+
+/// `instance=<n>,component=<component>` (and the app name).
+fn component_selector(instance: &str, component: &str) -> String {
+    crate::render::selector_labels(instance, component)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The discovery publisher mode in a label map (a Pod's labels, a Service selector).
+fn mode_label(labels: Option<&BTreeMap<String, String>>) -> Option<DiscoveryMode> {
+    DiscoveryMode::parse(labels?.get(labels::DISCOVERY_PUBLISHER_MODE)?)
+}
+
+/// Condition Ready=True and not terminating.
+fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The Gateway StatefulSet and its Pods.
+fn gateway_set(sts: &StatefulSet, pods: &[Pod]) -> GatewaySet {
+    let uid = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+        r.controller == Some(true) && r.kind == "RustQueue"
+    };
+    GatewaySet {
+        replicas: sts.spec.replicas.unwrap_or(1),
+        update_revision: sts.status.as_ref().and_then(|s| s.update_revision.clone()),
+        owned: sts.metadata.owner_references.iter().flatten().any(uid),
+        pods: pods
+            .iter()
+            .map(|p| GatewayPod {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                ready: pod_ready(p),
+                controller_revision: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash").cloned()),
+                revision: p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(labels::REVISION_ANNOTATION).cloned()),
+            })
+            .collect(),
     }
 }
 

@@ -96,7 +96,7 @@ pub fn next_status(
             .desired_storage_size
             .clone()
             .or_else(|| previous.desired_storage_size.clone()),
-        ..previous.clone()
+        kodo_producer_restart_baseline_nonce: plan.kodo_baseline_nonce.clone(),
     };
     (status, transition)
 }
@@ -131,6 +131,7 @@ pub fn error_status(
         orphaned_pvcs: previous.orphaned_pvcs.clone(),
         desired_storage_size: previous.desired_storage_size.clone(),
         requeue: crate::plan::REQUEUE,
+        kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
     };
     next_status(previous, &plan, generation, now)
 }
@@ -255,6 +256,14 @@ mod tests {
             [
                 "BrokersAvailable",
                 "Degraded",
+                "KodoCleanupActive",
+                "KodoCutoverReady",
+                "KodoDecommissionConfirmed",
+                "KodoDirectBrokersAdvertised",
+                "KodoGatewaysActive",
+                "KodoGatewaysAdvertised",
+                "KodoGatewaysReady",
+                "KodoProducerRestartConfirmed",
                 "Maintenance",
                 "OrphanedPVCs",
                 "Progressing",

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use rustqueue_e2e::steps::figure;
 use rustqueue_e2e::tools::{kubectl, kubectl_ok, pynsq_consume};
 use rustqueue_e2e::{Poll, eventually, repo_root};
 
@@ -102,10 +103,11 @@ pub async fn the_sample_becomes_ready_for_kubectl_wait(c: &Cluster) {
         wait.stderr,
         c.rq().await
     );
-    eprintln!(
-        "kubectl wait returned after {:.1}s: {}",
+    eprintln!("kubectl wait: {}", wait.stdout.trim());
+    figure(
+        "sample applied -> kubectl wait --for=condition=Ready returns",
         waited.elapsed().as_secs_f64(),
-        wait.stdout.trim()
+        "s",
     );
     c.ready(3).await;
     for i in 0..3 {
@@ -232,6 +234,11 @@ pub async fn a_deleted_broker_returns_on_its_pvc_with_its_backlog(c: &Cluster) {
 /// new leader's Pod name.
 pub async fn the_standby_takes_the_lease_when_the_leader_dies(c: &Cluster) -> String {
     let (_, new_holder, took) = c.replace_leader(Some(0)).await;
+    figure(
+        "leader Pod killed (grace 0) -> the standby holds the Lease",
+        took.as_secs_f64(),
+        "s",
+    );
     assert!(
         took <= Duration::from_secs(35),
         "handover took {took:?} (lease 20 s + renew 5 s)"
@@ -244,6 +251,11 @@ pub async fn the_standby_takes_the_lease_when_the_leader_dies(c: &Cluster) -> St
 /// 20 s lease.
 pub async fn a_terminated_leader_hands_the_lease_over_at_once(c: &Cluster) {
     let (_, _, took) = c.replace_leader(None).await;
+    figure(
+        "leader Pod deleted (SIGTERM) -> the standby holds the Lease",
+        took.as_secs_f64(),
+        "s",
+    );
     assert!(
         took <= Duration::from_secs(10),
         "handover after SIGTERM took {took:?}: the Lease was not released (a 20 s lease ran out)"

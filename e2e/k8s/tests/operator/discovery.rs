@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::DeleteParams;
+use rustqueue_e2e::steps::figure;
 use rustqueue_e2e::tools::{Sub, pynsq_consume_in};
 use rustqueue_e2e::{Poll, eventually};
 use serde_json::Value;
@@ -80,9 +81,10 @@ pub async fn delete_and_see_it_leave_lookup(c: &Cluster, lookupd: &str, topic: &
         },
     )
     .await;
-    eprintln!(
-        "{gone} left /lookup {:.1}s after its Pod was deleted",
-        start.elapsed().as_secs_f64()
+    figure(
+        "broker Pod deleted -> gone from discovery /lookup",
+        start.elapsed().as_secs_f64(),
+        "s",
     );
     eventually(&format!("{gone} recreated and Ready"), LONG, || async {
         match c.ready_pod_uid(gone).await {

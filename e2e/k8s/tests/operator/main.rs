@@ -21,7 +21,7 @@ mod network;
 mod rollout;
 mod storage;
 
-use rustqueue_e2e::steps::step;
+use rustqueue_e2e::steps::{figure, step};
 
 use artifacts::*;
 use basics::*;
@@ -80,10 +80,15 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
 
         let t =
             step!(an_image_rollout_disrupts_one_broker_at_a_time_and_loses_no_message(&c)).await;
-        eprintln!(
-            "3-broker rollout: first applied object {:.1}s, Ready {:.1}s",
+        figure(
+            "image changed -> first object applied (3-broker rollout)",
             t.first_applied.as_secs_f64(),
-            t.ready.as_secs_f64()
+            "s",
+        );
+        figure(
+            "image changed -> Ready on the new revision (3 brokers, one at a time)",
+            t.ready.as_secs_f64(),
+            "s",
         );
         step!(paused_and_canary_rollouts_wait_for_a_human(&c, &DEV)).await;
         step!(an_image_that_cannot_start_is_blocked_by_preflight(&c, &DEV)).await;

@@ -56,8 +56,10 @@ use super::status::RustQueueStatus;
         .message("storageSize cannot shrink: broker claims only grow (set it back to at least the previous size)"),
     validation = Rule::new("self.storageClassName == oldSelf.storageClassName")
         .message("storageClassName cannot change: existing broker claims keep their StorageClass"),
-    validation = Rule::new("!self.kodoCompatibility.enabled || (self.minBrokers == 3 && self.maxBrokers == 3 && self.storageFeatureLevel == 2 && self.maxMessageBytes == 104857600 && self.publishAckMode == 'durable' && self.bootstrapRetentionSeconds >= 180)")
-        .message("kodoCompatibility needs minBrokers = maxBrokers = 3, storageFeatureLevel 2, maxMessageBytes 104857600, publishAckMode durable and bootstrapRetentionSeconds >= 180"),
+    validation = Rule::new("!self.kodoCompatibility.enabled || (self.minBrokers == 3 && self.maxBrokers == 3 && self.storageFeatureLevel == 2 && self.maxMessageBytes == 104857600 && self.publishAckMode == 'durable' && self.bootstrapRetentionSeconds >= 180 && self.connectionDeliveryInflightBytes >= 134217728 && self.nodeDeliveryInflightBytes >= 536870912)")
+        .message("kodoCompatibility needs minBrokers = maxBrokers = 3, storageFeatureLevel 2, maxMessageBytes 104857600, publishAckMode durable, bootstrapRetentionSeconds >= 180, connectionDeliveryInflightBytes >= 134217728 and nodeDeliveryInflightBytes >= 536870912"),
+    validation = Rule::new("!self.kodoCompatibility.enabled || !self.kodoCompatibility.decommissionConfirmed")
+        .message("kodoCompatibility.decommissionConfirmed must be false while kodoCompatibility.enabled is true (set it only when disabling the profile)"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RustQueueSpec {
@@ -233,15 +235,11 @@ impl PublishAckMode {
     }
 }
 
-/// The Kodo compatibility profile. Its fences (Gateways, Discovery cutover, producer-restart
-/// nonce) are not built yet, so `enabled: true` is refused by the API server rather than
-/// accepted and ignored; the other fields exist so manifests written for it validate.
+/// The Kodo compatibility profile (docs/kodo.md): three Kodo Gateways, the discovery cutover
+/// and the producer-restart and decommission fences. Default off; the operator checks the rest
+/// of the spec when it is on (minBrokers = maxBrokers = 3, level 2, 100 MiB, ...).
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new("!self.enabled")
-        .message("kodoCompatibility.enabled is not supported by this operator yet: the Kodo Gateway profile is not available, and enabling it would lock HTTP publishing with no gateway to publish through")
-)]
 pub struct KodoCompatibility {
     /// Turn the profile on.
     #[serde(default)]

@@ -5,7 +5,8 @@
 use rustqueue_api::contract::{DrainStatus, NotReadyReason};
 
 use super::model::{
-    AuthState, BrokerPod, Claim, Health, Observed, ProbePod, StorageClassState, Workload,
+    AuthState, BrokerPod, Claim, Health, KodoObserved, Observed, ProbePod, StorageClassState,
+    Workload,
 };
 
 /// What the probe of a current binary reports: levels 1 and 2, 100 MiB messages.
@@ -41,6 +42,7 @@ impl Observed {
             claim_template_size: None,
             discovery: Some(Workload::available(2)),
             gateway: Some(Workload::available(3)),
+            kodo: KodoObserved::default(),
         })
     }
 }
@@ -260,6 +262,12 @@ impl ObservedBuilder {
     /// The gateway DaemonSet as observed (`None`: absent).
     pub fn gateway(mut self, w: Option<Workload>) -> Self {
         self.0.gateway = w;
+        self
+    }
+
+    /// The Kodo Gateways and discovery Pods as observed.
+    pub fn kodo(mut self, k: KodoObserved) -> Self {
+        self.0.kodo = k;
         self
     }
 

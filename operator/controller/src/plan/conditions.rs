@@ -42,6 +42,18 @@ pub enum Phase {
     InvalidSpec,
     /// The last reconcile failed talking to the API server.
     ReconcileError,
+    /// A broker disruption waits for the Kodo fences (grace, producer restart).
+    WaitingForKodoCutover,
+    /// Fewer than three Kodo Gateways are Ready.
+    WaitingForKodoGateways,
+    /// Discovery does not advertise the Kodo Gateways yet.
+    WaitingForKodoAdvertisement,
+    /// The Kodo producers have not been confirmed restarted since advertisement.
+    WaitingForKodoProducerRestart,
+    /// The profile is being disabled; the Kodo Gateways are retained.
+    DisablingKodo,
+    /// The profile was disabled without `decommissionConfirmed`: nothing changes.
+    KodoDecommissionBlocked,
 }
 
 impl Phase {
@@ -66,6 +78,12 @@ impl Phase {
             Self::StorageBlocked => "StorageBlocked",
             Self::InvalidSpec => "InvalidSpec",
             Self::ReconcileError => "ReconcileError",
+            Self::WaitingForKodoCutover => "WaitingForKodoCutover",
+            Self::WaitingForKodoGateways => "WaitingForKodoGateways",
+            Self::WaitingForKodoAdvertisement => "WaitingForKodoAdvertisement",
+            Self::WaitingForKodoProducerRestart => "WaitingForKodoProducerRestart",
+            Self::DisablingKodo => "DisablingKodo",
+            Self::KodoDecommissionBlocked => "KodoDecommissionBlocked",
         }
     }
 
@@ -81,6 +99,7 @@ impl Phase {
                 | Self::StorageBlocked
                 | Self::InvalidSpec
                 | Self::ReconcileError
+                | Self::KodoDecommissionBlocked
         )
     }
 
@@ -106,7 +125,12 @@ pub struct ConditionSpec {
     pub message: String,
 }
 
-fn cond(type_: &'static str, status: bool, reason: &str, message: &str) -> ConditionSpec {
+pub(super) fn cond(
+    type_: &'static str,
+    status: bool,
+    reason: &str,
+    message: &str,
+) -> ConditionSpec {
     ConditionSpec {
         type_,
         status,

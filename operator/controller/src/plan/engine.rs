@@ -16,6 +16,11 @@ pub(super) struct Context<'a> {
     pub desired: &'a Desired,
     pub previous: &'a RustQueueStatus,
     pub now: u64,
+    /// The Kodo fences allow draining, replacing or removing a broker (docs/kodo.md); always
+    /// true outside the profile.
+    pub disruptions_allowed: bool,
+    /// The layout of the Kodo Gateways and discovery.
+    pub kodo: &'a crate::render::KodoLayout,
 }
 
 /// What one branch decided.
@@ -74,6 +79,7 @@ pub(super) fn decide(c: &Context<'_>, storage: &StorageState, out: &mut Plan) {
         .extend(preflight::probe_actions(c.obs, c.desired));
     out.actions.push(Action::ApplyRuntime {
         image: runtime_image(c.obs, c.desired),
+        kodo: c.kodo.clone(),
     });
     if let Some(replicas) = o.replicas {
         out.actions.push(Action::ApplyBrokerSet { replicas });
@@ -170,13 +176,40 @@ fn choose(c: &Context<'_>, storage: &StorageState) -> Outcome {
             replicas: Some(c.grow_to()),
         };
     }
+    let enabled_maintenance = c.spec.maintenance.as_ref().is_some_and(|m| m.enabled);
+    let shrinking = c.current() > desired && c.current() > 0;
+    if !c.disruptions_allowed && (enabled_maintenance || shrinking) {
+        return Outcome {
+            phase: Phase::WaitingForKodoCutover,
+            message:
+                "a broker disruption (maintenance or scale-down) waits for the Kodo cutover fences"
+                    .into(),
+            step: None,
+            actions: c.resume_all_but(None),
+            replicas: Some(c.grow_to()),
+        };
+    }
     if let Some(o) = maintenance(c) {
         return o;
     }
-    if c.current() > desired && c.current() > 0 {
+    if shrinking {
         return scale_down(c);
     }
     if let Some(o) = scale_up(c) {
+        return o;
+    }
+    if !c.disruptions_allowed {
+        let outdated = c
+            .set(c.current())
+            .iter()
+            .any(|(_, b)| !b.is_some_and(|b| b.runs(&c.desired.revision)));
+        let mut o = steady(c, None);
+        if outdated {
+            o.phase = Phase::WaitingForKodoCutover;
+            o.message =
+                "brokers are replaced with the new revision only once the Kodo cutover fences hold"
+                    .into();
+        }
         return o;
     }
     let input = rollout::Input {

@@ -22,6 +22,7 @@
 
 mod conditions;
 mod engine;
+pub mod kodo;
 mod model;
 mod operation;
 mod preflight;
@@ -38,8 +39,8 @@ use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 
 pub use conditions::{ConditionSpec, Phase};
 pub use model::{
-    Action, AuthState, BrokerPod, Claim, DrainGoal, Health, Observed, Plan, ProbePod,
-    StorageClassState, StorageDamage, Workload,
+    Action, AuthState, BrokerPod, Claim, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, Health,
+    KodoObserved, Observed, Plan, ProbePod, StorageClassState, StorageDamage, Workload,
 };
 pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds};
 pub use preflight::Preflight;
@@ -119,7 +120,9 @@ pub fn plan(
             .collect(),
         desired_storage_size: Some(desired.claim_size.clone()),
         requeue: REQUEUE,
+        kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
     };
+    let mut kodo_conditions = Vec::new();
     let errors = validate(name, spec);
     if !errors.is_empty() {
         out.phase = Phase::InvalidSpec;
@@ -146,14 +149,57 @@ pub fn plan(
                 out.message = e.clone();
             }
             AuthState::Valid { .. } => {
-                let ctx = engine::Context {
+                let image = engine::runtime_image(obs, desired);
+                let gateway_revision = desired.kodo_gateway_revision(&image);
+                let cut = kodo::cutover(&kodo::Input {
                     spec,
                     obs,
-                    desired,
                     previous,
                     now,
-                };
-                engine::decide(&ctx, &storage, &mut out);
+                    grace: desired.kodo_grace_seconds,
+                    gateway_revision: &gateway_revision,
+                    target_brokers_ready: target_brokers_ready(obs, desired, desired_n),
+                    ready_brokers: ready_count(name, obs, current(obs)),
+                });
+                out.kodo_baseline_nonce = cut.baseline.clone();
+                if cut.decommission_blocked {
+                    // Nothing changes: the runtime objects are kept as they run.
+                    out.phase = Phase::KodoDecommissionBlocked;
+                    out.message = kodo::DECOMMISSION_BLOCKED.into();
+                    out.actions.extend(
+                        obs.brokers
+                            .iter()
+                            .filter(|b| b.is_draining() && !b.terminating)
+                            .map(|b| Action::Resume {
+                                pod: b.name.clone(),
+                            }),
+                    );
+                    out.actions.push(Action::ApplyRuntime {
+                        image,
+                        kodo: cut.layout.clone(),
+                    });
+                    kodo_conditions = kodo::blocked_conditions();
+                } else {
+                    let ctx = engine::Context {
+                        spec,
+                        obs,
+                        desired,
+                        previous,
+                        now,
+                        disruptions_allowed: cut.disruptions_allowed,
+                        kodo: &cut.layout,
+                    };
+                    engine::decide(&ctx, &storage, &mut out);
+                    if cut.delete_gateways {
+                        out.actions.push(Action::DeleteKodoGateways);
+                    }
+                    if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
+                        out.phase = phase;
+                        out.message = message;
+                    }
+                    kodo_conditions =
+                        kodo::conditions(&cut, spec.kodo_compatibility.decommission_confirmed);
+                }
             }
         }
     }
@@ -162,8 +208,19 @@ pub fn plan(
     let runtime = conditions::runtime(obs);
     out.conditions = conditions::derive(&out, &storage, &unavailable, runtime, desired);
     out.conditions.push(conditions::storage_damage(obs));
+    out.conditions.extend(kodo_conditions);
     out.conditions.sort_by_key(|c| c.type_);
     out
+}
+
+/// Exactly the brokers `0..n`, each Ready on the target revision, and no more.
+fn target_brokers_ready(obs: &Observed, desired: &Desired, n: i32) -> bool {
+    let name = desired.name.as_str();
+    current(obs) == n
+        && (0..n).all(|o| {
+            obs.broker(&names::pod(name, o))
+                .is_some_and(|b| b.is_ready() && b.runs(&desired.revision))
+        })
 }
 
 fn current(obs: &Observed) -> i32 {

@@ -6,6 +6,7 @@ use rustqueue_api::contract::{Capabilities, DrainStatus, NotReadyReason};
 use rustqueue_api::crd::OperationStatus;
 
 use super::conditions::{ConditionSpec, Phase};
+use crate::render::{DiscoveryMode, KodoLayout};
 
 /// The state of the auth Secret the brokers mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +186,56 @@ pub struct Observed {
     pub discovery: Option<Workload>,
     /// The producer gateway DaemonSet; `None` when it does not exist.
     pub gateway: Option<Workload>,
+    /// The Kodo Gateways and the discovery publisher mode.
+    pub kodo: KodoObserved,
+}
+
+/// The Kodo profile's objects as observed (docs/kodo.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KodoObserved {
+    /// The Gateway StatefulSet `<n>-kodo-gateway`; `None` when it does not exist.
+    pub gateways: Option<GatewaySet>,
+    /// The mode label of the discovery Deployment's Pod template (`None`: unlabeled).
+    pub discovery_template_mode: Option<DiscoveryMode>,
+    /// The mode in the discovery Service's selector (`None`: no mode, or no Service).
+    pub discovery_route: Option<DiscoveryMode>,
+    /// Discovery Pods (old ones included).
+    pub discovery_pods: Vec<DiscoveryPod>,
+}
+
+/// The Gateway StatefulSet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySet {
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.updateRevision` (the controller revision of the latest template).
+    pub update_revision: Option<String>,
+    /// Controller-owned by this RustQueue (only then is it ever deleted).
+    pub owned: bool,
+    /// Its Pods.
+    pub pods: Vec<GatewayPod>,
+}
+
+/// One Gateway Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayPod {
+    /// Pod name.
+    pub name: String,
+    /// Condition Ready=True and not terminating.
+    pub ready: bool,
+    /// Label `controller-revision-hash`.
+    pub controller_revision: Option<String>,
+    /// Annotation `rustqueue.io/revision` (what the operator rendered).
+    pub revision: Option<String>,
+}
+
+/// One discovery Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryPod {
+    /// Its mode label.
+    pub mode: Option<DiscoveryMode>,
+    /// Condition Ready=True and not terminating.
+    pub ready: bool,
 }
 
 impl Observed {
@@ -306,7 +357,12 @@ pub enum Action {
         /// The image the brokers run: the target's only once every broker runs the target
         /// revision, so a blocked or unfinished rollout cannot take discovery down with it.
         image: String,
+        /// The Kodo Gateways and the discovery mode and route (docs/kodo.md).
+        kodo: KodoLayout,
     },
+    /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy and scale their
+    /// StatefulSet to 0 — each only when controller-owned by this RustQueue.
+    DeleteKodoGateways,
     /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
     /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.
     ApplyBrokerSet {
@@ -382,4 +438,6 @@ pub struct Plan {
     pub desired_storage_size: Option<String>,
     /// When to look again if nothing changes.
     pub requeue: Duration,
+    /// `status.kodoProducerRestartBaselineNonce` after this reconcile.
+    pub kodo_baseline_nonce: Option<String>,
 }

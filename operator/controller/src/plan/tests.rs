@@ -805,6 +805,14 @@ fn conditions_are_sorted_by_type() {
         [
             "BrokersAvailable",
             "Degraded",
+            "KodoCleanupActive",
+            "KodoCutoverReady",
+            "KodoDecommissionConfirmed",
+            "KodoDirectBrokersAdvertised",
+            "KodoGatewaysActive",
+            "KodoGatewaysAdvertised",
+            "KodoGatewaysReady",
+            "KodoProducerRestartConfirmed",
             "Maintenance",
             "OrphanedPVCs",
             "Progressing",
@@ -886,7 +894,7 @@ fn the_feature_floor_comes_from_status_and_running_brokers() {
 
 fn runtime_image(p: &Plan) -> Option<&str> {
     p.actions.iter().find_map(|a| match a {
-        Action::ApplyRuntime { image } => Some(image.as_str()),
+        Action::ApplyRuntime { image, .. } => Some(image.as_str()),
         _ => None,
     })
 }

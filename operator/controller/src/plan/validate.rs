@@ -2,7 +2,7 @@
 //! when the CRD installed in a cluster is older than this operator. Every message says what
 //! to change.
 
-use rustqueue_api::crd::{LEGACY_MAX_MESSAGE_BYTES, RustQueueSpec};
+use rustqueue_api::crd::{LEGACY_MAX_MESSAGE_BYTES, PublishAckMode, RustQueueSpec};
 
 use super::quantity::parse_bytes;
 
@@ -61,14 +61,17 @@ pub fn validate(name: &str, spec: &RustQueueSpec) -> Vec<String> {
                 .into(),
         );
     }
-    if spec.kodo_compatibility.enabled {
-        errs.push(
-            "spec.kodoCompatibility.enabled is not supported by this operator yet (no Kodo Gateway to publish through): set it to false"
-                .into(),
-        );
-    }
     if spec.kodo_compatibility.cleanup_enabled {
         errs.push("spec.kodoCompatibility.cleanupEnabled must stay false".into());
+    }
+    let grace = spec.kodo_compatibility.cutover_grace_seconds;
+    if !(630..=86400).contains(&grace) {
+        errs.push(format!(
+            "spec.kodoCompatibility.cutoverGraceSeconds ({grace}) must be between 630 and 86400"
+        ));
+    }
+    if spec.kodo_compatibility.enabled {
+        errs.extend(kodo(spec));
     }
     if let Some(m) = &spec.maintenance {
         let ordinal = m
@@ -84,6 +87,166 @@ pub fn validate(name: &str, spec: &RustQueueSpec) -> Vec<String> {
         }
     }
     errs
+}
+
+/// What the Kodo profile needs besides the rest of the spec (docs/kodo.md): three brokers,
+/// 100 MiB messages at storage level 2, durable acknowledgements, delivery budgets for 100 MiB
+/// messages, an image pinned by digest, a Gateway ingress selector, brokers sized for it.
+fn kodo(spec: &RustQueueSpec) -> Vec<String> {
+    const P: &str = "spec.kodoCompatibility.enabled needs";
+    let mut errs = Vec::new();
+    let mut need = |ok: bool, what: String| {
+        if !ok {
+            errs.push(format!("{P} {what}"));
+        }
+    };
+    need(
+        spec.min_brokers == 3 && spec.max_brokers == 3,
+        format!(
+            "spec.minBrokers = spec.maxBrokers = 3 (got {} and {})",
+            spec.min_brokers, spec.max_brokers
+        ),
+    );
+    need(
+        spec.storage_feature_level == 2,
+        format!(
+            "spec.storageFeatureLevel 2 (got {})",
+            spec.storage_feature_level
+        ),
+    );
+    need(
+        spec.bootstrap_retention_seconds >= 180,
+        format!(
+            "spec.bootstrapRetentionSeconds of at least 180 (got {})",
+            spec.bootstrap_retention_seconds
+        ),
+    );
+    need(
+        spec.max_message_bytes == KODO_MESSAGE_BYTES,
+        format!(
+            "spec.maxMessageBytes 104857600 (got {})",
+            spec.max_message_bytes
+        ),
+    );
+    need(
+        spec.connection_delivery_inflight_bytes >= 128 << 20,
+        "spec.connectionDeliveryInflightBytes of at least 134217728".into(),
+    );
+    need(
+        spec.node_delivery_inflight_bytes >= 512 << 20,
+        "spec.nodeDeliveryInflightBytes of at least 536870912".into(),
+    );
+    need(
+        spec.publish_ack_mode == PublishAckMode::Durable,
+        "spec.publishAckMode durable".into(),
+    );
+    need(
+        !spec.kodo_compatibility.decommission_confirmed,
+        "spec.kodoCompatibility.decommissionConfirmed false (set it only when disabling the profile)"
+            .into(),
+    );
+    let image = spec
+        .rollout
+        .rollback_to_image
+        .as_deref()
+        .unwrap_or(&spec.image);
+    need(
+        spec.image_pull_policy == "Never" || pinned_by_digest(image),
+        format!(
+            "the image pinned by digest (name@sha256:<64 lowercase hex>), or spec.imagePullPolicy Never (got {image})"
+        ),
+    );
+    let blank = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .any(|(k, v)| k.trim().is_empty() || v.trim().is_empty())
+    };
+    let pods = &spec.kodo_compatibility.allowed_pod_selector;
+    need(
+        !pods.is_empty() && !blank(pods),
+        "spec.kodoCompatibility.allowedPodSelector with at least one label and no blank key or value (the Kodo producer Pods)"
+            .into(),
+    );
+    need(
+        !blank(&spec.kodo_compatibility.allowed_namespace_selector),
+        "spec.kodoCompatibility.allowedNamespaceSelector without blank keys or values".into(),
+    );
+    let r = &spec.broker_resources;
+    let memory = parse_bytes(&r.memory_request);
+    need(
+        memory.is_some_and(|m| m >= 2 << 30),
+        format!(
+            "spec.brokerResources.memoryRequest of at least 2Gi (got {})",
+            r.memory_request
+        ),
+    );
+    let cpu = parse_nano_cores(&r.cpu_request);
+    need(
+        cpu.is_some_and(|c| c >= 1_000_000_000),
+        format!(
+            "spec.brokerResources.cpuRequest of at least 1 CPU (got {})",
+            r.cpu_request
+        ),
+    );
+    if let Some(l) = &r.memory_limit {
+        need(
+            parse_bytes(l).is_some_and(|l| memory.is_some_and(|m| l >= m)),
+            format!("spec.brokerResources.memoryLimit ({l}) at least the memory request"),
+        );
+    }
+    if let Some(l) = &r.cpu_limit {
+        need(
+            parse_nano_cores(l).is_some_and(|l| cpu.is_some_and(|c| l >= c)),
+            format!("spec.brokerResources.cpuLimit ({l}) at least the CPU request"),
+        );
+    }
+    errs
+}
+
+/// The message size of the Kodo profile: 100 MiB.
+pub const KODO_MESSAGE_BYTES: u64 = 104_857_600;
+
+/// `name@sha256:<64 lowercase hex>`.
+fn pinned_by_digest(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(name, hex)| {
+        !name.is_empty()
+            && hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// A CPU quantity (`1`, `1.5`, `1500m`, `2000000u`, `1000000000n`) in nanocores.
+fn parse_nano_cores(q: &str) -> Option<u128> {
+    let q = q.trim();
+    let (num, scale): (&str, u128) = if let Some(n) = q.strip_suffix('m') {
+        (n, 1_000_000)
+    } else if let Some(n) = q.strip_suffix('u') {
+        (n, 1_000)
+    } else if let Some(n) = q.strip_suffix('n') {
+        (n, 1)
+    } else {
+        (q, 1_000_000_000)
+    };
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let mut total = whole.checked_mul(scale)?;
+    if !frac.is_empty() {
+        let digits = u32::try_from(frac.len()).ok()?;
+        let f: u128 = frac.parse().ok()?;
+        total = total.checked_add(f.checked_mul(scale)? / 10u128.checked_pow(digits)?)?;
+    }
+    Some(total)
 }
 
 #[cfg(test)]
@@ -151,10 +314,6 @@ mod tests {
                 "at least twice",
             ),
             (
-                |s| s.kodo_compatibility.enabled = true,
-                "kodoCompatibility.enabled is not supported",
-            ),
-            (
                 |s| s.kodo_compatibility.cleanup_enabled = true,
                 "cleanupEnabled must stay false",
             ),
@@ -177,6 +336,164 @@ mod tests {
                 "{expected}: got {errs:?}"
             );
         }
+    }
+
+    /// A spec the Kodo profile accepts.
+    pub(crate) fn kodo_spec() -> RustQueueSpec {
+        let mut s = RustQueueSpec::with_image(
+            "rustqueue@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        );
+        s.kodo_compatibility.enabled = true;
+        s.min_brokers = 3;
+        s.max_brokers = 3;
+        s.storage_feature_level = 2;
+        s.max_message_bytes = KODO_MESSAGE_BYTES;
+        s.connection_delivery_inflight_bytes = 128 << 20;
+        s.node_delivery_inflight_bytes = 512 << 20;
+        s.bootstrap_retention_seconds = 180;
+        s.broker_resources.cpu_request = "1".into();
+        s.broker_resources.memory_request = "2Gi".into();
+        s
+    }
+
+    #[test]
+    fn a_complete_kodo_profile_is_valid() {
+        assert_eq!(validate("q", &kodo_spec()), Vec::<String>::new());
+        let mut s = kodo_spec();
+        s.image = "rustqueue:dev".into();
+        s.image_pull_policy = "Never".into();
+        s.broker_resources.cpu_request = "1500m".into();
+        s.broker_resources.cpu_limit = Some("2".into());
+        s.broker_resources.memory_limit = Some("4Gi".into());
+        assert_eq!(validate("q", &s), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_kodo_rule_says_what_to_set() {
+        type Edit = fn(&mut RustQueueSpec);
+        let cases: &[(Edit, &str)] = &[
+            (
+                |s| s.min_brokers = 2,
+                "spec.minBrokers = spec.maxBrokers = 3",
+            ),
+            (
+                |s| s.max_brokers = 4,
+                "spec.minBrokers = spec.maxBrokers = 3",
+            ),
+            (
+                |s| s.storage_feature_level = 1,
+                "spec.storageFeatureLevel 2",
+            ),
+            (
+                |s| s.bootstrap_retention_seconds = 179,
+                "spec.bootstrapRetentionSeconds of at least 180",
+            ),
+            (
+                |s| s.max_message_bytes = (100 << 20) - 1,
+                "spec.maxMessageBytes 104857600",
+            ),
+            (
+                |s| s.connection_delivery_inflight_bytes = (128 << 20) - 1,
+                "spec.connectionDeliveryInflightBytes of at least 134217728",
+            ),
+            (
+                |s| s.node_delivery_inflight_bytes = (512 << 20) - 1,
+                "spec.nodeDeliveryInflightBytes of at least 536870912",
+            ),
+            (
+                |s| s.publish_ack_mode = PublishAckMode::WriteAck,
+                "spec.publishAckMode durable",
+            ),
+            (
+                |s| s.kodo_compatibility.decommission_confirmed = true,
+                "decommissionConfirmed false",
+            ),
+            (
+                |s| s.kodo_compatibility.cleanup_enabled = true,
+                "cleanupEnabled must stay false",
+            ),
+            (|s| s.image = "rustqueue:dev".into(), "pinned by digest"),
+            (
+                |s| s.image = "rustqueue@sha256:ABCDEF".into(),
+                "pinned by digest",
+            ),
+            (
+                |s| s.rollout.rollback_to_image = Some("rustqueue:old".into()),
+                "(got rustqueue:old)",
+            ),
+            (
+                |s| s.kodo_compatibility.allowed_pod_selector.clear(),
+                "allowedPodSelector with at least one label",
+            ),
+            (
+                |s| {
+                    s.kodo_compatibility
+                        .allowed_pod_selector
+                        .insert("team".into(), " ".into());
+                },
+                "no blank key or value",
+            ),
+            (
+                |s| {
+                    s.kodo_compatibility
+                        .allowed_namespace_selector
+                        .insert(" ".into(), "x".into());
+                },
+                "allowedNamespaceSelector without blank",
+            ),
+            (
+                |s| s.broker_resources.memory_request = "1Gi".into(),
+                "memoryRequest of at least 2Gi",
+            ),
+            (
+                |s| s.broker_resources.cpu_request = "999m".into(),
+                "cpuRequest of at least 1 CPU",
+            ),
+            (
+                |s| s.broker_resources.cpu_request = "lots".into(),
+                "cpuRequest of at least 1 CPU",
+            ),
+            (
+                |s| s.broker_resources.memory_limit = Some("1Gi".into()),
+                "memoryLimit (1Gi) at least the memory request",
+            ),
+            (
+                |s| s.broker_resources.cpu_limit = Some("500m".into()),
+                "cpuLimit (500m) at least the CPU request",
+            ),
+            (
+                |s| s.kodo_compatibility.cutover_grace_seconds = 629,
+                "cutoverGraceSeconds (629) must be between 630 and 86400",
+            ),
+        ];
+        for (edit, expected) in cases {
+            let mut s = kodo_spec();
+            edit(&mut s);
+            let errs = validate("q", &s);
+            assert!(
+                errs.iter().any(|e| e.contains(expected)),
+                "{expected}: got {errs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_kodo_rules_apply_only_while_enabled() {
+        let mut s = spec();
+        s.kodo_compatibility.decommission_confirmed = true;
+        s.kodo_compatibility.allowed_pod_selector.clear();
+        assert!(validate("q", &s).is_empty());
+    }
+
+    #[test]
+    fn cpu_quantities_parse_in_nanocores() {
+        assert_eq!(parse_nano_cores("1"), Some(1_000_000_000));
+        assert_eq!(parse_nano_cores("1.5"), Some(1_500_000_000));
+        assert_eq!(parse_nano_cores("250m"), Some(250_000_000));
+        assert_eq!(parse_nano_cores("10u"), Some(10_000));
+        assert_eq!(parse_nano_cores("7n"), Some(7));
+        assert_eq!(parse_nano_cores("m"), None);
+        assert_eq!(parse_nano_cores("1Gi"), None);
     }
 
     #[test]

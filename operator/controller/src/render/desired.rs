@@ -8,8 +8,8 @@ use rustqueue_api::crd::RustQueueSpec;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{
-    BrokerInputs, Children, Owner, broker_toml, names, pod_template_revision, probe_fingerprint,
-    probe_pod, probe_pod_name,
+    BrokerInputs, Children, KodoLayout, Owner, broker_toml, names, pod_template_revision,
+    probe_fingerprint, probe_pod, probe_pod_name,
 };
 
 /// What the cluster should run.
@@ -17,6 +17,8 @@ use super::{
 pub struct Desired {
     /// RustQueue name.
     pub name: String,
+    /// Its namespace.
+    pub namespace: String,
     /// The spec with `image` = the effective image (`rollout.rollbackToImage` if set) and
     /// `storageFeatureLevel` = the effective level.
     pub spec: RustQueueSpec,
@@ -34,6 +36,9 @@ pub struct Desired {
     pub feature_level: u32,
     /// Name of the capability probe Pod of this target (image, config, retry nonce).
     pub probe_pod: String,
+    /// The Kodo cutover grace in effect: `spec.kodoCompatibility.cutoverGraceSeconds`, unless
+    /// the operator was started with a lower cap for tests (docs/kodo.md).
+    pub kodo_grace_seconds: u64,
 }
 
 /// Observed facts the desired set depends on.
@@ -79,7 +84,9 @@ impl Desired {
         );
         Self {
             probe_pod: probe_pod_name(owner.name, &fingerprint),
+            kodo_grace_seconds: spec.kodo_compatibility.cutover_grace_seconds,
             name: owner.name.to_string(),
+            namespace: owner.namespace.to_string(),
             revision: pod_template_revision(&effective, &inputs, &toml),
             config_map,
             broker_toml: toml,
@@ -90,13 +97,30 @@ impl Desired {
         }
     }
 
-    /// The children with `replicas` brokers, the runtime workloads running `runtime_image`.
-    pub fn children(&self, owner: &Owner<'_>, replicas: i32, runtime_image: &str) -> Children {
+    /// The children with `replicas` brokers, the runtime workloads running `runtime_image`,
+    /// discovery and the Kodo Gateways as `layout` says.
+    pub fn children(
+        &self,
+        owner: &Owner<'_>,
+        replicas: i32,
+        runtime_image: &str,
+        layout: &KodoLayout,
+    ) -> Children {
         let inputs = BrokerInputs {
             replicas,
             ..self.inputs.clone()
         };
-        Children::render(owner, &self.spec, &inputs, runtime_image)
+        Children::render(owner, &self.spec, &inputs, runtime_image, layout)
+    }
+
+    /// The revision Kodo Gateway Pods running `image` carry.
+    pub fn kodo_gateway_revision(&self, image: &str) -> String {
+        let owner = Owner {
+            name: &self.name,
+            namespace: &self.namespace,
+            uid: "",
+        };
+        super::kodo::gateway_revision(&owner, &self.spec, image)
     }
 
     /// The capability probe Pod of this target.
@@ -130,14 +154,14 @@ mod tests {
     #[test]
     fn the_rendered_statefulset_carries_the_desired_revision_and_config_map() {
         let d = Desired::render(&owner(), &spec(), &inputs());
-        let c = d.children(&owner(), 3, "img");
+        let c = d.children(&owner(), 3, "img", &KodoLayout::default());
         assert_eq!(c.revision(), d.revision);
         assert_eq!(c.config_map.metadata.name.as_deref(), Some(&*d.config_map));
         assert_eq!(c.stateful_set.spec.replicas, Some(3));
         assert_eq!(
             d.revision,
             Desired::render(&owner(), &spec(), &inputs())
-                .children(&owner(), 5, "img")
+                .children(&owner(), 5, "img", &KodoLayout::default())
                 .revision(),
             "replicas never change the revision"
         );

@@ -9,6 +9,7 @@ mod config;
 mod desired;
 mod discovery;
 mod gateway;
+pub mod kodo;
 mod network;
 mod pod;
 mod policy;
@@ -34,6 +35,7 @@ pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
 pub use desired::{Desired, DesiredInputs};
 pub use discovery::{discovery_deployment, discovery_pdb, discovery_service};
 pub use gateway::{gateway_daemon_set, gateway_service};
+pub use kodo::{DiscoveryMode, KodoLayout, KodoObjects};
 pub use network::{broker_network_policy, internal_network_policy};
 pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
@@ -213,20 +215,32 @@ pub struct Children {
     pub gateway_service: Service,
     /// `<n>-gateway` DaemonSet.
     pub gateway: DaemonSet,
+    /// The Kodo Gateway objects, when the layout keeps them.
+    pub kodo: Option<KodoObjects>,
 }
 
 impl Children {
-    /// Render all children; the runtime workloads (discovery, gateway) run `runtime_image`.
+    /// Render all children; the runtime workloads (discovery, gateways) run `runtime_image`,
+    /// discovery and the Kodo Gateways as `layout` says.
     pub fn render(
         owner: &Owner<'_>,
         spec: &RustQueueSpec,
         inputs: &BrokerInputs,
         runtime_image: &str,
+        layout: &KodoLayout,
     ) -> Self {
         let toml = broker_toml(owner, spec, inputs);
+        let mut discovery =
+            discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image);
+        kodo::shape_discovery(owner, layout, &mut discovery);
+        let mut discovery_svc = discovery_service(owner);
+        kodo::shape_discovery_service(layout, &mut discovery_svc);
         Self {
-            discovery: discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image),
-            discovery_service: discovery_service(owner),
+            kodo: layout
+                .gateway_replicas
+                .map(|r| KodoObjects::render(owner, spec, runtime_image, r)),
+            discovery,
+            discovery_service: discovery_svc,
             discovery_pdb: discovery_pdb(owner),
             gateway: gateway_daemon_set(owner, spec, runtime_image),
             gateway_service: gateway_service(owner),
@@ -261,7 +275,7 @@ impl Children {
         fn j<T: serde::Serialize>(t: &T) -> serde_json::Value {
             serde_json::to_value(t).expect("k8s objects serialize")
         }
-        vec![
+        let mut out = vec![
             j(&self.config_map),
             j(&self.broker_network_policy),
             j(&self.stateful_set),
@@ -273,10 +287,19 @@ impl Children {
             j(&self.service),
             j(&self.discovery_service),
             j(&self.gateway_service),
-            j(&self.discovery),
-            j(&self.gateway),
-            j(&self.discovery_pdb),
-        ]
+        ];
+        // the Gateways before discovery, which may advertise them
+        if let Some(k) = &self.kodo {
+            out.extend([
+                j(&k.network_policy),
+                j(&k.headless_service),
+                j(&k.publish_service),
+                j(&k.stateful_set),
+                j(&k.pdb),
+            ]);
+        }
+        out.extend([j(&self.discovery), j(&self.gateway), j(&self.discovery_pdb)]);
+        out
     }
 }
 
@@ -333,7 +356,13 @@ mod tests {
 
     #[test]
     fn every_child_is_owned_by_the_rustqueue_as_controller() {
-        let c = Children::render(&owner(), &spec(), &inputs(), "rustqueue:dev");
+        let c = Children::render(
+            &owner(),
+            &spec(),
+            &inputs(),
+            "rustqueue:dev",
+            &KodoLayout::default(),
+        );
         let objs = c.in_apply_order();
         assert_eq!(objs.len(), 14);
         for o in objs {
@@ -354,11 +383,17 @@ mod tests {
 
     #[test]
     fn apply_order_puts_config_before_the_statefulset_and_the_service_last() {
-        let kinds: Vec<String> = Children::render(&owner(), &spec(), &inputs(), "rustqueue:dev")
-            .in_apply_order()
-            .iter()
-            .map(|o| o["kind"].as_str().unwrap().to_string())
-            .collect();
+        let kinds: Vec<String> = Children::render(
+            &owner(),
+            &spec(),
+            &inputs(),
+            "rustqueue:dev",
+            &KodoLayout::default(),
+        )
+        .in_apply_order()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_string())
+        .collect();
         assert_eq!(
             kinds,
             [
@@ -378,6 +413,25 @@ mod tests {
                 "PodDisruptionBudget"
             ]
         );
+    }
+
+    #[test]
+    fn the_kodo_gateways_are_owned_and_applied_before_discovery_when_the_layout_keeps_them() {
+        let layout = KodoLayout {
+            gateway_replicas: Some(3),
+            ..KodoLayout::default()
+        };
+        let objs = Children::render(&owner(), &spec(), &inputs(), "img", &layout).in_apply_order();
+        assert_eq!(objs.len(), 19);
+        let at = |name: &str| {
+            objs.iter()
+                .position(|o| o["metadata"]["name"] == name && o["kind"] != "Service")
+                .unwrap()
+        };
+        assert!(at("queue-kodo-gateway") < at("queue-discovery"));
+        for o in &objs {
+            assert_eq!(o["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        }
     }
 
     #[test]

@@ -1,0 +1,394 @@
+//! Kodo gateway test helpers: real `rustqueued` broker processes (killable, restartable on
+//! their data), a Kodo gateway on its own loopback address (its HTTP ports are fixed), and
+//! a raw NSQ V2 client built on rustqueue-protocol.
+#![allow(dead_code, unused_imports)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use clap::Parser;
+use rustqueue_gateway::config::Cli;
+use rustqueue_gateway::kodo::KodoGateway;
+use rustqueue_protocol::Frame;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub use crate::support::{FakeDiscovery, Listed, wait_until};
+
+const MIB: u64 = 1024 * 1024;
+
+/// The broker binary: `RUSTQUEUED_BIN`, else `rustqueued` beside this test's target
+/// directory (`cargo test --workspace` builds it; alone: `cargo build -p rustqueue-server`).
+pub fn rustqueued() -> PathBuf {
+    if let Ok(p) = std::env::var("RUSTQUEUED_BIN") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let bin = dir.join("rustqueued");
+    assert!(
+        bin.exists(),
+        "no rustqueued at {}: run `cargo build -p rustqueue-server --bin rustqueued` (or set RUSTQUEUED_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Broker settings for 100 MiB messages and 128 MiB batches, and a disk guard that never
+/// throttles (a host disk above 85 % must not fail the test).
+const BROKER_TOML: &str = "[storage]\ndisk_high_watermark_percent = 100\n\
+disk_low_watermark_percent = 99\nmin_free_bytes = 1\nmax_segment_bytes = 268435456\nfeature_level = 2\n\
+[queue]\nmax_message_bytes = 104857600\n\
+[limits]\nmax_body_bytes = 134217728\nconnection_publish_inflight_bytes = 134217728\n\
+node_publish_inflight_bytes = 536870912\nconnection_delivery_inflight_bytes = 134217728\n\
+node_delivery_inflight_bytes = 536870912\n";
+
+/// A real `rustqueued` process, killed when dropped.
+pub struct Broker {
+    pub node_id: u32,
+    pub tcp: SocketAddr,
+    pub http: SocketAddr,
+    child: Option<Child>,
+    data: tempfile::TempDir,
+    config: tempfile::TempDir,
+}
+
+impl Broker {
+    pub async fn start(node_id: u32) -> Broker {
+        let data = tempfile::tempdir().unwrap();
+        let config = tempfile::tempdir().unwrap();
+        std::fs::write(config.path().join("broker.toml"), BROKER_TOML).unwrap();
+        let (tcp, http) = (free_port(), free_port());
+        let mut b = Broker {
+            node_id,
+            tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+            http: format!("127.0.0.1:{http}").parse().unwrap(),
+            child: None,
+            data,
+            config,
+        };
+        b.spawn().await;
+        b
+    }
+
+    async fn spawn(&mut self) {
+        let child = Command::new(rustqueued())
+            .env("RUSTQUEUE_CONFIG", self.config.path().join("broker.toml"))
+            .env("RUSTQUEUE_DATA_PATH", self.data.path())
+            .env("RUSTQUEUE_NODE_ID", self.node_id.to_string())
+            .env("RUSTQUEUE_TCP_ADDRESS", self.tcp.to_string())
+            .env("RUSTQUEUE_HTTP_ADDRESS", self.http.to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let ping = self.url("/ping");
+        let start = Instant::now();
+        while !reqwest::get(&ping)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("broker {} exited at startup: {status}", self.node_id);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "broker {} did not start",
+                self.node_id
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// How the fake discovery lists it.
+    pub fn listed(&self) -> Listed {
+        Listed {
+            node_id: self.node_id,
+            tcp_port: self.tcp.port(),
+            http_port: self.http.port(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGSTOP: the process stops reading its sockets.
+    pub fn pause(&self) {
+        let ok = Command::new("kill")
+            .args(["-STOP", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// SIGCONT after [`Broker::pause`].
+    pub fn resume(&self) {
+        let ok = Command::new("kill")
+            .args(["-CONT", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same data and ports (after [`Broker::kill`]).
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn stats(&self) -> Value {
+        reqwest::get(self.url("/stats?format=json"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// `message_count` of `topic` in this broker's `/stats` (0 when absent).
+    pub async fn count(&self, topic: &str) -> u64 {
+        topic_count(&self.stats().await, topic)
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `message_count` of `topic` in a `/stats` document.
+pub fn topic_count(stats: &Value, topic: &str) -> u64 {
+    stats["topics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["topic_name"] == topic)
+        .and_then(|t| t["message_count"].as_u64())
+        .unwrap_or(0)
+}
+
+/// A loopback address no other gateway of this process uses (the HTTP ports are fixed).
+pub fn loopback() -> std::net::IpAddr {
+    static NEXT: AtomicU32 = AtomicU32::new(2);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id();
+    format!("127.{}.{}.{}", 100 + pid % 100, (pid / 100) % 250, n)
+        .parse()
+        .unwrap()
+}
+
+/// Start a Kodo gateway with `extra` flags, discovering through `discovery`.
+pub async fn kodo_gateway(discovery: &FakeDiscovery, extra: &[&str]) -> KodoGateway {
+    let http = format!("{}:4151", loopback());
+    let tcp = format!("{}:0", http.rsplit_once(':').unwrap().0);
+    let url = discovery.url();
+    let mut args = vec![
+        "rustqueue-gateway",
+        "--kodo-compatibility-enabled",
+        "--kodo-gateway-ordinal",
+        "0",
+        "--tcp-address",
+        &tcp,
+        "--http-address",
+        &http,
+        "--discovery-urls",
+        &url,
+        "--max-message-bytes",
+        "104857600",
+        "--max-body-bytes",
+        "134217728",
+        "--shutdown-grace-seconds",
+        "5",
+    ];
+    args.extend_from_slice(extra);
+    let cfg = Cli::try_parse_from(args).unwrap().validate().unwrap();
+    let kodo = cfg.kodo.clone().unwrap();
+    KodoGateway::start(cfg, kodo).await.unwrap()
+}
+
+/// A metric's value from the gateway's exposition.
+pub fn metric(gw: &KodoGateway, name: &str) -> f64 {
+    gw.metrics
+        .render()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|v| v.strip_prefix(' '))
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("metric {name} not exported"))
+}
+
+/// Bytes `len` long that depend on `seed` and position: a pseudo-random block of a prime
+/// length, repeated (a lost, repeated or shifted chunk of the body changes it).
+pub fn payload(seed: u8, len: usize) -> Vec<u8> {
+    const BLOCK: usize = 65_521;
+    let block: Vec<u8> = (0..BLOCK as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).to_be_bytes()[0] ^ seed)
+        .collect();
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let take = (len - out.len()).min(BLOCK);
+        out.extend_from_slice(&block[..take]);
+    }
+    out
+}
+
+/// A raw NSQ V2 client.
+pub struct Client {
+    pub io: TcpStream,
+    buf: BytesMut,
+}
+
+impl Client {
+    /// Connect and send the magic.
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let mut c = Client::raw(addr).await;
+        c.send(b"  V2").await;
+        c
+    }
+
+    /// Connect without sending anything.
+    pub async fn raw(addr: SocketAddr) -> Client {
+        Client {
+            io: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.io.write_all(bytes).await.unwrap();
+    }
+
+    /// A command line and its `[u32 size][body]`.
+    pub async fn cmd_body(&mut self, line: &str, body: &[u8]) {
+        let mut out = format!("{line}\n").into_bytes();
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(body);
+        self.send(&out).await;
+    }
+
+    /// The next frame within `within`; `None` when the connection closed first.
+    pub async fn frame_within(&mut self, within: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(f) = Frame::decode(&mut self.buf, 200 * MIB as u32).unwrap() {
+                return Some(f);
+            }
+            match tokio::time::timeout_at(deadline, self.io.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return None,
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("no frame within {within:?}"),
+            }
+        }
+    }
+
+    pub async fn frame(&mut self) -> Option<Frame> {
+        self.frame_within(Duration::from_secs(60)).await
+    }
+
+    /// The next frame that is not a heartbeat (answered with NOP).
+    pub async fn answer(&mut self) -> Option<Frame> {
+        loop {
+            match self.frame().await {
+                Some(Frame::Response(r)) if &r[..] == b"_heartbeat_" => self.send(b"NOP\n").await,
+                other => return other,
+            }
+        }
+    }
+
+    pub async fn expect_ok(&mut self) {
+        match self.answer().await {
+            Some(Frame::Response(r)) if &r[..] == b"OK" => {}
+            other => panic!("expected OK, got {other:?}"),
+        }
+    }
+
+    /// Expect an error frame starting with `code`; returns its text.
+    pub async fn expect_error(&mut self, code: &str) -> String {
+        match self.answer().await {
+            Some(Frame::Error(e)) if e.starts_with(code.as_bytes()) => {
+                String::from_utf8_lossy(&e).into_owned()
+            }
+            other => panic!("expected {code}, got {other:?}"),
+        }
+    }
+
+    /// Expect the connection to close with no frame.
+    pub async fn expect_closed(&mut self) {
+        match self.frame_within(Duration::from_secs(10)).await {
+            None => {}
+            Some(f) => panic!("expected the connection to close without an answer, got {f:?}"),
+        }
+    }
+
+    pub async fn identify(&mut self, json: &str) -> Frame {
+        self.cmd_body("IDENTIFY", json.as_bytes()).await;
+        self.answer().await.expect("an IDENTIFY answer")
+    }
+
+    /// SUB and RDY (for consuming straight from a broker).
+    pub async fn subscribe(&mut self, topic: &str, channel: &str, rdy: u32) {
+        self.send(format!("SUB {topic} {channel}\n").as_bytes())
+            .await;
+        self.expect_ok().await;
+        self.send(format!("RDY {rdy}\n").as_bytes()).await;
+    }
+
+    /// Every message body arriving within `quiet` of the previous one, FINed.
+    pub async fn drain_messages(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            let next = tokio::time::timeout(quiet, self.answer()).await;
+            match next {
+                Ok(Some(Frame::Message { id, body, .. })) => {
+                    out.push(body.to_vec());
+                    let mut fin = b"FIN ".to_vec();
+                    fin.extend_from_slice(&id);
+                    fin.push(b'\n');
+                    self.send(&fin).await;
+                }
+                Ok(other) if out.is_empty() && other.is_none() => return out,
+                Ok(Some(f)) => panic!("unexpected frame {f:?}"),
+                Ok(None) | Err(_) => return out,
+            }
+        }
+    }
+}
