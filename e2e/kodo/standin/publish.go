@@ -75,6 +75,7 @@ func publishMain(args []string) error {
 	firstID := fs.Uint64("first-id", 1, "id of the first message (ids must be unique across runs)")
 	refresh := fs.Duration("refresh", 300*time.Second, "how often /nodes is refreshed")
 	attempts := fs.Int("attempts", 6, "attempts per message, each on the next node after a failure")
+	interval := fs.Duration("interval", 0, "pause between messages (a steady fleet rather than a flood)")
 	ledgerPath := fs.String("ledger", "", "ledger file (JSON lines, appended)")
 	summaryPath := fs.String("summary", "", "summary file (JSON)")
 	_ = fs.Parse(args)
@@ -179,6 +180,7 @@ func publishMain(args []string) error {
 			return err
 		}
 		fmt.Printf("published id=%d acknowledged=%s attempts=%d node=%s\n", e.ID, e.Acknowledged, e.Attempts, e.Node)
+		time.Sleep(*interval)
 	}
 	s.Seconds = time.Since(start).Seconds()
 	nodes.mu.Lock()
