@@ -119,6 +119,14 @@ compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookup
 	    e2e/compat/lookupd/run.sh $$target go python node || status=1; \
 	done; exit $$status
 
+# The Kodo profile on loopback (e2e/kodo/README.md): three rustqueued, discovery in Kodo mode,
+# three Kodo gateways behind a Service stand-in, and the go-nsq Kodo stand-in with a ledger.
+.PHONY: compat-kodo
+compat-kodo: ## Kodo profile on loopback: go-nsq Kodo stand-in via /nodes through 3 Kodo gateways, a broker SIGKILLed mid-publish, ledger missing = 0
+	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
+	RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
+	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway e2e/kodo/run.sh
+
 # rustqueued registering with official nsqlookupd beside official nsqd, seen by official
 # nsqadmin, consumed by pynsq through the lookupd (about 20 s): see docs/compatibility.md.
 # The same package set as compat-lookupd, so the two share one build (rustqueue-server alone

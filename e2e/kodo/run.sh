@@ -17,7 +17,8 @@
 # Prints `compat-kodo: PASS` (or dies with the reason) and the figures.
 #
 # Env: RUSTQUEUED_BIN, DISCOVERY_BIN, GATEWAY_BIN (default $CARGO_TARGET_DIR/debug/...),
-# KODO_LARGE (6), KODO_SMALL (200), COMPAT_KEEP=1 keeps the work dir (logs, ledgers).
+# KODO_LARGE (6), KODO_LARGE_SIZE (104857500), KODO_SMALL (200), COMPAT_KEEP=1 keeps the work dir
+# (logs, ledgers).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -28,7 +29,7 @@ DISCOVERY_BIN="${DISCOVERY_BIN:-$BIN_DIR/rustqueue-discovery}"
 GATEWAY_BIN="${GATEWAY_BIN:-$BIN_DIR/rustqueue-gateway}"
 LARGE_N="${KODO_LARGE:-6}"
 SMALL_N="${KODO_SMALL:-200}"
-LARGE_SIZE=104857500
+LARGE_SIZE="${KODO_LARGE_SIZE:-104857500}"
 SMALL_SIZE=65536
 TOPIC=kodo
 CHANNEL=verify
@@ -174,24 +175,33 @@ t=$SECONDS
 publish large "$LARGE_N" "$LARGE_SIZE" 100001 >"$WORK/publish-large.log" 2>&1 &
 PUB_PID=$!
 PIDS+=("$PUB_PID")
-# After the second acknowledgement the third body is on its way: kill whichever broker took the
-# large messages so far.
+# The gateway keeps its broker session, so the broker that took the first two large messages
+# takes the third: once the second is acknowledged, kill that broker halfway through the third
+# body's transfer (the stand-in first spends generate_ms making it, then about publish_ms
+# sending it, as the second one did).
 for i in $(seq 1 600); do
   [ "$(cat "$WORK/ledger-large.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
-  kill -0 "$PUB_PID" 2>/dev/null || break
-  sleep 0.1
+  kill -0 "$PUB_PID" 2>/dev/null || die "large publish ended early: $(tail -n 5 "$WORK/publish-large.log")"
+  sleep 0.05
 done
+t_line=$(date +%s%N)
 now=($(counts))
 victim=1 best=-1
 for n in 1 2 3; do
   d=$((now[n - 1] - before[n - 1]))
   [ "$d" -gt "$best" ] && best=$d victim=$n
 done
-sleep 0.3
+delay_ms="$(sed -n 2p "$WORK/ledger-large.jsonl" | python3 -c 'import json,sys; e=json.load(sys.stdin); print(e["generate_ms"] + e["publish_ms"] // 2)')"
+wait_ms=$((delay_ms - ($(date +%s%N) - t_line) / 1000000))
+[ "$wait_ms" -gt 0 ] && sleep "$(printf '%d.%03d' $((wait_ms / 1000)) $((wait_ms % 1000)))"
 pidvar="PID_b$victim"
-kill -KILL "${!pidvar}"
-wait "${!pidvar}" 2>/dev/null || true
-log "SIGKILLed broker $victim (it took $best large message(s)); restarting it in 2 s"
+when="mid-publish"
+kill -0 "$PUB_PID" 2>/dev/null || when="after the publish ended (raise KODO_LARGE_SIZE)"
+{
+  kill -KILL "${!pidvar}"
+  wait "${!pidvar}" || true
+} 2>/dev/null
+log "SIGKILLed broker $victim $when, ${delay_ms} ms after the 2nd acknowledgement (it had taken $best large message(s)); restarting it in 2 s"
 sleep 2
 start_broker "$victim"
 wait "$PUB_PID" || { tail -n 20 "$WORK/publish-large.log" >&2; die "large publish failed"; }
@@ -257,4 +267,4 @@ t=$SECONDS
 }
 cat "$WORK/verify.log"
 log "verify in $((SECONDS - t)) s"
-echo "compat-kodo: PASS in $((SECONDS - T0)) s (killed broker $victim mid-publish, drained broker $busiest)"
+echo "compat-kodo: PASS in $((SECONDS - T0)) s (killed broker $victim $when, drained broker $busiest)"

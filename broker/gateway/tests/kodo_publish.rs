@@ -136,7 +136,7 @@ async fn a_broker_killed_while_a_large_pub_is_written_costs_a_retry_not_a_messag
     };
     // The victim stops reading: the gateway's write of 64 MiB blocks in the socket
     // buffers; the SIGKILL then resets the connection while the body is incomplete.
-    victim.pause();
+    victim.pause().await;
     let body = payload(3, 64 * 1024 * 1024);
     let mut head = b"PUB ledger\n".to_vec();
     head.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -184,9 +184,9 @@ async fn a_broker_killed_after_a_whole_pub_was_sent_gives_e_ambiguous_and_no_ret
     };
     // A small PUB fits the socket buffers: written and flushed whole, then the broker dies
     // before answering. The gateway cannot know whether it was stored.
-    victim.pause();
+    victim.pause().await;
     c.cmd_body("PUB unsure", b"maybe").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     victim.kill();
     let text = c.expect_error("E_AMBIGUOUS").await;
     assert!(text.contains("automatic retry is unsafe"), "{text}");
@@ -258,10 +258,10 @@ async fn shutdown_finishes_the_publish_in_progress_and_runs_no_queued_command() 
     c.expect_ok().await;
     // The broker holds its answer while it is paused: the first PUB is in progress at the
     // gateway, the second waits in the queue behind it.
-    b.pause();
+    b.pause().await;
     c.cmd_body("PUB late", b"in-progress").await;
     c.cmd_body("PUB late", b"queued").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let stopping = tokio::spawn(gw.shutdown());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(

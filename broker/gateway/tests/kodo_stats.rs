@@ -76,7 +76,7 @@ async fn each_shard_sums_its_brokers_own_stats() {
     assert_eq!(shard(&gw, 0, "").await.status(), 503);
     assert_eq!(shard(&gw, 1, "").await.status(), 200);
     // A broker that accepts but never answers: the whole call gives up after 10 s.
-    brokers[1].pause();
+    brokers[1].pause().await;
     let started = std::time::Instant::now();
     let r = shard(&gw, 1, "").await;
     let waited = started.elapsed();

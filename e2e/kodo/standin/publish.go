@@ -26,6 +26,10 @@ type entry struct {
 	Node     string   `json:"node"`
 	Attempts int      `json:"attempts"`
 	Errors   []string `json:"errors,omitempty"`
+	// GenerateMS and PublishMS: time spent making the body, then publishing it (all attempts);
+	// run.sh times its SIGKILL from them so it lands while a body is on the wire.
+	GenerateMS int64 `json:"generate_ms"`
+	PublishMS  int64 `json:"publish_ms"`
 }
 
 // summary is what publish prints (and writes to -summary) at the end.
@@ -119,11 +123,14 @@ func publishMain(args []string) error {
 	cursor := 0
 	for i := 0; i < *n; i++ {
 		id := *firstID + uint64(i)
+		began := time.Now()
 		body, sum, err := makeBody(id, *size)
 		if err != nil {
 			return err
 		}
 		e := entry{ID: id, SHA256: sum, Size: *size, Acknowledged: "no"}
+		e.GenerateMS = time.Since(began).Milliseconds()
+		began = time.Now()
 		sawAmbiguous := false
 		for e.Attempts < *attempts {
 			list := nodes.get()
@@ -163,6 +170,7 @@ func publishMain(args []string) error {
 			cursor++
 			time.Sleep(200 * time.Millisecond)
 		}
+		e.PublishMS = time.Since(began).Milliseconds()
 		if e.Acknowledged != "yes" && sawAmbiguous {
 			e.Acknowledged = "ambiguous"
 		}

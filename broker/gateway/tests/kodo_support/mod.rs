@@ -131,13 +131,26 @@ impl Broker {
         self.child.as_ref().unwrap().id()
     }
 
-    /// SIGSTOP: the process stops reading its sockets.
-    pub fn pause(&self) {
+    /// SIGSTOP: the process stops reading its sockets. Returns once it no longer answers
+    /// `/ping` (the stop has taken effect).
+    pub async fn pause(&self) {
         let ok = Command::new("kill")
             .args(["-STOP", &self.pid().to_string()])
             .status()
             .unwrap();
         assert!(ok.success());
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        while client.get(self.url("/ping")).send().await.is_ok() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "broker {} still answers after SIGSTOP",
+                self.node_id
+            );
+        }
     }
 
     /// SIGCONT after [`Broker::pause`].
