@@ -301,6 +301,15 @@ impl ChanState {
         Ok(cmd)
     }
 
+    /// Whether `consumer` still holds delivery `attempts` of `entry`: nothing (a timeout, a
+    /// requeue, a FIN) took it back since it was claimed.
+    pub fn holds(&self, consumer: u64, entry: &Entry, attempts: u16) -> bool {
+        self.in_flight
+            .get(&entry.id)
+            .is_some_and(|f| f.consumer == consumer)
+            && self.attempts.get(&entry.position).copied() == Some(attempts)
+    }
+
     /// TOUCH: restart the delivery's timeout.
     pub fn touch(&mut self, consumer: u64, id: u64, now: Instant) -> Result<(), DeliveryError> {
         let timeout = self

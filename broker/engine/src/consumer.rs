@@ -23,6 +23,17 @@ pub struct Consumer {
     topic: Arc<Topic>,
     channel: Arc<Channel>,
     id: u64,
+    /// A delivery taken for this consumer whose body read a dropped [`Consumer::next`] call
+    /// left unfinished; the next call delivers it (sessions race `next()` in a `select!`).
+    claimed: Option<Claimed>,
+}
+
+/// A delivery taken from the channel, before its body is read.
+#[derive(Clone)]
+struct Claimed {
+    entry: Entry,
+    attempts: u16,
+    source: BodySource,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -54,6 +65,7 @@ fn durable(
 }
 
 /// Where a body comes from.
+#[derive(Clone)]
 enum BodySource {
     /// The log still holds a copy of it (a recent append): no read.
     Recent(Bytes),
@@ -106,6 +118,7 @@ impl Consumer {
             topic,
             channel,
             id,
+            claimed: None,
         }
     }
 
@@ -142,6 +155,11 @@ impl Consumer {
             if self.closed() {
                 return None;
             }
+            match self.resume_claim().await {
+                Some(Read::Body(d)) => return Some(d),
+                Some(Read::Failed) => return None,
+                Some(Read::Damaged) | None => {}
+            }
             // Registered before looking, so nothing that happens after the look is missed.
             let notified = self.channel.notify.notified();
             tokio::pin!(notified);
@@ -165,11 +183,13 @@ impl Consumer {
             }
             match look.take {
                 Some((Take::Deliver { entry, attempts }, source)) => {
-                    match self.deliver(entry, attempts, source).await {
-                        Read::Body(d) => return Some(d),
-                        Read::Damaged => continue,
-                        Read::Failed => return None,
-                    }
+                    // Kept until its body is read, so a dropped call does not lose it.
+                    self.claimed = Some(Claimed {
+                        entry,
+                        attempts,
+                        source,
+                    });
+                    continue;
                 }
                 Some((Take::DeadLetter { entry }, source)) => {
                     let target = self.dead_letter_target();
@@ -280,6 +300,19 @@ impl Consumer {
     /// Reads the body of a taken message into a [`Delivery`]. A body that fails its
     /// CRC-32C is quarantined and skipped (never sent); a body that vanished or failed its
     /// read means storage is suspect: it fails closed and ends this consumer.
+    /// Reads and delivers the claimed delivery, if this consumer still holds it; `None` when
+    /// there is none (or it was taken back meanwhile).
+    async fn resume_claim(&mut self) -> Option<Read<Delivery>> {
+        let c = self.claimed.clone()?;
+        if !lock(&self.channel.st).holds(self.id, &c.entry, c.attempts) {
+            self.claimed = None;
+            return None;
+        }
+        let read = self.deliver(c.entry, c.attempts, c.source).await;
+        self.claimed = None;
+        Some(read)
+    }
+
     async fn deliver(&self, entry: Entry, attempts: u16, source: BodySource) -> Read<Delivery> {
         let body = match self.budgeted_read(source, entry).await {
             Ok(body) => body,

@@ -504,3 +504,43 @@ async fn a_timed_out_delivery_returns_to_its_full_consumer_promptly_not_at_the_f
         );
     }
 }
+
+/// `next()` is raced against other work in a session's `select!`, so a call dropped while it
+/// reads a large body must not lose the delivery it had already claimed: the next call
+/// returns that same message (no timeout to wait out, no skipped message, RDY respected).
+#[tokio::test]
+async fn a_next_call_dropped_mid_read_keeps_its_claimed_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let big = |fill: u8| Bytes::from(vec![fill; 4 << 20]);
+    e.publish("t", vec![big(1), big(2)], None).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1);
+    for i in 0..20 {
+        // Polled once: claims the first message, starts its read, and is dropped.
+        let once = poll_once(c.next());
+        assert!(
+            once.is_none(),
+            "a 4 MiB read finished within one poll (call {i}): {:?}",
+            once.map(|d| d.map(|d| (d.attempts, d.body.len())))
+        );
+    }
+    let first = next(&mut c).await;
+    assert_eq!(first.body, big(1), "the claimed message, not a later one");
+    assert_eq!(first.attempts, 1, "delivered once, not after a timeout");
+    none_within(&mut c, 200).await; // RDY 1: the one in flight is the only one
+    c.finish(first.id).await.unwrap();
+    let second = next(&mut c).await;
+    assert_eq!(second.body, big(2));
+}
+
+/// Polls `fut` exactly once and drops it: its output if it finished in that poll.
+fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
