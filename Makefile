@@ -58,7 +58,7 @@ powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustque
 
 # The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
+test: lint unit compat compat-lookupd compat-kodo compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
 	@echo "make test: all stages passed"
 
 .PHONY: ci
