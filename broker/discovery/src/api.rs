@@ -90,6 +90,16 @@ async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
 
 /// Answer one request (separate from axum so tests and fuzzing can drive it directly).
 pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
+    let response = route(shared, method, path, raw_query);
+    // every answer to /nodes, errors included (a 503 while the source warms up)
+    if path == "/nodes" {
+        closing(response)
+    } else {
+        response
+    }
+}
+
+fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
     let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
         // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
         // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
@@ -231,6 +241,18 @@ fn info(shared: &Shared) -> Response {
             "broker_count": shared.read().consume_ready_count(),
         }),
     )
+}
+
+/// `response` with `Connection: close`, so the client's next request opens a new connection.
+/// `/nodes` answers differ by mode, and the operator switches the discovery Service from the
+/// replicas of one mode to the other's atomically (docs/kodo.md); a producer polling `/nodes`
+/// over a kept-alive connection would otherwise go on asking a replica of the old mode, which
+/// lingers through the soak, and never see the switch.
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// `/nodes` entry: nsqlookupd's node shape plus `node_id`.
@@ -475,6 +497,16 @@ mod tests {
     async fn json_of(r: Response) -> (u16, serde_json::Value) {
         let (code, b) = body(r).await;
         (code.as_u16(), serde_json::from_str(&b).unwrap())
+    }
+
+    #[tokio::test]
+    async fn nodes_answers_close_the_connection_so_a_mode_switch_reaches_pollers() {
+        for s in [shared_with_topic(), kodo_shared(&[(1, true)])] {
+            let r = answer(&s, &Method::GET, "/nodes", "");
+            assert_eq!(r.headers()[header::CONNECTION], "close");
+        }
+        let r = answer(&shared_with_topic(), &Method::GET, "/lookup?topic=t", "");
+        assert!(r.headers().get(header::CONNECTION).is_none(), "only /nodes");
     }
 
     #[tokio::test]
