@@ -261,9 +261,11 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
 
     let current_brokers = i.obs.statefulset_replicas.unwrap_or(0);
     let wanted = enabled && (gateways_active || (current_brokers >= 2 && i.ready_brokers >= 2));
-    out.retained = !enabled
-        && gateways_active
-        && !(out.direct_advertised && (k.decommission_confirmed || out.direct_for >= i.grace));
+    // Confirmation lets the decommission start; the Gateways still stay until the direct
+    // brokers were advertised for the whole grace, so every Kodo producer refreshed /nodes
+    // (twice) and moved to the brokers before its Gateway identities stop answering.
+    out.retained =
+        !enabled && gateways_active && !(out.direct_advertised && out.direct_for >= i.grace);
     out.layout.gateway_replicas = if wanted || out.retained {
         Some(GATEWAYS)
     } else if enabled && gw.is_some() {

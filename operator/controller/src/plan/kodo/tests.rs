@@ -592,7 +592,8 @@ fn once_the_brokers_are_current_discovery_rolls_back_to_direct_then_the_selector
     assert!(!deletes(&p));
     assert!(!condition(&p, "Ready").0);
 
-    // direct Pods Ready: the selector flips; confirmed, so the Gateways go
+    // direct Pods Ready: the selector flips; the Gateways stay for the grace even though the
+    // decommission is confirmed, so every Kodo producer refreshes /nodes onto the brokers first
     let obs = cluster(
         &spec,
         "b",
@@ -602,12 +603,29 @@ fn once_the_brokers_are_current_discovery_rolls_back_to_direct_then_the_selector
     let p = run(&spec, &obs, &previous(None, None));
     let l = layout(&p);
     assert_eq!((l.discovery_mode, l.route), (Direct, Some(Direct)));
-    assert_eq!(l.gateway_replicas, None);
-    assert!(deletes(&p));
+    assert_eq!(l.gateway_replicas, Some(3), "retained through the grace");
+    assert!(!deletes(&p));
     assert_eq!(
         condition(&p, "KodoDirectBrokersAdvertised"),
         (true, "Advertised")
     );
+    assert_eq!(p.phase, Phase::DisablingKodo, "{}", p.message);
+    assert!(p.message.contains("of the 630s grace"), "{}", p.message);
+    assert!(!condition(&p, "Ready").0);
+
+    // advertised for the whole grace: now the Gateways go
+    let direct_since = RustQueueStatus {
+        conditions: vec![cond(
+            "KodoDirectBrokersAdvertised",
+            true,
+            "Advertised",
+            NOW - GRACE,
+        )],
+        ..RustQueueStatus::default()
+    };
+    let p = run(&spec, &obs, &direct_since);
+    assert_eq!(layout(&p).gateway_replicas, None);
+    assert!(deletes(&p));
     assert_eq!(p.phase, Phase::Ready, "{}", p.message);
 }
 
@@ -621,7 +639,16 @@ fn gateways_someone_else_owns_are_never_deleted() {
         Some(3),
     );
     obs.kodo.gateways.as_mut().unwrap().owned = false;
-    let p = run(&spec, &obs, &previous(None, None));
+    let direct_since = RustQueueStatus {
+        conditions: vec![cond(
+            "KodoDirectBrokersAdvertised",
+            true,
+            "Advertised",
+            NOW - GRACE,
+        )],
+        ..RustQueueStatus::default()
+    };
+    let p = run(&spec, &obs, &direct_since);
     assert!(!deletes(&p));
     assert_eq!(layout(&p).gateway_replicas, None);
 }
