@@ -37,7 +37,7 @@ async fn service_ip(c: &Cluster, name: &str) -> String {
 }
 
 /// Messages `topic` took in on each broker (`/v1/stats`), by broker.
-async fn published_per_broker(c: &Cluster, topic: &str) -> BTreeMap<String, u64> {
+pub async fn published_per_broker(c: &Cluster, topic: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for b in brokers() {
         let ip = c.pod_ip(&b).await;

@@ -128,9 +128,13 @@ fn the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message() {
         step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
         step!(the_brokers_take_kodo_sized_messages_before_the_profile(&c)).await;
         let mut fleet = step!(enabling_kodo_keeps_a_kodo_producer_publishing(&c)).await;
-        step!(a_broker_killed_mid_publish_keeps_every_acknowledged_kodo_message(&c, &mut fleet))
-            .await;
-        step!(disabling_kodo_waits_for_confirmation_then_returns_to_the_brokers(&c, &mut fleet))
-            .await;
+        let large =
+            step!(a_broker_killed_mid_publish_keeps_every_acknowledged_kodo_message(&c)).await;
+        step!(
+            disabling_kodo_waits_for_confirmation_then_returns_to_the_brokers(
+                &c, &mut fleet, &large
+            )
+        )
+        .await;
     });
 }
