@@ -514,25 +514,39 @@ async fn a_next_call_dropped_mid_read_keeps_its_claimed_delivery() {
     let e = Engine::open(cfg(dir.path())).await.unwrap();
     e.create_channel("t", "c").unwrap();
     let big = |fill: u8| Bytes::from(vec![fill; 4 << 20]);
-    e.publish("t", vec![big(1), big(2)], None).await.unwrap();
+    e.publish("t", vec![big(1), big(2), big(3)], None)
+        .await
+        .unwrap();
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1);
-    for i in 0..20 {
-        // Polled once: claims the first message, starts its read, and is dropped.
-        let once = poll_once(c.next());
-        assert!(
-            once.is_none(),
-            "a 4 MiB read finished within one poll (call {i}): {:?}",
-            once.map(|d| d.map(|d| (d.attempts, d.body.len())))
-        );
+    let mut dropped = 0;
+    for fill in 1..=3 {
+        // Each call polled once: it claims the message and starts its read, and is dropped
+        // while the read runs off the runtime (on a busy machine a read may finish within
+        // the one poll: then that call delivered it, as it should).
+        let mut got = None;
+        for _ in 0..5 {
+            match poll_once(c.next()) {
+                None => dropped += 1,
+                Some(d) => {
+                    got = d;
+                    break;
+                }
+            }
+        }
+        let d = match got {
+            Some(d) => d,
+            None => next(&mut c).await,
+        };
+        assert_eq!(d.body, big(fill), "the claimed message, not a later one");
+        assert_eq!(d.attempts, 1, "delivered once, not after a timeout");
+        none_within(&mut c, 100).await; // RDY 1: the one in flight is the only one
+        c.finish(d.id).await.unwrap();
     }
-    let first = next(&mut c).await;
-    assert_eq!(first.body, big(1), "the claimed message, not a later one");
-    assert_eq!(first.attempts, 1, "delivered once, not after a timeout");
-    none_within(&mut c, 200).await; // RDY 1: the one in flight is the only one
-    c.finish(first.id).await.unwrap();
-    let second = next(&mut c).await;
-    assert_eq!(second.body, big(2));
+    assert!(
+        dropped > 0,
+        "no call was dropped mid-read: nothing was tested"
+    );
 }
 
 /// Polls `fut` exactly once and drops it: its output if it finished in that poll.
