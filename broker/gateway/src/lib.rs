@@ -133,7 +133,7 @@ impl Gateway {
             stop.clone(),
             abort,
             accept,
-            http,
+            vec![http],
             tunnels,
             cfg.shutdown_grace,
         ));
@@ -155,29 +155,32 @@ impl Gateway {
     }
 }
 
-async fn drain(
+/// After `stop`: stop accepting, let the open connections (`tasks`) and the HTTP `servers`
+/// finish within `grace`, then cut what is left (`abort`) and wait at most
+/// [`HARD_STOP_AFTER_GRACE`] more. Both gateway modes shut down this way.
+pub(crate) async fn drain(
     stop: CancellationToken,
     abort: CancellationToken,
     accept: JoinHandle<()>,
-    http: JoinHandle<()>,
-    tunnels: TaskTracker,
+    servers: Vec<JoinHandle<()>>,
+    tasks: TaskTracker,
     grace: Duration,
 ) {
     stop.cancelled().await;
     let _ = accept.await;
-    tunnels.close();
-    let http_abort = http.abort_handle();
+    tasks.close();
+    let aborts: Vec<_> = servers.iter().map(JoinHandle::abort_handle).collect();
     let finished = async {
-        tunnels.wait().await;
-        let _ = http.await;
+        tasks.wait().await;
+        futures::future::join_all(servers).await;
     };
     if tokio::time::timeout(grace, finished).await.is_err() {
         tracing::warn!(
-            open = tunnels.len(),
+            open = tasks.len(),
             "shutdown grace over: closing what is still open"
         );
         abort.cancel();
-        http_abort.abort();
-        let _ = tokio::time::timeout(HARD_STOP_AFTER_GRACE, tunnels.wait()).await;
+        aborts.iter().for_each(|a| a.abort());
+        let _ = tokio::time::timeout(HARD_STOP_AFTER_GRACE, tasks.wait()).await;
     }
 }

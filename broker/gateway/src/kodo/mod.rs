@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pool::Pools;
-use crate::{HARD_STOP_AFTER_GRACE, StartError, discovery};
+use crate::{StartError, discovery, drain};
 
 use self::config::{CONTROL_BODY_BYTES, KodoSettings, METRICS_PORT, SHARD_PORTS};
 use self::session::SessionCtx;
@@ -193,32 +193,5 @@ async fn accept(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-    }
-}
-
-async fn drain(
-    stop: CancellationToken,
-    abort: CancellationToken,
-    accept: JoinHandle<()>,
-    servers: Vec<JoinHandle<()>>,
-    sessions: TaskTracker,
-    grace: Duration,
-) {
-    stop.cancelled().await;
-    let _ = accept.await;
-    sessions.close();
-    let aborts: Vec<_> = servers.iter().map(|s| s.abort_handle()).collect();
-    let finished = async {
-        sessions.wait().await;
-        futures::future::join_all(servers).await;
-    };
-    if tokio::time::timeout(grace, finished).await.is_err() {
-        tracing::warn!(
-            open = sessions.len(),
-            "shutdown grace over: closing what is still open"
-        );
-        abort.cancel();
-        aborts.iter().for_each(|a| a.abort());
-        let _ = tokio::time::timeout(HARD_STOP_AFTER_GRACE, sessions.wait()).await;
     }
 }
