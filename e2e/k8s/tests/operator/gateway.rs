@@ -26,7 +26,7 @@ use crate::dns::pod_resolv_conf;
 use crate::rollout::brokers;
 
 /// The ClusterIP of Service `name`.
-async fn service_ip(c: &Cluster, name: &str) -> String {
+pub async fn service_ip(c: &Cluster, name: &str) -> String {
     Api::<Service>::namespaced(c.client.clone(), NS)
         .get(name)
         .await

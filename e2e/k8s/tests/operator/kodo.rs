@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::cluster::{Cluster, LONG, NS, RQ, http_post};
 use crate::dns::pod_resolv_conf;
-use crate::gateway::published_per_broker;
+use crate::gateway::{published_per_broker, service_ip};
 use crate::rollout::brokers;
 
 /// The stand-ins' topics (the fleet's, the large messages') and the channel created on every
@@ -103,12 +103,7 @@ impl Drop for Fleet {
 /// The discovery Service's address (`host:4161`), which Kodo is configured with as its
 /// nsqlookupd.
 async fn lookupd(c: &Cluster) -> String {
-    let svc = Api::<Service>::namespaced(c.client.clone(), NS)
-        .get(&format!("{RQ}-discovery"))
-        .await
-        .expect("the discovery Service");
-    let ip = svc.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
-    format!("{ip}:4161")
+    format!("{}:4161", service_ip(c, &format!("{RQ}-discovery")).await)
 }
 
 /// `GET /nodes` from discovery: (broadcast address, tcp port, node id) of each entry.
