@@ -32,6 +32,9 @@ impl FsFile for CountingFile {
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         self.0.append(bufs)
     }
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.0.write_at(bufs, offset)
+    }
     fn sync_data(&self) -> io::Result<()> {
         SYNCS.fetch_add(1, Ordering::Relaxed);
         self.0.sync_data()
@@ -76,6 +79,9 @@ impl Fs for CountingFs {
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         self.0.lock(path)
+    }
+    fn zero_fill_ahead(&self) -> bool {
+        self.0.zero_fill_ahead()
     }
 }
 

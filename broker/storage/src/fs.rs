@@ -12,7 +12,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// An open file. Appends are the only writes; reads are positional so they never race appends.
+/// An open file. Writes are appends, or positional writes at or after the data a caller
+/// tracks itself (a segment writing over the zeros it put ahead of its tail); reads are
+/// positional so they never race writes.
 pub trait FsFile: Send + Sync {
     /// Current length in bytes (including unsynced appends).
     fn len(&self) -> io::Result<u64>;
@@ -24,6 +26,9 @@ pub trait FsFile: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Appends all of `bufs` at the end of the file (vectored; bodies are not copied).
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()>;
+    /// Writes all of `bufs` at `offset` (vectored), extending the file when they reach past
+    /// its end; a gap before `offset` reads as zeros.
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>;
     /// `fdatasync`: appended data survives a crash once this returns.
     fn sync_data(&self) -> io::Result<()>;
     /// Full `fsync` (data and metadata such as the length).
@@ -34,7 +39,7 @@ pub trait FsFile: Send + Sync {
 
 /// A file system: files, directory entries and the directory lock.
 pub trait Fs: Send + Sync + 'static {
-    /// Opens `path` for reading and appending, creating it (empty) when `create` is set.
+    /// Opens `path` for reading and writing, creating it (empty) when `create` is set.
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>>;
     /// Reads a whole (small) file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
@@ -55,6 +60,29 @@ pub trait Fs: Send + Sync + 'static {
     /// Takes an exclusive lock on `path` (created if missing) for the life of the returned guard;
     /// fails with `WouldBlock` when another process holds it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+    /// Whether a segment should write zeros ahead of its tail: on a disk file system an
+    /// fdatasync of bytes written over zeros already on disk flushes only those bytes, while
+    /// one that grows the file must also write the inode (its size and block map). Memory
+    /// has nothing to save.
+    fn zero_fill_ahead(&self) -> bool {
+        false
+    }
+}
+
+/// Writes `bufs` into `bytes` at `offset`, zero-filling a gap and growing it as needed (the
+/// in-memory file systems' positional write).
+pub(crate) fn write_into(bytes: &mut Vec<u8>, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+    let mut at =
+        usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let end = at + bufs.iter().map(|b| b.len()).sum::<usize>();
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    for b in bufs {
+        bytes[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
+    Ok(())
 }
 
 /// The real, POSIX file system.
@@ -71,17 +99,25 @@ impl FsFile for RealFile {
         self.0.read_exact_at(buf, offset)
     }
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        // Not opened with O_APPEND (Linux would then ignore the offset of a positional write):
+        // every file has one writer, which calls this under its own lock.
+        self.write_at(bufs, self.len()?)
+    }
+    fn write_at(&self, bufs: &[IoSlice<'_>], mut offset: u64) -> io::Result<()> {
         let mut owned: Vec<IoSlice<'_>> = bufs.to_vec();
         let mut slices = &mut owned[..];
-        let mut file = &self.0;
         while !slices.is_empty() {
-            let n = file.write_vectored(slices)?;
+            let at =
+                i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let batch = &slices[..slices.len().min(IOV_MAX)];
+            let n = nix::sys::uio::pwritev(&self.0, batch, at).map_err(io::Error::from)?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
-                    "append wrote 0 bytes",
+                    "write wrote 0 bytes",
                 ));
             }
+            offset += n as u64;
             IoSlice::advance_slices(&mut slices, n);
         }
         Ok(())
@@ -97,6 +133,9 @@ impl FsFile for RealFile {
     }
 }
 
+/// Most buffers one `pwritev` takes (Linux's `IOV_MAX`; more is `EINVAL`).
+const IOV_MAX: usize = 1024;
+
 /// Lock attempts 10 ms apart before a held directory lock is reported (about 0.5 s).
 const LOCK_RETRIES: u32 = 50;
 
@@ -104,8 +143,9 @@ impl Fs for RealFs {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn FsFile>> {
         let file = OpenOptions::new()
             .read(true)
-            .append(true)
+            .write(true)
             .create(create)
+            .truncate(false)
             .open(path)?;
         Ok(Arc::new(RealFile(file)))
     }
@@ -169,5 +209,34 @@ impl Fs for RealFs {
         file.set_len(0)?;
         writeln!(file, "{}", std::process::id())?;
         Ok(Box::new(file))
+    }
+    fn zero_fill_ahead(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_positional_write_of_more_buffers_than_one_pwritev_takes_writes_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RealFs.open(&dir.path().join("f"), true).unwrap();
+        f.append(&[IoSlice::new(b"head")]).unwrap();
+        let parts: Vec<Vec<u8>> = (0..3000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        f.write_at(&slices, 2).unwrap();
+        assert_eq!(f.len().unwrap(), 2 + 4 * 3000);
+        let mut buf = vec![0u8; 2 + 4 * 3000];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..2], b"he", "written over from offset 2");
+        assert_eq!(buf[2..], parts.concat()[..]);
+        f.append(&[IoSlice::new(b"tail")]).unwrap();
+        assert_eq!(
+            f.len().unwrap(),
+            2 + 4 * 3000 + 4,
+            "an append goes to the end"
+        );
     }
 }

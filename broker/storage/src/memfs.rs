@@ -79,6 +79,9 @@ impl FsFile for MemFile {
         }
         Ok(())
     }
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        crate::fs::write_into(&mut self.write(), bufs, offset)
+    }
     fn sync_data(&self) -> io::Result<()> {
         Ok(())
     }

@@ -79,6 +79,9 @@ impl<H: Hooks> FsFile for HookFile<H> {
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         self.file.append(bufs)
     }
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.file.write_at(bufs, offset)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.hooks.sync(&self.path)?;
         self.file.sync_data()
@@ -127,6 +130,9 @@ impl<H: Hooks> Fs for HookFs<H> {
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         RealFs.lock(path)
+    }
+    fn zero_fill_ahead(&self) -> bool {
+        RealFs.zero_fill_ahead()
     }
 }
 

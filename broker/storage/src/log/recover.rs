@@ -86,6 +86,8 @@ impl TopicLog {
             durable_position: 0,
             appended_bytes: 0,
             durable_bytes: 0,
+            zero_ahead: fs.zero_fill_ahead(),
+            sync_group_bytes: 0,
             damage,
         };
         let count = bases.len();
@@ -159,6 +161,7 @@ impl TopicLog {
             path: path.clone(),
             file,
             len,
+            zeroed: len,
             last_log_index: None,
             last_position: None,
             summary: None,
@@ -195,6 +198,7 @@ impl TopicLog {
                 .map_err(io_err("truncate torn tail", &path))?;
             seg.file.sync_all().map_err(io_err("fsync", &path))?;
             seg.len = scan.end;
+            seg.zeroed = scan.end;
         }
         seg.last_log_index = scan.last_log_index;
         seg.last_position = scan.entries.last().map(|e| e.position);

@@ -184,10 +184,15 @@ pub(crate) fn walk(
         file.read_exact_at(&mut bytes, offset)
             .map_err(io_err("read", path))?;
         pace(end - offset);
-        // Only the length field damaged? Then the record is whole once it says `end`.
-        if bytes.len() >= HEADER_LEN + 4 && record::whole_with_length(&bytes, &bytes[HEADER_LEN..])
-        {
-            let mut h = record::header_unchecked(&bytes);
+        // Only the length field damaged? Then the record is whole once it says `end` (or,
+        // with nothing whole after it, where the zeros ahead of the tail begin).
+        let whole_len = [bytes.len(), nonzero_len(&bytes)].into_iter().find(|&n| {
+            n >= HEADER_LEN + 4 && record::whole_with_length(&bytes[..n], &bytes[HEADER_LEN..n])
+        });
+        if let Some(n) = whole_len.filter(|&n| n == bytes.len() || next.is_none()) {
+            let end = offset + n as u64;
+            let bytes = &bytes[..n];
+            let mut h = record::header_unchecked(bytes);
             h.payload_len = (bytes.len() - HEADER_LEN) as u32;
             if let Ok(items) = record::decode_items(&h, &bytes[HEADER_LEN..])
                 && h.log_index == next_index
@@ -211,13 +216,19 @@ pub(crate) fn walk(
                 continue;
             }
         }
-        if next.is_none() && last && e_is_short(&failed) {
+        if next.is_none() && last && (e_is_short(&failed) || reaches_zeros(offset, &bytes, len)) {
             break; // a torn tail: the caller cuts it off
         }
         let after = next
             .as_ref()
             .and_then(|(_, w)| w.items.first().map(|i| i.position));
         let (positions, ids) = lost(&bytes, prev, after);
+        // Zeros ahead of the active segment's tail are not part of the damage.
+        let end = if next.is_none() && last {
+            offset + nonzero_len(&bytes) as u64
+        } else {
+            end
+        };
         out.damages.push(Damage {
             range: (offset, end),
             positions,
@@ -239,6 +250,30 @@ pub(crate) fn walk(
     }
     out.end = offset.min(len);
     Ok(out)
+}
+
+/// Whether the failed record at `offset` (its bytes through the end of the segment are
+/// `bytes`) reaches into zeros that run to the end of the file: the active segment's zeros
+/// ahead of its tail, which a write that never finished left partly unwritten. That is a torn
+/// tail, like a record cut short by the end of the file; nothing after it is whole. (A whole
+/// record ending in zero bytes is read by its CRC before this is asked.)
+fn reaches_zeros(offset: u64, bytes: &[u8], len: u64) -> bool {
+    let zeros_from = offset + nonzero_len(bytes) as u64;
+    if zeros_from == len {
+        return false; // no zeros at the end
+    }
+    let claimed = if bytes.len() >= HEADER_LEN {
+        let h = record::header_unchecked(bytes);
+        offset + HEADER_LEN as u64 + u64::from(h.payload_len)
+    } else {
+        len
+    };
+    zeros_from < claimed.max(offset + HEADER_LEN as u64)
+}
+
+/// `bytes` without its trailing zeros.
+fn nonzero_len(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
 }
 
 fn e_is_short(e: &DecodeError) -> bool {

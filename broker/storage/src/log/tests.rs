@@ -125,6 +125,9 @@ impl FsFile for CountingFile {
     fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         self.inner.append(bufs)
     }
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        self.inner.write_at(bufs, offset)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.inner.sync_data()
     }
@@ -172,6 +175,9 @@ impl Fs for Counting {
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         self.inner.lock(path)
+    }
+    fn zero_fill_ahead(&self) -> bool {
+        self.inner.zero_fill_ahead()
     }
 }
 
@@ -477,4 +483,172 @@ fn two_logs_sharing_one_tiny_cache_from_two_threads_each_see_only_their_own_entr
         }
     });
     assert!(cache.resident_bytes() <= cache.capacity());
+}
+
+// --- zeros ahead of the active segment's tail ----------------------------------------------
+
+fn open_zeroing(fs: &SimFs, max_segment_bytes: u64) -> TopicLog {
+    TopicLog::open(
+        Arc::new(fs.clone()),
+        Path::new("/t"),
+        Fault::default(),
+        max_segment_bytes,
+        1,
+        Default::default(),
+        sink(),
+    )
+    .unwrap()
+}
+
+fn active_file_len(fs: &SimFs) -> u64 {
+    let f = fs
+        .open(&segment_path(Path::new("/t"), 1, "rqlog"), false)
+        .unwrap();
+    f.len().unwrap()
+}
+
+fn positions(log: &TopicLog) -> Vec<u64> {
+    (log.first_position()..log.next_position())
+        .filter_map(|p| log.entry(p).map(|e| e.position))
+        .collect()
+}
+
+#[test]
+fn small_appends_write_zeros_ahead_and_a_reopen_cuts_them_without_calling_them_damage() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    for id in 1..=3 {
+        append(&mut log, id, &[7u8; 100]);
+    }
+    log.sync().unwrap();
+    let records = 3 * record_len(1, 100);
+    assert_eq!(
+        active_file_len(&fs),
+        record_len(1, 100) + ZERO_AHEAD_BYTES as u64,
+        "one step of zeros after the first record, none again while records land on them"
+    );
+    // Power is cut (nothing of the durable image changes).
+    std::mem::forget(log);
+    fs.crash(&mut |_| 0);
+    let mut log = open_zeroing(&fs, 100 << 20);
+    assert_eq!(positions(&log), vec![1, 2, 3]);
+    assert_eq!(active_file_len(&fs), records, "the zeros are cut at open");
+    assert!(log.damage_sink().quarantine().records().is_empty());
+    assert_eq!(append(&mut log, 4, b"next"), 4, "appends go on after them");
+}
+
+#[test]
+fn an_unsynced_record_torn_inside_the_zeros_is_a_torn_tail_not_damage() {
+    for keep in [1, HEADER_LEN / 2, HEADER_LEN + 10, 300] {
+        let fs = SimFs::new();
+        let mut log = open_zeroing(&fs, 100 << 20);
+        append(&mut log, 1, &[7u8; 100]);
+        append(&mut log, 2, &[8u8; 100]);
+        log.sync().unwrap();
+        append(&mut log, 3, &[9u8; 400]); // written over the zeros, never synced
+        std::mem::forget(log);
+        // Only the first `keep` bytes of the unsynced write reached the disk.
+        fs.crash(&mut |_| keep);
+        let log = open_zeroing(&fs, 100 << 20);
+        assert_eq!(
+            positions(&log),
+            vec![1, 2],
+            "keep {keep}: the acknowledged two"
+        );
+        assert!(
+            log.damage_sink().quarantine().records().is_empty(),
+            "keep {keep}: a torn write is not damage at rest"
+        );
+        assert_eq!(active_file_len(&fs), 2 * record_len(1, 100));
+    }
+}
+
+#[test]
+fn a_whole_last_record_ending_in_zero_bytes_is_kept_before_the_zeros() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    append(&mut log, 1, &[7u8; 100]);
+    let mut body = vec![5u8; 10];
+    body.extend_from_slice(&[0u8; 5000]);
+    append(&mut log, 2, &body);
+    log.sync().unwrap();
+    std::mem::forget(log);
+    fs.crash(&mut |_| 0);
+    let log = open_zeroing(&fs, 100 << 20);
+    assert_eq!(positions(&log), vec![1, 2]);
+    assert_eq!(log.read_body(&log.entry(2).unwrap()).unwrap(), body);
+    assert!(log.damage_sink().quarantine().records().is_empty());
+}
+
+#[test]
+fn a_damaged_length_field_of_the_last_record_is_still_read_whole_before_the_zeros() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    append(&mut log, 1, &[7u8; 100]);
+    append(&mut log, 2, &[8u8; 100]);
+    log.sync().unwrap();
+    std::mem::forget(log);
+    // Bit flip in the second record's payload length (header bytes 40..44).
+    let at = record_len(1, 100) as usize + 41;
+    fs.corrupt(&segment_path(Path::new("/t"), 1, "rqlog"), at, 0x7f);
+    let log = open_zeroing(&fs, 100 << 20);
+    assert_eq!(positions(&log), vec![1, 2], "nothing lost");
+    let found = log.damage_sink().quarantine().records();
+    assert_eq!(found.len(), 1, "reported once, as a recovered record");
+    assert_eq!(found[0].messages, 0);
+}
+
+#[test]
+fn sealing_cuts_the_zeros_so_a_sealed_segment_is_exactly_its_records() {
+    let fs = SimFs::new();
+    let record = record_len(1, 1000);
+    let mut log = open_zeroing(&fs, 4 * record + 10);
+    for id in 1..=5 {
+        append(&mut log, id, &[7u8; 1000]);
+    }
+    assert_eq!(log.segment_count(), 2);
+    let sealed = fs
+        .open(&segment_path(Path::new("/t"), 1, "rqlog"), false)
+        .unwrap();
+    assert_eq!(sealed.len().unwrap(), 4 * record);
+    let active = fs
+        .open(&segment_path(Path::new("/t"), 5, "rqlog"), false)
+        .unwrap();
+    assert_eq!(
+        active.len().unwrap(),
+        4 * record + 10,
+        "zeros never reach past max_segment_bytes"
+    );
+    drop(log);
+    assert_eq!(active.len().unwrap(), record, "a clean close cuts them too");
+}
+
+#[test]
+fn large_sync_groups_stop_the_zeros() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    let body = vec![3u8; 60 * 1024];
+    let mut id = 1;
+    for _ in 0..20 {
+        // Two 60 KiB records per sync: 120 KiB groups.
+        append(&mut log, id, &body);
+        append(&mut log, id + 1, &body);
+        id += 2;
+        log.sync().unwrap();
+    }
+    // The first zeros (1 MiB) were written before any sync; the average passes 64 KiB
+    // before the records reach their end.
+    assert_eq!(
+        active_file_len(&fs),
+        40 * record_len(1, body.len()),
+        "once the average group is large the file grows by its records only"
+    );
+    // A little more, still large: no new zeros.
+    for _ in 0..10 {
+        append(&mut log, id, &body);
+        append(&mut log, id + 1, &body);
+        id += 2;
+        log.sync().unwrap();
+    }
+    assert_eq!(active_file_len(&fs), 60 * record_len(1, body.len()));
 }
