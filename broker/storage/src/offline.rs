@@ -233,10 +233,15 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
                 format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
             )
         } else if w.end < len {
+            let what = if zeros_only(file.as_ref(), w.end, len).map_err(io_err("read", log))? {
+                "zeros written ahead of the tail"
+            } else {
+                "partial record"
+            };
             (
                 FileStatus::TornTail,
                 format!(
-                    "{} whole records; partial record from offset {} (cut off at start)",
+                    "{} whole records; {what} from offset {} to {len} (cut off at start)",
                     w.records, w.end
                 ),
             )
@@ -626,4 +631,19 @@ fn highest_stored_sequence(
         }
     }
     Ok((highest, count))
+}
+
+/// Whether bytes `from..to` of `file` are all zero (the active segment's zeros ahead of its tail).
+fn zeros_only(file: &dyn crate::fs::FsFile, from: u64, to: u64) -> std::io::Result<bool> {
+    const CHUNK: u64 = 1 << 20;
+    let mut at = from;
+    while at < to {
+        let mut buf = vec![0u8; CHUNK.min(to - at) as usize];
+        file.read_exact_at(&mut buf, at)?;
+        if buf.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += buf.len() as u64;
+    }
+    Ok(true)
 }

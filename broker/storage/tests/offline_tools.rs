@@ -145,3 +145,58 @@ fn verify_reports_without_writing_and_repair_leaves_nothing_new_to_report() {
     // The rebuilt index lists only whole records, so the lost message is simply absent.
     assert!(log.entry(2).is_none());
 }
+
+#[test]
+fn verify_names_the_zeros_ahead_of_a_crashed_segment_tail_apart_from_a_partial_record() {
+    let detail_after = |tear: usize| {
+        let fs = SimFs::new();
+        let root = Path::new("/data");
+        let (store, _) = Store::open(
+            Arc::new(fs.clone()),
+            root,
+            StoreOptions {
+                max_segment_bytes: 100 << 20,
+                ..opts()
+            },
+        )
+        .unwrap();
+        let mut log = store.create_topic(&Manifest::new("t")).unwrap();
+        for i in 0..3u64 {
+            let id = store.allocate_ids(1).unwrap();
+            let body = format!("message {i}");
+            log.append(&AppendBatch {
+                first_id: id,
+                bodies: &[body.as_bytes()],
+                timestamp_ns: 1,
+                available_at_ms: 0,
+            })
+            .unwrap();
+            if i < 2 {
+                log.sync().unwrap();
+            }
+        }
+        // Power lost with the third record unsynced: `tear` of its bytes reached the disk.
+        std::mem::forget((store, log));
+        fs.crash(&mut |_| tear);
+        let report = offline::verify(&fs, root).unwrap();
+        let seg = report
+            .files
+            .iter()
+            .find(|f| f.file.ends_with(".rqlog"))
+            .unwrap()
+            .clone();
+        assert_eq!(seg.status, FileStatus::TornTail, "{seg:#?}");
+        assert_eq!(report.damaged_files, 0);
+        seg.detail
+    };
+    let zeros = detail_after(0);
+    assert!(
+        zeros.starts_with("2 whole records; zeros written ahead of the tail from offset"),
+        "{zeros}"
+    );
+    let partial = detail_after(HEADER_LEN + 3);
+    assert!(
+        partial.starts_with("2 whole records; partial record from offset"),
+        "{partial}"
+    );
+}
