@@ -14,7 +14,9 @@
 # takes them SIGKILLed mid-publish and restarted; /stats through the three shards sums to what
 # the brokers hold; a drained broker makes the next publishes land elsewhere; `verify` consumes
 # the topic via /lookup and finds every acknowledged message intact (missing must be 0).
-# Prints `compat-kodo: PASS` (or dies with the reason) and the figures.
+# Counts its six checks (/nodes, small publish, large publish with a broker killed, /stats
+# shards, drain, verify) and prints `compat-kodo: N passed, M failed` (the closing count
+# .ci/run sums), the reason of a failure and the figures.
 #
 # Env: RUSTQUEUED_BIN, DISCOVERY_BIN, GATEWAY_BIN (default $CARGO_TARGET_DIR/debug/...),
 # KODO_LARGE (6), KODO_LARGE_SIZE (104857500), KODO_SMALL (200), COMPAT_KEEP=1 keeps the work dir
@@ -44,6 +46,13 @@ command -v go >/dev/null || die "go not found (the stand-in is a Go module)"
 WORK_PREFIX="rq-kodo"
 source "$HERE/../compat/lib/procs.sh"
 T0=$SECONDS
+passed=0
+ok() { passed=$((passed + 1)); }
+die() {
+  printf 'error: %s\n' "$*" >&2
+  echo "compat-kodo: $passed passed, 1 failed"
+  exit 1
+}
 
 log "building the Kodo stand-in (go build cache)"
 (cd "$HERE/standin" && go build -o "$WORK/standin" .)
@@ -144,6 +153,7 @@ want = [(svc, 4150, 4151, 1000000), (svc, 4152, 4154, 1000001), (svc, 4153, 4155
 sys.exit(0 if got == want else 1)
 PY
 log "/nodes advertises $SVC:4150/4152/4153 (stats 4151/4154/4155); lookup_ready"
+ok
 
 for n in 1 2 3; do
   curl -fsS -X POST "http://${B_HTTP[$n]}/channel/create?topic=$TOPIC&channel=$CHANNEL" >/dev/null
@@ -168,6 +178,7 @@ t=$SECONDS
 publish small "$SMALL_N" "$SMALL_SIZE" 1 >"$WORK/publish-small.log" 2>&1 ||
   { tail -n 20 "$WORK/publish-small.log" >&2; die "small publish failed"; }
 log "small: $(cat "$WORK/summary-small.json") in $((SECONDS - t)) s"
+ok
 
 # --- 2. large messages, the receiving broker SIGKILLed mid-publish -------------------------------
 before=($(counts))
@@ -208,6 +219,7 @@ wait "$PUB_PID" || { tail -n 20 "$WORK/publish-large.log" >&2; die "large publis
 log "large: $(cat "$WORK/summary-large.json") in $((SECONDS - t)) s"
 grep -q '"acknowledged":[1-9]' "$WORK/summary-large.json" || die "no large message was acknowledged"
 wait_for "discovery lookup_ready after broker $victim restarted" 30 lookup_ready
+ok
 
 # --- 3. /stats through the three shards == what the brokers hold --------------------------------
 stats_agree() {
@@ -229,6 +241,7 @@ for i in $(seq 1 100); do
   sleep 0.2
 done
 log "stats: $STATS_LAST"
+ok
 
 # --- 4. a drained broker: the next publishes land elsewhere ---------------------------------------
 before=($(counts))
@@ -252,6 +265,7 @@ for k in 0 1 2; do
   retries=$((retries + ${r%.*}))
 done
 log "drain: broker $busiest drained; counts ${before[*]} -> ${after[*]}; gateway producer retries $retries"
+ok
 
 # --- 5. verify: every acknowledged message arrived intact -----------------------------------------
 t=$SECONDS
@@ -267,4 +281,5 @@ t=$SECONDS
 }
 cat "$WORK/verify.log"
 log "verify in $((SECONDS - t)) s"
-echo "compat-kodo: PASS in $((SECONDS - T0)) s (killed broker $victim $when, drained broker $busiest)"
+ok
+echo "compat-kodo: $passed passed, 0 failed in $((SECONDS - T0)) s (killed broker $victim $when, drained broker $busiest)"
