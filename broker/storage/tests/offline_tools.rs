@@ -11,7 +11,7 @@ use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::testing::{HEADER_LEN, hex};
 use rustqueue_storage::{
     AppendBatch, ChannelCommand, ChannelState, DamageKind, Detector, Fs, Manifest, Store,
-    StoreOptions,
+    StoreOptions, TopicLog,
 };
 
 fn opts() -> StoreOptions {
@@ -36,6 +36,19 @@ fn snapshot(fs: &SimFs, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
     }
 }
 
+/// Appends one message with a fresh id (not synced).
+fn append_one(store: &Store, log: &mut TopicLog, body: &str) -> u64 {
+    let id = store.allocate_ids(1).unwrap();
+    log.append(&AppendBatch {
+        first_id: id,
+        bodies: &[body.as_bytes()],
+        timestamp_ns: 1,
+        available_at_ms: 0,
+    })
+    .unwrap();
+    id
+}
+
 fn flip(fs: &SimFs, path: &Path, at: usize) {
     let b = fs.read(path).unwrap();
     fs.corrupt(path, at, b[at] ^ 0x10);
@@ -51,15 +64,7 @@ fn verify_reports_without_writing_and_repair_leaves_nothing_new_to_report() {
         .create_channel("t", &ChannelState::new("c", 1))
         .unwrap();
     for i in 0..12u64 {
-        let id = store.allocate_ids(1).unwrap();
-        let body = format!("message number {i:03}");
-        log.append(&AppendBatch {
-            first_id: id,
-            bodies: &[body.as_bytes()],
-            timestamp_ns: 1,
-            available_at_ms: 0,
-        })
-        .unwrap();
+        let id = append_one(&store, &mut log, &format!("message number {i:03}"));
         log.sync().unwrap();
         wal.append(&[ChannelCommand::Finish {
             position: i + 1,
@@ -162,15 +167,7 @@ fn verify_names_the_zeros_ahead_of_a_crashed_segment_tail_apart_from_a_partial_r
         .unwrap();
         let mut log = store.create_topic(&Manifest::new("t")).unwrap();
         for i in 0..3u64 {
-            let id = store.allocate_ids(1).unwrap();
-            let body = format!("message {i}");
-            log.append(&AppendBatch {
-                first_id: id,
-                bodies: &[body.as_bytes()],
-                timestamp_ns: 1,
-                available_at_ms: 0,
-            })
-            .unwrap();
+            append_one(&store, &mut log, &format!("message {i}"));
             if i < 2 {
                 log.sync().unwrap();
             }
