@@ -29,9 +29,6 @@ impl FsFile for CountingFile {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
     }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.0.append(bufs)
-    }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         self.0.write_at(bufs, offset)
     }

@@ -24,8 +24,12 @@ pub trait FsFile: Send + Sync {
     }
     /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
-    /// Appends all of `bufs` at the end of the file (vectored; bodies are not copied).
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()>;
+    /// Appends all of `bufs` at the end of the file (vectored; bodies are not copied). Files
+    /// are not opened with O_APPEND (Linux would then ignore a positional write's offset):
+    /// every file has one writer, which calls this under its own lock.
+    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        self.write_at(bufs, self.len()?)
+    }
     /// Writes all of `bufs` at `offset` (vectored), extending the file when they reach past
     /// its end; a gap before `offset` reads as zeros.
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>;
@@ -97,11 +101,6 @@ impl FsFile for RealFile {
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
-    }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        // Not opened with O_APPEND (Linux would then ignore the offset of a positional write):
-        // every file has one writer, which calls this under its own lock.
-        self.write_at(bufs, self.len()?)
     }
     fn write_at(&self, bufs: &[IoSlice<'_>], mut offset: u64) -> io::Result<()> {
         let mut owned: Vec<IoSlice<'_>> = bufs.to_vec();

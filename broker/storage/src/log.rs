@@ -171,6 +171,17 @@ struct Segment {
     summary: Option<index::Summary>,
 }
 
+impl Segment {
+    /// Truncates the zeros written ahead of the tail (not synced): the file is its records.
+    fn cut_zeros(&mut self) -> std::io::Result<()> {
+        if self.zeroed > self.len {
+            self.file.truncate(self.len)?;
+            self.zeroed = self.len;
+        }
+        Ok(())
+    }
+}
+
 /// Zeros written ahead of the active segment's tail each time a record reaches past them
 /// ([`Fs::zero_fill_ahead`]): the fdatasync after that writes them and the inode once, and the
 /// records that land on them later are synced without a metadata write.
@@ -257,8 +268,6 @@ pub struct TopicLog {
     /// exact even when appends go on while an fsync runs.
     appended_bytes: u64,
     durable_bytes: u64,
-    /// Whether the active segment gets zeros ahead of its tail ([`Fs::zero_fill_ahead`]).
-    zero_ahead: bool,
     /// Record bytes per sync, a moving average (decides [`ZERO_AHEAD_MAX_GROUP`]).
     sync_group_bytes: u64,
     damage: DamageSink,
@@ -297,14 +306,10 @@ impl TopicLog {
         let Some(active) = self.segments.last_mut() else {
             return self.create_segment();
         };
-        if active.zeroed > active.len {
-            // A sealed segment is exactly its records (its index records that length).
-            active
-                .file
-                .truncate(active.len)
-                .map_err(io_err("truncate zeros", &active.path))?;
-            active.zeroed = active.len;
-        }
+        // A sealed segment is exactly its records (its index records that length).
+        active
+            .cut_zeros()
+            .map_err(io_err("truncate zeros", &active.path))?;
         active
             .file
             .sync_all()
@@ -403,7 +408,7 @@ impl TopicLog {
         let mut slices = Vec::with_capacity(payload.len() + 2);
         slices.push(IoSlice::new(&header));
         slices.extend(payload.iter().map(|p| IoSlice::new(p)));
-        let zero_ahead = self.zero_ahead && self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP;
+        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
         let max_segment_bytes = self.max_segment_bytes;
         let seg = self
             .segments
@@ -683,10 +688,9 @@ impl Drop for TopicLog {
         // kernel writes it leaves zeros, which the next open cuts). Never a write once storage
         // is isolated.
         if self.fault.check().is_ok()
-            && let Some(seg) = self.segments.last()
-            && seg.zeroed > seg.len
+            && let Some(seg) = self.segments.last_mut()
         {
-            let _ = seg.file.truncate(seg.len);
+            let _ = seg.cut_zeros();
         }
         self.cache.forget(self.log_id, 0, u64::MAX);
     }

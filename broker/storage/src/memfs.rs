@@ -71,14 +71,6 @@ impl FsFile for MemFile {
         buf.copy_from_slice(src);
         Ok(())
     }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        let mut bytes = self.write();
-        bytes.reserve(bufs.iter().map(|b| b.len()).sum());
-        for b in bufs {
-            bytes.extend_from_slice(b);
-        }
-        Ok(())
-    }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         crate::fs::write_into(&mut self.write(), bufs, offset)
     }

@@ -233,7 +233,7 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
                 format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
             )
         } else if w.end < len {
-            let what = if zeros_only(file.as_ref(), w.end, len).map_err(io_err("read", log))? {
+            let what = if w.zero_tail {
                 "zeros written ahead of the tail"
             } else {
                 "partial record"
@@ -631,19 +631,4 @@ fn highest_stored_sequence(
         }
     }
     Ok((highest, count))
-}
-
-/// Whether bytes `from..to` of `file` are all zero (the active segment's zeros ahead of its tail).
-fn zeros_only(file: &dyn crate::fs::FsFile, from: u64, to: u64) -> std::io::Result<bool> {
-    const CHUNK: u64 = 1 << 20;
-    let mut at = from;
-    while at < to {
-        let mut buf = vec![0u8; CHUNK.min(to - at) as usize];
-        file.read_exact_at(&mut buf, at)?;
-        if buf.iter().any(|&b| b != 0) {
-            return Ok(false);
-        }
-        at += buf.len() as u64;
-    }
-    Ok(true)
 }

@@ -184,40 +184,20 @@ impl FsFile for SimFile {
             }
         })?
     }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        let mut s = self.fs.st();
-        if let Err(e) = s.mutate() {
-            // A dying write may leave part of its first buffer behind (a torn tail).
-            if let (Some(first), Some(inode)) = (bufs.first(), s.inodes.get_mut(&self.inode)) {
-                let half = first.len() / 2;
-                inode.current.extend_from_slice(&first[..half]);
-            }
-            return Err(e);
-        }
-        let inode = s
-            .inodes
-            .get_mut(&self.inode)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        for b in bufs {
-            inode.current.extend_from_slice(b);
-        }
-        Ok(())
-    }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         let mut s = self.fs.st();
-        let died = s.mutate();
+        if let Err(e) = s.mutate() {
+            // A dying write may leave part of its first buffer behind (a torn write).
+            if let (Some(first), Some(inode)) = (bufs.first(), s.inodes.get_mut(&self.inode)) {
+                let half = &first[..first.len() / 2];
+                crate::fs::write_into(&mut inode.current, &[IoSlice::new(half)], offset)?;
+            }
+            return Err(e);
+        }
         let inode = s
             .inodes
             .get_mut(&self.inode)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        if let Err(e) = died {
-            // As for an append: a dying write may leave part of its first buffer behind.
-            if let Some(first) = bufs.first() {
-                let half = first.len() / 2;
-                crate::fs::write_into(&mut inode.current, &[IoSlice::new(&first[..half])], offset)?;
-            }
-            return Err(e);
-        }
         crate::fs::write_into(&mut inode.current, bufs, offset)
     }
     fn sync_data(&self) -> io::Result<()> {

@@ -76,9 +76,6 @@ impl<H: Hooks> FsFile for HookFile<H> {
         self.hooks.read(&self.path);
         self.file.read_exact_at(buf, offset)
     }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.file.append(bufs)
-    }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         self.file.write_at(bufs, offset)
     }

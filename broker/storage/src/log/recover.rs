@@ -86,7 +86,6 @@ impl TopicLog {
             durable_position: 0,
             appended_bytes: 0,
             durable_bytes: 0,
-            zero_ahead: fs.zero_fill_ahead(),
             sync_group_bytes: 0,
             damage,
         };

@@ -38,6 +38,9 @@ pub(crate) struct Walk {
     pub(crate) last_ts: i64,
     pub(crate) records: u64,
     pub(crate) damages: Vec<Damage>,
+    /// The walk stopped at a torn tail of zeros only (the active segment's zeros ahead of its
+    /// tail, nothing written over them).
+    pub(crate) zero_tail: bool,
 }
 
 /// One whole record at an offset.
@@ -151,6 +154,7 @@ pub(crate) fn walk(
         last_ts: 0,
         records: 0,
         damages: Vec::new(),
+        zero_tail: false,
     };
     let mut next_index = base;
     let mut prev = prev_position;
@@ -184,9 +188,10 @@ pub(crate) fn walk(
         file.read_exact_at(&mut bytes, offset)
             .map_err(io_err("read", path))?;
         pace(end - offset);
+        let nonzero = nonzero_len(&bytes);
         // Only the length field damaged? Then the record is whole once it says `end` (or,
         // with nothing whole after it, where the zeros ahead of the tail begin).
-        let whole_len = [bytes.len(), nonzero_len(&bytes)].into_iter().find(|&n| {
+        let whole_len = [bytes.len(), nonzero].into_iter().find(|&n| {
             n >= HEADER_LEN + 4 && record::whole_with_length(&bytes[..n], &bytes[HEADER_LEN..n])
         });
         if let Some(n) = whole_len.filter(|&n| n == bytes.len() || next.is_none()) {
@@ -216,7 +221,8 @@ pub(crate) fn walk(
                 continue;
             }
         }
-        if next.is_none() && last && (e_is_short(&failed) || reaches_zeros(offset, &bytes, len)) {
+        if next.is_none() && last && (e_is_short(&failed) || reaches_zeros(&bytes, nonzero)) {
+            out.zero_tail = nonzero == 0;
             break; // a torn tail: the caller cuts it off
         }
         let after = next
@@ -225,7 +231,7 @@ pub(crate) fn walk(
         let (positions, ids) = lost(&bytes, prev, after);
         // Zeros ahead of the active segment's tail are not part of the damage.
         let end = if next.is_none() && last {
-            offset + nonzero_len(&bytes) as u64
+            offset + nonzero as u64
         } else {
             end
         };
@@ -252,23 +258,21 @@ pub(crate) fn walk(
     Ok(out)
 }
 
-/// Whether the failed record at `offset` (its bytes through the end of the segment are
-/// `bytes`) reaches into zeros that run to the end of the file: the active segment's zeros
-/// ahead of its tail, which a write that never finished left partly unwritten. That is a torn
-/// tail, like a record cut short by the end of the file; nothing after it is whole. (A whole
-/// record ending in zero bytes is read by its CRC before this is asked.)
-fn reaches_zeros(offset: u64, bytes: &[u8], len: u64) -> bool {
-    let zeros_from = offset + nonzero_len(bytes) as u64;
-    if zeros_from == len {
+/// Whether a failed record (its bytes through the end of the segment are `bytes`, the first `nonzero` of them up to the last non-zero byte) reaches into zeros that
+/// run to the end of the file: the active segment's zeros ahead of its tail, which a write
+/// that never finished left partly unwritten. That is a torn tail, like a record cut short by
+/// the end of the file; nothing after it is whole. (A whole record ending in zero bytes is
+/// read by its CRC before this is asked.)
+fn reaches_zeros(bytes: &[u8], nonzero: usize) -> bool {
+    if nonzero == bytes.len() {
         return false; // no zeros at the end
     }
     let claimed = if bytes.len() >= HEADER_LEN {
-        let h = record::header_unchecked(bytes);
-        offset + HEADER_LEN as u64 + u64::from(h.payload_len)
+        HEADER_LEN + record::header_unchecked(bytes).payload_len as usize
     } else {
-        len
+        bytes.len()
     };
-    zeros_from < claimed.max(offset + HEADER_LEN as u64)
+    nonzero < claimed.max(HEADER_LEN)
 }
 
 /// `bytes` without its trailing zeros.

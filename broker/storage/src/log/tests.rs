@@ -122,9 +122,6 @@ impl FsFile for CountingFile {
             .or_default() += buf.len() as u64;
         self.inner.read_exact_at(buf, offset)
     }
-    fn append(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        self.inner.append(bufs)
-    }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
         self.inner.write_at(bufs, offset)
     }
