@@ -165,7 +165,7 @@ impl Client {
         if let Some(s) = agree(&self.sources, now) {
             let (revision, publishers, brokers) =
                 (s.revision, s.publishers.clone(), s.brokers.clone());
-            let invalidated = self.pools.replace(publishers, brokers);
+            let invalidated = self.pools.replace_at(Some(revision), publishers, brokers);
             if self.applied_revision != Some(revision) {
                 tracing::info!(
                     revision,
@@ -185,7 +185,7 @@ impl Client {
                 tracing::warn!(
                     "discovery replicas silent or disagreeing for 5 s: no brokers until they agree"
                 );
-                self.pools.replace(Vec::new(), Vec::new());
+                self.pools.replace_at(None, Vec::new(), Vec::new());
             }
         }
         self.metrics
@@ -194,6 +194,9 @@ impl Client {
         self.metrics
             .broker_backends
             .set(self.pools.broker_count() as i64);
+        self.metrics
+            .discovery_revision
+            .set(self.pools.revision().map_or(-1, |r| i64::try_from(r).unwrap_or(i64::MAX)));
     }
 }
 
@@ -325,6 +328,7 @@ mod tests {
         c.sources = vec![Some(s.clone()), Some(s.clone())];
         c.apply(t0);
         assert_eq!(pools.publish_count(), 1);
+        assert_eq!(pools.revision(), Some(3), "the pools say which revision they follow");
         c.sources[1] = Some(SourceState {
             revision: 4,
             ..s.clone()
@@ -334,6 +338,7 @@ mod tests {
         c.apply(t0 + Duration::from_millis(5100));
         assert_eq!(pools.publish_count(), 0, "emptied after 5 s");
         assert_eq!(pools.broker_count(), 0);
+        assert_eq!(pools.revision(), None, "emptied pools follow no revision");
         c.sources[1] = Some(SourceState {
             seen: t0 + Duration::from_secs(6),
             ..s.clone()

@@ -107,17 +107,27 @@ async fn add_nsq_header(mut resp: Response) -> Response {
 }
 
 async fn health(State(fwd): State<Arc<Forwarder>>) -> Response {
-    let brokers = fwd.pools.publish_count();
+    let publishers: Vec<serde_json::Value> = fwd
+        .pools
+        .publish_backends()
+        .iter()
+        .map(|b| json!({ "node_id": b.node_id, "address": format!("{}:{}", b.host, b.tcp_port) }))
+        .collect();
+    let (brokers, revision) = (publishers.len(), fwd.pools.revision());
     if brokers > 0 {
-        (
-            StatusCode::OK,
-            axum::Json(json!({ "status": "ready", "brokers": brokers })),
-        )
-            .into_response()
+        let body = json!({
+            "status": "ready",
+            "brokers": brokers,
+            "revision": revision,
+            "publishers": publishers,
+        });
+        (StatusCode::OK, axum::Json(body)).into_response()
     } else {
         let body = json!({
             "status": "not_ready",
             "brokers": 0,
+            "revision": revision,
+            "publishers": publishers,
             "reason": "no publish-ready broker agreed on by the discovery replicas",
         });
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub publish_backends: IntGauge,
     /// Observed brokers in the current snapshot.
     pub broker_backends: IntGauge,
+    /// The discovery routing revision the pools follow; -1 while they follow none.
+    pub discovery_revision: IntGauge,
     /// Open TCP tunnels.
     pub tcp_active_tunnels: IntGauge,
     /// TCP connections closed at once: over the cap or no publish backend.
@@ -115,6 +117,10 @@ impl Metrics {
                 "Publish-ready brokers",
             ),
             broker_backends: gauge("rustqueue_gateway_broker_backends", "Observed brokers"),
+            discovery_revision: gauge(
+                "rustqueue_gateway_discovery_revision",
+                "Discovery routing revision the backend pools follow (-1: none agreed on yet)",
+            ),
             tcp_active_tunnels: gauge("rustqueue_gateway_tcp_active_tunnels", "Open TCP tunnels"),
             tcp_refused: counter(
                 "rustqueue_gateway_tcp_refused_connections_total",

@@ -76,6 +76,9 @@ pub fn pick_least_active(actives: &[(u32, usize)], cursor: &mut usize) -> Option
 pub struct Pools {
     publish: Mutex<PublishPool>,
     brokers: Mutex<Vec<Backend>>,
+    /// The discovery routing revision the pools were last replaced from (`None` before the
+    /// first coherent snapshot and after the pools were emptied for lack of one).
+    revision: Mutex<Option<u64>>,
 }
 
 /// A tunnel's claim on a backend: counts as active until dropped.
@@ -107,6 +110,25 @@ impl Pools {
 
     fn brokers(&self) -> MutexGuard<'_, Vec<Backend>> {
         self.brokers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replace both pools with the snapshot of discovery routing `revision`. Returns how
+    /// many publish backends were invalidated (see [`Pools::replace`]).
+    pub fn replace_at(
+        &self,
+        revision: Option<u64>,
+        publish: Vec<Backend>,
+        brokers: Vec<Backend>,
+    ) -> usize {
+        let invalidated = self.replace(publish, brokers);
+        *self.revision.lock().unwrap_or_else(|e| e.into_inner()) = revision;
+        invalidated
+    }
+
+    /// The discovery routing revision the pools follow, if any (reported by `/v1/health`, so
+    /// a caller can wait until the gateway routes to what discovery publishes).
+    pub fn revision(&self) -> Option<u64> {
+        *self.revision.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Replace both pools. Returns how many publish backends were invalidated (left or

@@ -112,7 +112,18 @@ async fn local_routes_answer_without_brokers() {
         .json()
         .await
         .unwrap();
-    assert_eq!(body, serde_json::json!({"status": "ready", "brokers": 1}));
+    let publishers = gw.pools.publish_backends();
+    let address = format!("{}:{}", publishers[0].host, publishers[0].tcp_port);
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "status": "ready",
+            "brokers": 1,
+            "revision": 2,
+            "publishers": [{"node_id": publishers[0].node_id, "address": address}],
+        }),
+        "health names the discovery revision it routes by and the brokers in its pool"
+    );
     let text = client()
         .get(url(&gw, "/metrics"))
         .send()
@@ -121,6 +132,7 @@ async fn local_routes_answer_without_brokers() {
         .text()
         .await
         .unwrap();
+    assert_eq!(metric(&gw, "rustqueue_gateway_discovery_revision"), 2.0);
     for name in [
         "rustqueue_gateway_backend_duration_seconds",
         "rustqueue_gateway_discovery_poll_duration_seconds",

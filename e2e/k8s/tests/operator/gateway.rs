@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
 use rustqueue_e2e::steps::figure;
@@ -74,12 +75,105 @@ fn check_ledger(client: &str, published: &[String], received: &[String]) {
     assert!(lost.is_empty(), "{client} never received {lost:?}");
 }
 
+/// The gateway Pods of the sample, with their IPs (Pods without one yet are left out).
+async fn gateway_pods(c: &Cluster) -> Vec<(String, String)> {
+    let lp = ListParams::default().labels(&format!(
+        "app.kubernetes.io/instance={RQ},app.kubernetes.io/component=gateway"
+    ));
+    let pods = c.pods.list(&lp).await.expect("list gateway Pods");
+    pods.items
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.status?.pod_ip?)))
+        .collect()
+}
+
+/// The ready endpoint addresses the EndpointSlices of Service `name` list (what kube-proxy
+/// routes the Service's address to).
+async fn service_endpoints(c: &Cluster, name: &str) -> BTreeSet<String> {
+    let slices: Api<EndpointSlice> = Api::namespaced(c.client.clone(), NS);
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+    let Ok(list) = slices.list(&lp).await else {
+        return BTreeSet::new();
+    };
+    list.items
+        .into_iter()
+        .flat_map(|s| s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses)
+        .collect()
+}
+
+/// GETs `url` as JSON, or says why not.
+async fn get_json(url: &str) -> Result<Value, String> {
+    let resp = reqwest::get(url).await.map_err(|e| format!("{url}: {e}"))?;
+    resp.json().await.map_err(|e| format!("{url}: {e}"))
+}
+
+/// `(revision, {"<broadcast address>:<tcp port>", ...})` of a discovery `/v1/publishers` or a
+/// gateway `/v1/health` body.
+fn routing(body: &Value, list: &str) -> (Option<u64>, BTreeSet<String>) {
+    let addresses = body[list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| match p["address"].as_str() {
+            Some(a) => Some(a.to_owned()),
+            None => Some(format!("{}:{}", p["broadcast_address"].as_str()?, p["tcp_port"])),
+        })
+        .collect();
+    (body["revision"].as_u64(), addresses)
+}
+
+/// Waits until every gateway Pod routes to the `n` publish-ready brokers discovery publishes
+/// now, at discovery's revision (its `/v1/health` lists them). The RustQueue's `Ready` says the
+/// brokers and the gateway Pods are up, not that every gateway has taken in a broker that just
+/// came back: that follows within a poll or two of discovery (docs/gateway.md).
+pub async fn gateways_route_to_every_broker(c: &Cluster, n: usize) {
+    let discovery = service_ip(c, &format!("{RQ}-discovery")).await;
+    let started = std::time::Instant::now();
+    eventually("every gateway Pod routing to every broker", LONG, || async {
+        let published = match get_json(&format!("http://{discovery}:4161/v1/publishers")).await {
+            Ok(body) => routing(&body, "producers"),
+            Err(e) => return Poll::Saw(e),
+        };
+        if published.1.len() != n {
+            return Poll::Saw(format!("discovery publishes {published:?}, not {n} brokers"));
+        }
+        let mut behind = Vec::new();
+        let pods = gateway_pods(c).await;
+        let ips: BTreeSet<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
+        let served = service_endpoints(c, &format!("{RQ}-gateway")).await;
+        if served != ips {
+            behind.push(format!("the gateway Service's endpoints {served:?}, its Pods {ips:?}"));
+        }
+        for (pod, ip) in pods {
+            match get_json(&format!("http://{ip}:4151/v1/health")).await {
+                Ok(body) if routing(&body, "publishers") == published => {}
+                Ok(body) => behind.push(format!("{pod} routes by {:?}", routing(&body, "publishers"))),
+                Err(e) => behind.push(format!("{pod}: {e}")),
+            }
+        }
+        if behind.is_empty() {
+            Poll::Done(())
+        } else {
+            Poll::Saw(format!("discovery publishes {published:?}; {behind:?}"))
+        }
+    })
+    .await;
+    eprintln!(
+        "every gateway Pod routes to the {n} brokers discovery publishes ({:.1} s after Ready)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 pub async fn producers_reach_every_broker_through_the_gateway_and_consumers_through_discovery(
     c: &Cluster,
 ) {
     let rq = c.ready(3).await;
     let runtime = rq.condition("RuntimeAvailable");
     eprintln!("RuntimeAvailable: {runtime:?}");
+    // The step before replaced a broker Pod: publish only once every gateway routes to it.
+    gateways_route_to_every_broker(c, 3).await;
     let gw = service_ip(c, &format!("{RQ}-gateway")).await;
     let lookupd = format!(
         "http://{}:4161",
@@ -229,6 +323,8 @@ pub async fn the_gateway_rotates_producer_connections_at_the_configured_age(c: &
     )
     .await;
     c.ready(3).await;
+    // The gateway Pods were just replaced: each starts with the pools of its first agreed poll.
+    gateways_route_to_every_broker(c, 3).await;
     let before = rotations(c).await;
     let gw = service_ip(c, &format!("{RQ}-gateway")).await;
     let topic = "rotation";
@@ -273,18 +369,8 @@ pub async fn the_gateway_rotates_producer_connections_at_the_configured_age(c: &
 
 /// `rustqueue_gateway_tcp_connection_rotations_total` summed over the gateway Pods.
 async fn rotations(c: &Cluster) -> f64 {
-    let pods = c
-        .pods
-        .list(&ListParams::default().labels(&format!(
-            "app.kubernetes.io/instance={RQ},app.kubernetes.io/component=gateway"
-        )))
-        .await
-        .expect("list gateway Pods");
     let mut total = 0.0;
-    for p in pods.items {
-        let Some(ip) = p.status.and_then(|s| s.pod_ip) else {
-            continue;
-        };
+    for (_, ip) in gateway_pods(c).await {
         let url = format!("http://{ip}:4151/metrics");
         let Ok(text) = reqwest::get(&url).await.and_then(|r| r.error_for_status()) else {
             continue;
