@@ -31,38 +31,73 @@ fmt: ## format the code
 fmt-check: ## rustfmt check only
 	$(CARGO) fmt --all -- --check
 
+# Every test stage runs with one package selection and one feature set, the whole workspace with
+# all features, so `test-build` compiles each test target once and no later stage recompiles
+# anything (selecting packages with -p resolves other features and rebuilds). Which test targets
+# each stage runs: scripts/test-targets.py.
+CARGO_TEST := $(CARGO) test --workspace --all-features --locked
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+# Clippy's check artifacts live in their own directory, so it runs beside the debug build
+# instead of waiting for its lock.
+CLIPPY_TARGET_DIR ?= $(TARGET_DIR)/clippy
+# unit leaves out the testbed's and the power-cut crate's own tests (root, network namespaces,
+# /dev/fuse); leaving them out resolves the same features, so nothing recompiles.
+UNIT_EXCLUDE := --exclude rustqueue-testbed --exclude rustqueue-powercut
+stage_targets = $(shell scripts/test-targets.py $(1))
+
 .PHONY: lint
 lint: fmt-check ## rustfmt check and clippy with warnings denied
-	$(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
+	CARGO_TARGET_DIR=$(CLIPPY_TARGET_DIR) $(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
+
+.PHONY: test-build
+test-build: ## compile every test target and debug binary of the workspace once (the stages below run them)
+	scripts/test-targets.py --check >/dev/null
+	$(CARGO_TEST) --no-run --message-format=json-render-diagnostics | scripts/test-targets.py --record $(TARGET_DIR)/test-executables.json
 
 .PHONY: unit
-unit: ## unit and integration tests of every crate (includes crash tests and the testbed self-test)
-	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e
+unit: ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
+	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
+	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
 .PHONY: crash
 crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL failpoints (unit runs them too)
-	$(CARGO) test -p rustqueue-storage --features crash-injection --locked --test crash_sim --test crash_sigkill
+	$(CARGO_TEST) --test crash_sim --test crash_sigkill
 
 .PHONY: check
 check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
-	$(CARGO) test --workspace --all-features --locked --lib --bins
+	$(CARGO_TEST) $(UNIT_EXCLUDE) --lib --bins
+
+# rustqueue-bench's tests against the real nsqd: installed first, never skipped.
+.PHONY: bench-test
+bench-test: deps-nsqd ## rustqueue-bench proved against official nsqd v1.3.0 (load, ledger, compare)
+	$(CARGO_TEST) $(call stage_targets,bench-test)
 
 # Power cuts through a FUSE file system that drops what was not fsynced (docs/durability.md):
 # the lazy file system's own semantics, then 54 cuts of a loaded rustqueued (18 per ack mode,
 # about 50 s) with the ledger checked and the figures printed. Needs root and /dev/fuse and
-# fails, never skips, without them. `unit` runs the same tests (without the printed figures).
-.PHONY: powercut
-powercut: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustqueued under load (prints lost/acked per ack mode)
-	$(CARGO) test --locked -p rustqueue-powercut
-	$(CARGO) test --locked -p rustqueue-server --all-features --test power_cut -- --nocapture
+# fails, never skips, without them.
+.PHONY: powercut-test powercut
+powercut-test: ## power-cut tests: the lazy FUSE file system, then 54 cuts of rustqueued under load (prints lost/acked per ack mode)
+	$(CARGO_TEST) $(call stage_targets,powercut-test) -- --nocapture
+powercut: powercut-test ## the same as powercut-test
 
-# The whole suite, in the order a failure is cheapest to find. `.ci/run` calls exactly this.
+# The whole suite: scripts/test-suite.sh runs the stages above and below in waves, prints
+# `[k/N] stage` as each starts and a table of stage times at the end. `.ci/run` calls exactly this.
 .PHONY: test
-test: lint unit compat compat-lookupd compat-kodo compat-fleet monitoring-test images-test e2e-operator chart-test bundle-test fuzz-smoke ## the whole suite: what .ci/run runs
-	@echo "make test: all stages passed"
+test: ## the whole suite: what .ci/run runs (needs root; see README)
+	scripts/test-suite.sh
 
 .PHONY: ci
 ci: test ## same as test
+
+# Inside the suite, wave 1 has built the tests, the images and the tools, so the stages of wave 2
+# skip those prerequisites (several run at once and must not rebuild the same files). Run alone,
+# a stage builds what it needs first.
+ifeq ($(RUSTQUEUE_SUITE),)
+unit crash check bench-test powercut-test compat compat-lookupd compat-kodo compat-fleet monitoring-test e2e-testbed e2e-operator e2e-kodo e2e-install: test-build
+e2e-operator e2e-kodo e2e-install: e2e-images
+images-test: images
+endif
 
 # --- operator CRD: generated from operator/api; drift fails crdgen and config tests ----------
 .PHONY: crds
@@ -80,8 +115,6 @@ BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
 deps-nsqd: ## install official nsqd (the parity and benchmark peer) into the cache
 	scripts/deps.sh nsqd
 
-# rustqueue-bench's own tests run against the real nsqd: install it first, never skip.
-unit: deps-nsqd
 
 .PHONY: bench
 bench: deps-nsqd ## RustQueue vs nsqd side by side, with the disk, restart and idle-topics cases (~8 min a round on a loaded machine, under 25 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES/_RESTART_MESSAGES/_IDLE_TOPICS
@@ -97,7 +130,6 @@ COMPAT_RESULTS ?= $(COMPAT_TARGET)/compat-results
 .PHONY: compat
 compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (parity)
 	scripts/deps.sh nsqd python node openssl
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator --bins
 	@status=0; rm -rf $(COMPAT_RESULTS); \
 	for target in nsqd rustqueued; do \
 	  COMPAT_RESULTS_DIR=$(COMPAT_RESULTS) RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued \
@@ -112,7 +144,6 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 .PHONY: compat-lookupd
 compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
 	scripts/deps.sh nsqd nsqlookupd python node
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
 	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway \
@@ -123,7 +154,6 @@ compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookup
 # three Kodo gateways behind a Service stand-in, and the go-nsq Kodo stand-in with a ledger.
 .PHONY: compat-kodo
 compat-kodo: ## Kodo profile on loopback: go-nsq Kodo stand-in via /nodes through 3 Kodo gateways, a broker SIGKILLed mid-publish, ledger missing = 0
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
 	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway e2e/kodo/run.sh
 
@@ -135,7 +165,6 @@ PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PY
 .PHONY: compat-fleet
 compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
 	scripts/deps.sh nsqd nsqlookupd nsqadmin python
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
 	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
 	  --nsqlookupd $(RUSTQUEUE_CACHE)/nsqlookupd-$$NSQLOOKUPD_VERSION/bin/nsqlookupd \
@@ -149,32 +178,46 @@ compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqad
 deps-k8s: ## build the testbed's Kubernetes binaries and kubectl into the cache
 	scripts/deps.sh k8s kubectl
 
-unit: deps-k8s
 
 .PHONY: e2e
-e2e: e2e-testbed e2e-operator ## Kubernetes e2e: the testbed self-test, then the operator scenario
+e2e: e2e-testbed e2e-operator e2e-kodo e2e-install ## Kubernetes e2e: the testbed self-test, the operator and Kodo scenarios, the Helm install
 
+# The testbed's own tests: its library's unit tests need root (network namespaces, address
+# locks, chown), so they run here from the executable `test-build` recorded, not in `unit`.
 .PHONY: e2e-testbed
 e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
-	$(CARGO) test -p rustqueue-testbed --locked
+	cd e2e/testbed && $$(cd $(CURDIR) && scripts/test-targets.py --exe $(TARGET_DIR)/test-executables.json rustqueue_testbed lib)
+	$(CARGO_TEST) $(call stage_targets,e2e-testbed)
 
 # The operator installed with kubectl from config/, two replicas, the sample on three
 # Nodes, pynsq consuming (also by the brokers' DNS names), a broker Pod replaced, leader
 # failover, rollouts, a CEL refusal. Brokers and operator run from the very images `make images`
 # built (pushed into the testbed's registry; the scenario's other releases are derived from
-# them by e2e/k8s/fixture-images.sh), so `make test` builds the images once for this stage and
-# images-test. With KUBECONFIG set it runs on that cluster instead: see docs/e2e.md.
-.PHONY: e2e-operator
+# them by e2e/k8s/fixture-images.sh: `make e2e-images`). With KUBECONFIG set it runs on that
+# cluster instead: see docs/e2e.md. The Kodo scenario is the same test binary's other test, on a
+# testbed of its own, so `make test` runs the two side by side.
 # Every step prints its progress; the scenario's measured figures (the operator's reaction
 # times, quoted in docs/benchmarks.md) are collected as JSON lines in E2E_FIGURES.
 E2E_FIGURES = $(IMAGES_TARGET)/e2e-figures.jsonl
-e2e-operator: deps-k8s images ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
-	scripts/deps.sh python
+E2E_KODO_FIGURES = $(IMAGES_TARGET)/e2e-kodo-figures.jsonl
+E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release
+.PHONY: e2e-images e2e-operator e2e-kodo
+e2e-images: images ## the scenario's extra releases derived from the built image (rustqueue:next, :level1, :broken)
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
+
+e2e-operator: deps-k8s ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
+	scripts/deps.sh python
 	rm -f $(E2E_FIGURES)
-	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release \
-	  RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) $(CARGO) test --locked -p rustqueue-e2e -- --nocapture --test-threads=1
+	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
+	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time
 	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
+
+e2e-kodo: deps-k8s ## the Kodo profile scenario on its own testbed: enabled under a publishing fleet, a broker killed mid-publish, decommissioned
+	scripts/deps.sh python
+	rm -f $(E2E_KODO_FIGURES)
+	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_KODO_FIGURES) \
+	  $(CARGO_TEST) --test operator -- --nocapture --exact the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message
+	@echo "==> figures of this run (also in $(E2E_KODO_FIGURES)):"; sed 's/^/    /' $(E2E_KODO_FIGURES)
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke
@@ -203,9 +246,7 @@ images-test: images ## inspect the images: user 65532, entrypoint, no shell, run
 deps-crane: ## install the pinned crane (image plumbing, the testbed's registry)
 	scripts/deps.sh crane
 
-unit: deps-crane
-e2e-testbed: deps-crane
-e2e-operator: deps-crane
+e2e-testbed e2e-operator e2e-kodo e2e-install: deps-crane
 
 # `up` from the very build `make test` made: the same packages and features as `unit`, so
 # nothing recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features).
@@ -222,9 +263,7 @@ testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="
 deps-cluster-net: ## install CoreDNS and nftables (the testbed's cluster DNS, kube-proxy's tool)
 	scripts/deps.sh coredns nftables
 
-unit: deps-cluster-net
-e2e-testbed: deps-cluster-net
-e2e-operator: deps-cluster-net
+e2e-testbed e2e-operator e2e-kodo e2e-install: deps-cluster-net
 testbed-up: deps-cluster-net
 
 # --- install paths: Helm chart, OLM bundle, a local cluster; see docs/install.md -----------------
@@ -258,10 +297,10 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 # the installed operator bringing a 1-broker RustQueue to Ready (about 40 s on its own testbed).
 # It is a test binary of rustqueue-e2e, so `make test` runs it within e2e-operator (which runs
 # every binary of that crate); this target runs it alone.
-e2e-operator: deps-helm
+e2e-operator e2e-install: deps-helm
 .PHONY: e2e-install
-e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
-	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO) test --locked -p rustqueue-e2e --test install
+e2e-install: deps-k8s ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
+	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO_TEST) --test install
 
 # --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
 # promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real
@@ -271,7 +310,6 @@ e2e-install: deps-k8s deps-crane deps-cluster-net deps-helm images ## the Helm c
 # promtool is cached.
 .PHONY: monitoring-test
 monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
-	$(CARGO) build --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
 	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
 
 # The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)
@@ -281,7 +319,7 @@ deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the 
 	scripts/deps.sh argocd-health
 
 unit: deps-argocd-health
-e2e-operator: deps-argocd-health
+e2e-operator e2e-kodo: deps-argocd-health
 
 # A 3-broker RustQueue on a testbed from the images, until Ctrl-C; the testbed comes from the build
 # `make test` made (as testbed-up's), so nothing recompiles.

@@ -270,16 +270,30 @@ deps_olm_validate() {
   log "olm-validate built in $((SECONDS - start))s"
 }
 
+# locked TOOL FUNCTION: runs FUNCTION holding TOOL's lock, so two stages of `make test` that
+# need the same tool at once build it once (the second waits, then finds it cached). apt-get
+# installs share one lock: dpkg allows one at a time.
+locked() {
+  local lock="$1"
+  case "$1" in nftables | openssl | pyyaml) lock=apt ;; esac
+  mkdir -p "$RUSTQUEUE_CACHE/.locks"
+  (
+    flock 9
+    "$2"
+  ) 9>"$RUSTQUEUE_CACHE/.locks/$lock"
+}
+
 main() {
   mkdir -p "$RUSTQUEUE_CACHE"
   local targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      all) deps_nsqd; deps_nsqlookupd; deps_nsqadmin; deps_python; deps_node; deps_k8s; deps_kubectl; deps_crane; deps_coredns; deps_nftables; deps_openssl; deps_pyyaml; deps_helm; deps_olm_validate; deps_promtool; deps_argocd_health ;;
-      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) "deps_$t" ;;
-      olm-validate) deps_olm_validate ;;
-      argocd-health) deps_argocd_health ;;
+      # crane first: the images need it while the rest still builds
+      all) main crane nsqd nsqlookupd nsqadmin python node k8s kubectl coredns nftables openssl pyyaml helm olm-validate promtool argocd-health ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) locked "$t" "deps_$t" ;;
+      olm-validate) locked "$t" deps_olm_validate ;;
+      argocd-health) locked "$t" deps_argocd_health ;;
       *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml helm olm-validate promtool argocd-health all)" ;;
     esac
   done

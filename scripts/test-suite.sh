@@ -9,22 +9,25 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+# Wave 1 builds the tests, the images and the tools once; the stages of wave 2 (several at a
+# time) then skip those prerequisites (see the Makefile).
+export RUSTQUEUE_SUITE=1
 
-# The plan: one wave a line; stages of one wave run together. Why these groupings:
-# - `build` compiles what every later stage runs (the debug test and binary build, the release
-#   images), once, using both cores; nothing else runs beside it.
-# - The stages of the second wave wait on sockets, clients and Kubernetes far more than they
-#   compute, and share nothing: the e2e scenarios run inside the testbed's own network
-#   namespace, the compat stages on loopback ports each picks itself.
+# The plan: one wave a line. A wave's lanes (separated by `|`) run side by side; the stages of
+# one lane run one after another. Why this grouping:
+# - Wave 1 compiles: clippy (its own target dir), the debug build of every test target, the
+#   release build of the images, and (on a new machine) the external tools. Cargo locks each
+#   profile's directory on its own, so the builds fill both cores where one alone would wait on
+#   a single crate; scripts/deps.sh locks each tool, so two stages never build one twice.
+# - Wave 2 runs what was built. Its lanes wait on sockets, clients and Kubernetes far more than
+#   they compute, and share nothing: each testbed lives in its own network namespace with its own
+#   Pod address block, and the compat stages bind loopback ports they pick themselves.
 PLAN=(
-  "lint"
-  "build"
-  "unit"
-  "e2e-operator compat compat-lookupd compat-kodo compat-fleet"
-  "powercut-test e2e-testbed monitoring-test images-test chart-test bundle-test fuzz-smoke"
+  "lint | test-build | images e2e-images | deps fuzz-smoke"
+  "e2e-operator | e2e-kodo | unit bench-test powercut-test | compat compat-lookupd compat-kodo compat-fleet monitoring-test | e2e-testbed e2e-install images-test chart-test bundle-test"
 )
 
-all_stages() { printf '%s\n' "${PLAN[@]}" | tr ' ' '\n'; }
+all_stages() { printf '%s\n' "${PLAN[@]}" | tr ' ' '\n' | grep -v '^|*$'; }
 
 if [ "${1:-}" = "--list" ]; then
   all_stages
@@ -40,75 +43,115 @@ selected() {
 }
 
 total=0
-while read -r s; do selected "$s" && total=$((total + 1)); done < <(all_stages)
+declare -A idx
+while read -r s; do
+  selected "$s" || continue
+  total=$((total + 1))
+  idx[$s]=$total
+done < <(all_stages)
 [ "$total" -gt 0 ] || die "no such stage: ${wanted[*]} (scripts/test-suite.sh --list)"
 
 logs="$(mktemp -d -t rustqueue-test.XXXXXX)"
 suite_start=$SECONDS
 declare -A result seconds began
 order=()
-k=0
 
 clock() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 table() {
+  # every stage that started, in the order it started; then those that never did
+  local s
+  order=()
+  while read -r _ _ s; do order+=("$s"); done < <(
+    for s in "${!began[@]}"; do echo "${began[$s]} ${idx[$s]} $s"; done | sort -k1,1n -k2,2n)
+  while read -r s; do
+    selected "$s" && [ -z "${began[$s]:-}" ] && order+=("$s")
+  done < <(all_stages)
   echo
   echo "==> make test: stage times (wall $(clock $((SECONDS - suite_start))))"
   printf '    %-16s %-7s %8s %8s\n' STAGE RESULT SECONDS "AT"
-  local s
   for s in "${order[@]}"; do
-    printf '    %-16s %-7s %8s %8s\n' "$s" "${result[$s]:-not run}" "${seconds[$s]:--}" \
-      "+$(clock "${began[$s]}")"
+    local at="-"
+    [ -n "${began[$s]:-}" ] && at="+$(clock "${began[$s]}")"
+    printf '    %-16s %-7s %8s %8s\n' "$s" "${result[$s]:-not run}" "${seconds[$s]:--}" "$at"
   done
 }
 
-# run_wave STAGE...: starts each stage (output to its log), waits for all, prints each log
-# whole as it finishes. Returns non-zero if any failed.
-run_wave() {
-  local -A pid=()
-  local s failed=0
+# run_stage STAGE [stream]: runs `make STAGE`, its output to the stage's log (and to the terminal
+# as it comes when `stream` is given); records the exit code and seconds.
+run_stage() {
+  local s=$1 start=$SECONDS rc
+  began[$s]=$((SECONDS - suite_start))
+  echo "${began[$s]}" >"$logs/$s.began"
+  echo "==> [${idx[$s]}/$total] $s started at +$(clock "${began[$s]}")"
+  if [ "${2:-}" = stream ]; then
+    make --no-print-directory "$s" 2>&1 | tee "$logs/$s.log"
+    rc=${PIPESTATUS[0]}
+  else
+    make --no-print-directory "$s" >"$logs/$s.log" 2>&1
+    rc=$?
+  fi
+  echo "$rc $((SECONDS - start))" >"$logs/$s.rc"
+  return "$rc"
+}
+
+# run_lane STAGE...: the stages one after another, stopping at the first failure. Each stage's
+# output is printed whole when it ends (a lock keeps two lanes' outputs apart).
+run_lane() {
+  local s
   for s in "$@"; do
-    k=$((k + 1))
-    order+=("$s")
-    began[$s]=$((SECONDS - suite_start))
-    echo "==> [$k/$total] $s started at +$(clock "${began[$s]}")$( [ $# -gt 1 ] && echo " (beside: $*)")"
-    if [ $# -eq 1 ]; then
-      # A wave of one streams its output as it comes.
-      (
-        start=$SECONDS
-        make --no-print-directory "$s" 2>&1 | tee "$logs/$s.log"
-        rc=${PIPESTATUS[0]}
-        echo "$rc $((SECONDS - start))" >"$logs/$s.rc"
-      )
-    else
-      (
-        start=$SECONDS
-        make --no-print-directory "$s" >"$logs/$s.log" 2>&1
-        echo "$? $((SECONDS - start))" >"$logs/$s.rc"
-      ) &
-      pid[$s]=$!
-    fi
+    run_stage "$s"
+    local rc=$?
+    {
+      flock 9
+      echo "==> [$s] output:"
+      cat "$logs/$s.log"
+      report "$s"
+    } 9>"$logs/.print"
+    [ "$rc" -eq 0 ] || return 1
   done
-  local left=()
-  for s in "$@"; do [ -n "${pid[$s]:-}" ] && left+=("$s"); done
-  while [ ${#left[@]} -gt 0 ]; do
-    local pids=()
-    for s in "${left[@]}"; do pids+=("${pid[$s]}"); done
-    wait -n "${pids[@]}" 2>/dev/null
-    local still=()
-    for s in "${left[@]}"; do
-      if kill -0 "${pid[$s]}" 2>/dev/null; then
-        still+=("$s")
-      else
-        wait "${pid[$s]}" 2>/dev/null
-        echo "==> [$s] output:"
-        cat "$logs/$s.log"
-        report "$s" || failed=1
-      fi
+}
+
+# run_wave "LANE | LANE ...": one lane streams its output as it comes; several run side by side.
+run_wave() {
+  local IFS='|' lanes=() lane failed=0
+  read -ra lanes <<<"$1"
+  unset IFS
+  local picked=()
+  for lane in "${lanes[@]}"; do
+    local stages=() s
+    for s in $lane; do selected "$s" && stages+=("$s"); done
+    [ ${#stages[@]} -gt 0 ] && picked+=("${stages[*]}")
+  done
+  [ ${#picked[@]} -gt 0 ] || return 0
+  if [ ${#picked[@]} -eq 1 ]; then
+    for s in ${picked[0]}; do
+      run_stage "$s" stream
+      report "$s" || return 1
     done
-    left=("${still[@]}")
+    return 0
+  fi
+  local joined
+  joined=$(printf ' | %s' "${picked[@]}")
+  echo "==> side by side:${joined# |}"
+  local pids=()
+  for lane in "${picked[@]}"; do
+    # shellcheck disable=SC2086
+    run_lane $lane &
+    pids+=($!)
   done
-  if [ $# -eq 1 ]; then report "$1" || failed=1; fi
+  local p
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  # The lanes ran in subshells: read their results back.
+  for lane in "${picked[@]}"; do
+    for s in $lane; do
+      [ -f "$logs/$s.rc" ] || continue
+      read -r rc secs <"$logs/$s.rc"
+      seconds[$s]=$secs
+      result[$s]=$([ "$rc" -eq 0 ] && echo passed || echo FAILED)
+      began[$s]=$(cat "$logs/$s.began")
+    done
+  done
   return "$failed"
 }
 
@@ -129,22 +172,12 @@ report() {
 
 status=0
 for wave in "${PLAN[@]}"; do
-  stages=()
-  for s in $wave; do selected "$s" && stages+=("$s"); done
-  [ ${#stages[@]} -gt 0 ] || continue
-  if ! run_wave "${stages[@]}"; then
+  if ! run_wave "$wave"; then
     status=1
     break
   fi
 done
 
-# Stages never started (an earlier wave failed) are listed as such.
-while read -r s; do
-  selected "$s" || continue
-  [ -n "${began[$s]:-}" ] && continue
-  order+=("$s")
-  began[$s]=$((SECONDS - suite_start))
-done < <(all_stages)
 table
 rm -rf "$logs"
 if [ "$status" -eq 0 ]; then

@@ -194,9 +194,11 @@ impl Client {
         self.metrics
             .broker_backends
             .set(self.pools.broker_count() as i64);
-        self.metrics
-            .discovery_revision
-            .set(self.pools.revision().map_or(-1, |r| i64::try_from(r).unwrap_or(i64::MAX)));
+        self.metrics.discovery_revision.set(
+            self.pools
+                .revision()
+                .map_or(-1, |r| i64::try_from(r).unwrap_or(i64::MAX)),
+        );
     }
 }
 
@@ -328,7 +330,11 @@ mod tests {
         c.sources = vec![Some(s.clone()), Some(s.clone())];
         c.apply(t0);
         assert_eq!(pools.publish_count(), 1);
-        assert_eq!(pools.revision(), Some(3), "the pools say which revision they follow");
+        assert_eq!(
+            pools.revision(),
+            Some(3),
+            "the pools say which revision they follow"
+        );
         c.sources[1] = Some(SourceState {
             revision: 4,
             ..s.clone()

@@ -118,7 +118,11 @@ fn routing(body: &Value, list: &str) -> (Option<u64>, BTreeSet<String>) {
         .flatten()
         .filter_map(|p| match p["address"].as_str() {
             Some(a) => Some(a.to_owned()),
-            None => Some(format!("{}:{}", p["broadcast_address"].as_str()?, p["tcp_port"])),
+            None => Some(format!(
+                "{}:{}",
+                p["broadcast_address"].as_str()?,
+                p["tcp_port"]
+            )),
         })
         .collect();
     (body["revision"].as_u64(), addresses)
@@ -131,34 +135,46 @@ fn routing(body: &Value, list: &str) -> (Option<u64>, BTreeSet<String>) {
 pub async fn gateways_route_to_every_broker(c: &Cluster, n: usize) {
     let discovery = service_ip(c, &format!("{RQ}-discovery")).await;
     let started = std::time::Instant::now();
-    eventually("every gateway Pod routing to every broker", LONG, || async {
-        let published = match get_json(&format!("http://{discovery}:4161/v1/publishers")).await {
-            Ok(body) => routing(&body, "producers"),
-            Err(e) => return Poll::Saw(e),
-        };
-        if published.1.len() != n {
-            return Poll::Saw(format!("discovery publishes {published:?}, not {n} brokers"));
-        }
-        let mut behind = Vec::new();
-        let pods = gateway_pods(c).await;
-        let ips: BTreeSet<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
-        let served = service_endpoints(c, &format!("{RQ}-gateway")).await;
-        if served != ips {
-            behind.push(format!("the gateway Service's endpoints {served:?}, its Pods {ips:?}"));
-        }
-        for (pod, ip) in pods {
-            match get_json(&format!("http://{ip}:4151/v1/health")).await {
-                Ok(body) if routing(&body, "publishers") == published => {}
-                Ok(body) => behind.push(format!("{pod} routes by {:?}", routing(&body, "publishers"))),
-                Err(e) => behind.push(format!("{pod}: {e}")),
+    eventually(
+        "every gateway Pod routing to every broker",
+        LONG,
+        || async {
+            let published = match get_json(&format!("http://{discovery}:4161/v1/publishers")).await
+            {
+                Ok(body) => routing(&body, "producers"),
+                Err(e) => return Poll::Saw(e),
+            };
+            if published.1.len() != n {
+                return Poll::Saw(format!(
+                    "discovery publishes {published:?}, not {n} brokers"
+                ));
             }
-        }
-        if behind.is_empty() {
-            Poll::Done(())
-        } else {
-            Poll::Saw(format!("discovery publishes {published:?}; {behind:?}"))
-        }
-    })
+            let mut behind = Vec::new();
+            let pods = gateway_pods(c).await;
+            let ips: BTreeSet<String> = pods.iter().map(|(_, ip)| ip.clone()).collect();
+            let served = service_endpoints(c, &format!("{RQ}-gateway")).await;
+            if served != ips {
+                behind.push(format!(
+                    "the gateway Service's endpoints {served:?}, its Pods {ips:?}"
+                ));
+            }
+            for (pod, ip) in pods {
+                match get_json(&format!("http://{ip}:4151/v1/health")).await {
+                    Ok(body) if routing(&body, "publishers") == published => {}
+                    Ok(body) => behind.push(format!(
+                        "{pod} routes by {:?}",
+                        routing(&body, "publishers")
+                    )),
+                    Err(e) => behind.push(format!("{pod}: {e}")),
+                }
+            }
+            if behind.is_empty() {
+                Poll::Done(())
+            } else {
+                Poll::Saw(format!("discovery publishes {published:?}; {behind:?}"))
+            }
+        },
+    )
     .await;
     eprintln!(
         "every gateway Pod routes to the {n} brokers discovery publishes ({:.1} s after Ready)",
