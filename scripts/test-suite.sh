@@ -112,6 +112,24 @@ run_lane() {
   done
 }
 
+# heartbeat: every minute, which stages are still running and for how long (their output
+# comes when they end, so a long wave is not silent in a CI log).
+heartbeat() {
+  while sleep "${RUSTQUEUE_HEARTBEAT_SECONDS:-60}"; do
+    local f s running=()
+    for f in "$logs"/*.began; do
+      [ -e "$f" ] || continue
+      s=$(basename "$f" .began)
+      [ -e "$logs/$s.rc" ] && continue
+      running+=("$s $(clock $((SECONDS - suite_start - $(cat "$f"))))")
+    done
+    [ ${#running[@]} -gt 0 ] || continue
+    local joined
+    joined=$(printf ', %s' "${running[@]}")
+    echo "==> at +$(clock $((SECONDS - suite_start))) still running: ${joined#, }"
+  done
+}
+
 # run_wave "LANE | LANE ...": one lane streams its output as it comes; several run side by side.
 run_wave() {
   local IFS='|' lanes=() lane failed=0
@@ -140,8 +158,12 @@ run_wave() {
     run_lane $lane &
     pids+=($!)
   done
+  heartbeat &
+  local beat=$!
   local p
   for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  kill "$beat" 2>/dev/null
+  wait "$beat" 2>/dev/null
   # The lanes ran in subshells: read their results back.
   for lane in "${picked[@]}"; do
     for s in $lane; do

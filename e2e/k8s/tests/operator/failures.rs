@@ -116,6 +116,7 @@ pub async fn a_timed_out_rollout_fails_until_a_new_retry_nonce(c: &Cluster) {
         },
     )
     .await;
+    // A hold, not a synchronisation: the failure must still stand 5 s after every broker is back.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rq = c.rq().await.expect("RustQueue");
     assert_eq!(

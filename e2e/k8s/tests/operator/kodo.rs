@@ -76,6 +76,19 @@ impl Fleet {
         gap
     }
 
+    /// Waits until the latest acknowledgement went to a `/nodes` entry `to` accepts (the fleet
+    /// re-reads `/nodes` every 2 s); returns when that acknowledgement came.
+    async fn wait_moved(&self, what: &str, to: impl Fn(&str) -> bool) -> Instant {
+        eventually(what, LONG, || async {
+            let last = self.acks.lock().unwrap().last().cloned();
+            match last {
+                Some((t, node)) if to(&node) => Poll::Done(t),
+                other => Poll::Saw(other.map(|(_, node)| node)),
+            }
+        })
+        .await
+    }
+
     async fn wait_acked(&self, more_than: usize, what: &str) {
         eventually(what, LONG, || async {
             let n = self.acked();
@@ -257,9 +270,12 @@ pub async fn enabling_kodo_keeps_a_kodo_producer_publishing(c: &Cluster) -> Flee
         listed.iter().all(|n| n.0 == gateway_host) && ports == [4150, 4152, 4153],
         "/nodes in Kodo mode lists the three Gateway identities: {listed:?}"
     );
-    // Two of the fleet's 2 s /nodes refreshes later it publishes through the Gateways.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let moved = Instant::now();
+    // At its next 2 s /nodes refresh the fleet publishes through the Gateways.
+    let moved = fleet
+        .wait_moved("the fleet publishing through the Gateways", |n| {
+            n.starts_with(&gateway_host)
+        })
+        .await;
     fleet
         .wait_acked(fleet.acked() + 20, "the fleet publishing after the cutover")
         .await;
@@ -390,6 +406,7 @@ pub async fn disabling_kodo_waits_for_confirmation_then_returns_to_the_brokers(
         "{confirmed:?}"
     );
     assert!(rq.condition_true("Degraded"));
+    // A hold, not a synchronisation: nothing may change for 10 s while unconfirmed.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let gateways = Api::<StatefulSet>::namespaced(c.client.clone(), NS);
     let replicas = |s: Option<StatefulSet>| s.and_then(|s| s.spec.replicas).unwrap_or(0);
@@ -422,8 +439,11 @@ pub async fn disabling_kodo_waits_for_confirmation_then_returns_to_the_brokers(
             .unwrap()
             .is_none()
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let back = Instant::now();
+    let back = fleet
+        .wait_moved("the fleet publishing to the brokers again", |n| {
+            !n.contains("kodo-publish")
+        })
+        .await;
     fleet
         .wait_acked(
             fleet.acked() + 20,

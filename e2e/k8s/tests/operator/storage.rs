@@ -121,6 +121,7 @@ pub async fn a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim
     // A draining broker is unready on purpose (Services stop sending it publishes); what must
     // hold is that it stays, and the set keeps 3 replicas, while its backlog is unconsumed.
     let sts: Api<StatefulSet> = Api::namespaced(c.client.clone(), NS);
+    // A hold, not a synchronisation: nothing may remove queue-2 for 3 s while it has a backlog.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         c.pods.get_opt(&format!("{RQ}-2")).await.unwrap().is_some(),
