@@ -279,7 +279,10 @@ locked() {
   mkdir -p "$RUSTQUEUE_CACHE/.locks"
   (
     flock 9
+    local start=$SECONDS
     "$2"
+    # a cold run says which tools dominate; a cached one stays quiet
+    [ $((SECONDS - start)) -lt 2 ] || log "$1 ready in $((SECONDS - start))s"
   ) 9>"$RUSTQUEUE_CACHE/.locks/$lock"
 }
 
