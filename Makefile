@@ -54,6 +54,11 @@ test-build: ## compile every test target and debug binary of the workspace once 
 	scripts/test-targets.py --check >/dev/null
 	$(CARGO_TEST) --no-run --message-format=json-render-diagnostics | scripts/test-targets.py --record $(TARGET_DIR)/test-executables.json
 
+# The e2e scenarios' test binaries alone: the longest stage can start before the rest compiles.
+.PHONY: e2e-build
+e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-build, first)
+	$(CARGO_TEST) --no-run --test operator --test install
+
 .PHONY: unit
 unit: ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
@@ -94,8 +99,8 @@ ci: test ## same as test
 # skip those prerequisites (several run at once and must not rebuild the same files). Run alone,
 # a stage builds what it needs first.
 ifeq ($(RUSTQUEUE_SUITE),)
-unit crash check bench-test powercut-test compat compat-lookupd compat-kodo compat-fleet monitoring-test e2e-testbed e2e-operator e2e-kodo e2e-install: test-build
-e2e-operator e2e-kodo e2e-install: e2e-images
+unit crash check bench-test powercut-test compat compat-lookupd compat-kodo compat-fleet monitoring-test e2e-testbed: test-build
+e2e-operator e2e-kodo e2e-install: e2e-build e2e-images
 images-test: images
 endif
 
