@@ -205,7 +205,7 @@ e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kub
 # times, quoted in docs/benchmarks.md) are collected as JSON lines in E2E_FIGURES.
 E2E_FIGURES = $(IMAGES_TARGET)/e2e-figures.jsonl
 E2E_KODO_FIGURES = $(IMAGES_TARGET)/e2e-kodo-figures.jsonl
-E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGES_TARGET)/release
+E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGE_BIN_DIR)
 .PHONY: e2e-images e2e-operator e2e-kodo
 e2e-images: images ## the scenario's extra releases derived from the built image (rustqueue:next, :level1, :broken)
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
@@ -235,12 +235,26 @@ fuzz-smoke: ## run each protocol decoder fuzz target (command, identify, mpub) f
 IMAGES_TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 IMAGE_TAG ?= dev
 export IMAGE_TAG
+# Which build the images hold: `release` (what users run), or `debug`, the test build's own
+# binaries (`make test` uses these: the same code without optimisation, so its images cost no
+# second compilation of every dependency; the storage crash failpoints are compiled in and do
+# nothing unless RUSTQUEUE_CRASH_FAILPOINT is set, which no Pod sets).
+IMAGE_PROFILE ?= release
+IMAGE_BIN_DIR = $(IMAGES_TARGET)/$(IMAGE_PROFILE)
+ifeq ($(IMAGE_PROFILE),release)
+IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
+else ifeq ($(IMAGE_PROFILE),debug)
+# cargo builds a package's binaries with its integration tests: one test target of each
+IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins)
+else
+$(error IMAGE_PROFILE must be release or debug, not $(IMAGE_PROFILE))
+endif
 
 .PHONY: images
-images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and rustqueue-gateway (release builds, no Docker): OCI layout + docker-save tarballs in target/images
+images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and rustqueue-gateway (no Docker; IMAGE_PROFILE=release, or debug): OCI layout + docker-save tarballs in target/images
 	scripts/deps.sh crane
-	$(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
-	scripts/build-images.sh --bin-dir $(IMAGES_TARGET)/release --out $(IMAGES_TARGET)/images
+	$(IMAGE_BUILD)
+	scripts/build-images.sh --bin-dir $(IMAGE_BIN_DIR) --out $(IMAGES_TARGET)/images
 
 .PHONY: images-test
 images-test: images ## inspect the images: user 65532, entrypoint, no shell, runs from the image alone; prints sizes

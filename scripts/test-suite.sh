@@ -13,14 +13,18 @@ cd "$ROOT"
 # The build stages below compile the tests, the images and the tools once; the other stages
 # then skip those prerequisites (several run at once and must not rebuild the same files).
 export RUSTQUEUE_SUITE=1
+# The images hold the test build's binaries (see IMAGE_PROFILE in the Makefile): the suite
+# compiles every dependency once, not a second time optimised.
+export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 
 # Why these lanes, on two cores:
 # - The longest chain is the operator scenario: the e2e test binary, the images, the scenario's
 #   extra releases, then about nine minutes of a Kubernetes cluster at work. Its lane starts
 #   first and its builds get the CPU first (NICE): everything else fits beside the scenario,
 #   which waits on the cluster far more than it computes.
-# - Compiling happens in three places at once, each cargo profile (and clippy's own target dir)
-#   locked on its own: clippy, the debug build of every test target, the image build.
+# - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
+#   build, which waits for them: one cargo directory, whose lock the longest chain gets first.
+#   Clippy (its own target dir) and the external tools compile beside it.
 #   scripts/deps.sh locks each external tool, so two stages never build one twice.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
@@ -34,6 +38,7 @@ LANES=(
 )
 # stage -> the stages of other lanes it waits for
 declare -A NEEDS=(
+  [test-build]="images"
   [e2e-operator]="deps"
   [e2e-kodo]="e2e-build e2e-images"
   [fuzz-smoke]="deps"

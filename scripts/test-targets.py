@@ -38,6 +38,10 @@ CLAIMS = {
 }
 
 
+# The packages whose binaries the OCI images hold.
+IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway"}
+
+
 def test_targets():
     """(package, target name) of every integration test target in the workspace."""
     meta = json.loads(
@@ -132,6 +136,17 @@ def main():
     owner = stage_of(test_targets())
     check(owner)
     arg = sys.argv[1]
+    if arg == "image-bins":
+        # the binaries the images hold come with their packages' integration tests
+        first = {}
+        for (pkg, name) in sorted(owner):
+            if pkg in IMAGE_PACKAGES and owner[(pkg, name)] == "unit":
+                first.setdefault(pkg, name)
+        missing = IMAGE_PACKAGES - first.keys()
+        if missing:
+            raise SystemExit(f"test-targets: no unit test target builds the binaries of {sorted(missing)}")
+        print(" ".join(f"--test {n}" for n in sorted(first.values())))
+        return
     if arg == "--check":
         for stage in ["unit", *CLAIMS]:
             names = sorted({n for (_, n), s in owner.items() if s == stage})
