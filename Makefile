@@ -267,12 +267,14 @@ deps-crane: ## install the pinned crane (image plumbing, the testbed's registry)
 
 e2e-testbed e2e-operator e2e-kodo e2e-install: deps-crane
 
-# `up` from the very build `make test` made: the same packages and features as `unit`, so
-# nothing recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features).
+# `up` from the very build `make test` makes: the same packages and features, so nothing
+# recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features). cargo builds
+# the testbed binary with the testbed's integration tests; one of them is enough.
 TESTBED_TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
+TESTBED_BUILD = $(CARGO_TEST) --no-run --test pod_lifecycle
 .PHONY: testbed-up
 testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="--nodes 5 ..."); prints the pinned kubectl's commands; Ctrl-C tears down
-	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
+	$(TESTBED_BUILD)
 	$(TESTBED_TARGET)/debug/rustqueue-testbed up $(TESTBED_ARGS)
 
 # --- Service networking and cluster DNS in the testbed: see docs/e2e.md ------------------------
@@ -344,5 +346,5 @@ e2e-operator e2e-kodo: deps-argocd-health
 # `make test` made (as testbed-up's), so nothing recompiles.
 .PHONY: cluster
 cluster: deps-k8s deps-crane deps-cluster-net deps-nsqd images ## a local Kubernetes with the operator and a 3-broker RustQueue, from the images; prints how to use it; Ctrl-C tears down
-	$(CARGO) test --workspace --all-features --locked --exclude rustqueue-e2e --no-run
+	$(TESTBED_BUILD)
 	scripts/cluster.sh --images $(IMAGES_TARGET)/images --testbed $(TESTBED_TARGET)/debug/rustqueue-testbed
