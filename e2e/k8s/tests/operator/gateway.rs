@@ -97,7 +97,7 @@ async fn service_endpoints(c: &Cluster, name: &str) -> BTreeSet<String> {
     };
     list.items
         .into_iter()
-        .flat_map(|s| s.endpoints)
+        .flat_map(|s| s.endpoints.unwrap_or_default())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
         .flat_map(|e| e.addresses)
         .collect()
