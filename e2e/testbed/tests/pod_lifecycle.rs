@@ -207,7 +207,16 @@ async fn scenario() {
         .trim_start_matches("process://")
         .parse()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The script says "started" once its TERM trap is set: only then is SIGTERM ignored.
+    let trap_set = Instant::now();
+    while !bed
+        .logs(NS, "stubborn", "main")
+        .unwrap_or_default()
+        .contains("started")
+    {
+        assert!(trap_set.elapsed() < LONG, "stubborn never said it started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let asked = Instant::now();
     pods.delete("stubborn", &DeleteParams::default())
         .await
