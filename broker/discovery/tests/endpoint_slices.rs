@@ -238,8 +238,26 @@ async fn scenario() {
         .unwrap()
         .insert("kubernetes.io/service-name".into(), "other".into());
     slices.create(&pp, &other).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(d.lookup_nodes("orders").await, Some(vec![3]));
+    // The watch delivers events in order, so a later change to the brokers' own slices is a
+    // barrier: once it shows, the other slice has been seen (and must have been ignored).
+    // Broker 2 joins through a third slice and leaves with it; broker 1 must never show.
+    slices
+        .create(
+            &pp,
+            &slice(
+                "rq-brokers-c",
+                port,
+                vec![endpoint("10.244.200.2", true, false)],
+            ),
+        )
+        .await
+        .unwrap();
+    d.wait_lookup("orders", Some(vec![2, 3]), BOUND).await;
+    slices
+        .delete("rq-brokers-c", &DeleteParams::default())
+        .await
+        .unwrap();
+    d.wait_lookup("orders", Some(vec![3]), BOUND).await;
 
     // The apiserver goes silent: no error arrives, yet the service fails closed (probe 2 s +
     // 1.5 s timeout, then the 5 s staleness bound).

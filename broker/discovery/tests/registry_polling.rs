@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use rustqueue_discovery::poller::PollerConfig;
 use rustqueue_discovery::{Shared, source};
-use support::{FakeBroker, start_discovery, start_discovery_with};
+use support::{FakeBroker, start_discovery, start_discovery_with, wait_until};
 use tokio::sync::watch;
+
+/// Two head polls at the 2 s poll period, with half a second to spare.
+const TWO_POLLS: Duration = Duration::from_millis(4500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_mode_polls_heads_and_fetches_on_revision_change() {
@@ -39,19 +42,17 @@ async fn static_mode_polls_heads_and_fetches_on_revision_change() {
         "9.9.9"
     );
 
-    // Steady state: heads keep coming, no full fetch.
+    // Steady state: heads keep coming (two polls, 2 s apart), no full fetch. A poll fetches
+    // right after its head, so once the second head is in, the first poll is complete.
     let (fa, ha) = (a.fetches(), a.heads());
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    wait_until(TWO_POLLS, "two more head polls of broker a", async || {
+        a.heads() >= ha + 2
+    })
+    .await;
     assert_eq!(
         a.fetches(),
         fa,
         "a full registry fetch without a revision change"
-    );
-    assert!(
-        a.heads() >= ha + 2,
-        "heads not polled: {} -> {}",
-        ha,
-        a.heads()
     );
 
     // A new topic: the revision changes, one fetch, /lookup follows.
@@ -144,10 +145,20 @@ async fn the_registry_token_is_sent_and_re_read() {
     d.wait_lookup("t", Some(vec![1]), Duration::from_secs(5))
         .await;
 
-    // The broker's token rotates; the file follows: still served, no restart.
-    a.state.lock().unwrap().token = Some("secret-2".into());
+    // The broker's token rotates; the file follows: still served, no restart. From now on
+    // the broker counts a head only when it carries the new token.
+    let heads = {
+        let mut s = a.state.lock().unwrap();
+        s.token = Some("secret-2".into());
+        s.heads
+    };
     std::fs::write(&file, "secret-2").unwrap();
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    wait_until(
+        Duration::from_secs(10),
+        "a head poll with the new token",
+        async || a.heads() > heads,
+    )
+    .await;
     assert_eq!(d.lookup_nodes("t").await, Some(vec![1]));
 
     // A token the broker refuses: every poll fails, so the service fails closed.
@@ -165,10 +176,16 @@ async fn the_registry_token_is_sent_and_re_read() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // An empty token file is refused outright.
+    // An empty token file is refused outright (the next refresh says so, not a 401).
     std::fs::write(&file, "  ").unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (_, h) = d.get("/v1/health").await;
-    assert!(h["reason"].as_str().unwrap().contains("empty"), "{h}");
+    wait_until(
+        Duration::from_secs(10),
+        "/v1/health to name the empty token file",
+        async || {
+            let (_, h) = d.get("/v1/health").await;
+            h["reason"].as_str().is_some_and(|r| r.contains("empty"))
+        },
+    )
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
 }

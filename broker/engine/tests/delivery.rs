@@ -1,9 +1,12 @@
 //! Delivery semantics of the engine against a real data directory.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::wait_for;
 use rustqueue_engine::{
-    AckMode, Bytes, ConsumerOptions, DeliveryError, Engine, EngineConfig, OpenError, Timer,
+    AckMode, Bytes, ConsumerOptions, Counter, DeliveryError, Engine, EngineConfig, OpenError, Timer,
 };
 
 fn cfg(dir: &std::path::Path) -> EngineConfig {
@@ -447,6 +450,9 @@ async fn new_messages_reach_the_consumer_with_room_while_full_ones_wait() {
     }
     let mut free = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     free.set_ready(100);
+    // Only `free` can take a message, so only its looks find nothing: each empty look is
+    // `free` about to wait for the next arrival (it registers before it looks).
+    let mut empty_looks = e.counter(Counter::FetchEmpty);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let receiver = tokio::spawn(async move {
         while let Some(d) = free.next().await {
@@ -456,8 +462,13 @@ async fn new_messages_reach_the_consumer_with_room_while_full_ones_wait() {
         }
     });
     for i in 0..10 {
-        // Every consumer is waiting again before each publish.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Every consumer is waiting again before each publish: the full ones since they
+        // took their message, `free` since its last look found nothing.
+        wait_for(10, "the free consumer to wait again", || {
+            e.counter(Counter::FetchEmpty) > empty_looks
+        })
+        .await;
+        empty_looks = e.counter(Counter::FetchEmpty);
         let body = b(&format!("new {i}"));
         e.publish("t", vec![body.clone()], None).await.unwrap();
         let got = tokio::time::timeout(Duration::from_millis(500), rx.recv())

@@ -59,6 +59,9 @@ impl Hooks for SegmentReads {
     }
 }
 
+/// How long the test watches that a read waiting for budget does not start (a negative check).
+const NO_THIRD_READ_HOLD: Duration = Duration::from_millis(100);
+
 async fn until(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..500 {
         if f() {
@@ -112,7 +115,9 @@ async fn a_body_read_that_does_not_fit_the_delivery_budget_waits_for_one_to_fini
     })
     .await;
     assert!(e.counter(Counter::BudgetWaits) >= 1);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A hold, not a synchronisation: the third read must go on waiting, so watch for a
+    // while that it does not start one of its own.
+    tokio::time::sleep(NO_THIRD_READ_HOLD).await;
     assert_eq!(gate.blocked(), 2, "a third read started beyond the budget");
 
     gate.set_closed(false);

@@ -38,6 +38,11 @@ fn pressured(dir: &Path, eviction: bool, grace: Duration) -> EngineConfig {
     }
 }
 
+/// A hold, not a synchronisation: with eviction off nothing may be deleted however long the
+/// pressure lasts, and this window (about 300 disk checks at the 5 ms interval of
+/// [`pressured`]) is how long the test watches for a deletion that must never come.
+const NOTHING_EVICTED_HOLD: Duration = Duration::from_millis(1_500);
+
 fn body(i: u64) -> Bytes {
     Bytes::from(format!("m{i:03}-{}", "x".repeat(95)))
 }
@@ -89,7 +94,7 @@ async fn with_eviction_off_pressure_never_deletes_anything() {
         .await
         .unwrap();
     assert!(e.health().disk_pressure.is_some());
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(NOTHING_EVICTED_HOLD).await;
     assert_eq!(e.counter(Counter::Evictions), 0);
     assert_eq!(segment_files(dir.path()), before);
     assert!(!dir.path().join("audit").exists());
@@ -223,6 +228,11 @@ async fn a_crash_at_any_eviction_step_never_leaves_a_channel_pointing_into_a_del
             fs.fail_after(0);
         }
         drop(e);
+        // A settling pause, not a proof: the dropped engine's background tasks (disk loop,
+        // channel WAL workers) end on their own and nothing public says when. Every write
+        // fails from here (the budget fired or is 0), so what they still attempt changes
+        // nothing; the pause only keeps those attempts from landing after the crash below,
+        // which makes writes succeed again.
         tokio::time::sleep(Duration::from_millis(20)).await;
         fs.crash(&mut |n| n / 2);
 

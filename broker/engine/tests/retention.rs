@@ -5,8 +5,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::segment_files;
-use rustqueue_engine::{Bytes, ConsumerOptions, Engine, EngineConfig, PublishError};
+use common::{segment_files, wait_for};
+use rustqueue_engine::{Bytes, ConsumerOptions, Engine, EngineConfig, PublishError, Timer};
 use rustqueue_storage::simfs::SimFs;
 
 fn cfg(dir: &std::path::Path) -> EngineConfig {
@@ -34,7 +34,12 @@ async fn messages_without_a_channel_survive_gc_and_finished_segments_are_collect
     }
     let before = segment_files(dir.path()).len();
     assert!(before >= 8);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two more completed GC passes: at least one ran wholly after the last publish.
+    let passes = e.metrics().histogram(Timer::Gc).count;
+    wait_for(10, "two GC passes after the publishes", || {
+        e.metrics().histogram(Timer::Gc).count >= passes + 2
+    })
+    .await;
     assert_eq!(
         segment_files(dir.path()).len(),
         before,

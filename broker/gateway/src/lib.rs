@@ -65,6 +65,8 @@ pub struct Gateway {
     pub pools: Arc<Pools>,
     /// The metrics.
     pub metrics: Metrics,
+    /// The node-wide HTTP in-flight byte budget, one permit per byte (tests read it).
+    pub budget: Arc<Semaphore>,
     stop: CancellationToken,
     done: JoinHandle<()>,
 }
@@ -121,6 +123,7 @@ impl Gateway {
             metrics.clone(),
             &cfg,
         )?);
+        let budget = fwd.budget.clone();
         let graceful = stop.clone().cancelled_owned();
         let http = tokio::spawn(async move {
             let served =
@@ -143,6 +146,7 @@ impl Gateway {
             http_address,
             pools,
             metrics,
+            budget,
             stop,
             done,
         })

@@ -27,12 +27,19 @@ async fn replicas_must_agree_and_disagreement_empties_the_pools_after_five_secon
     let b = FakeDiscovery::start(brokers.clone()).await;
     let gw = gateway(&[&a, &b], &[]).await;
     wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
-    // Replica a moves on (broker 2 gone), b does not: the agreed snapshot is kept ≤ 5 s.
+    // Replica a moves on (broker 2 gone), b does not: the agreed snapshot is kept ≤ 5 s,
+    // then the pools are emptied (never a list that only one replica gives).
     a.set(vec![brokers[0].clone()]);
     let changed = Instant::now();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(gw.pools.publish_count(), 2, "kept while within the bound");
-    wait_until(Duration::from_secs(6), || gw.pools.publish_count() == 0).await;
+    wait_until(Duration::from_secs(9), || {
+        let n = gw.pools.publish_count();
+        assert!(
+            n == 2 || n == 0,
+            "{n} brokers: kept while within the bound, then none"
+        );
+        n == 0
+    })
+    .await;
     let emptied = changed.elapsed();
     // The last agreeing poll came just before the change (we saw its result within 20 ms).
     assert!(

@@ -142,7 +142,9 @@ async fn a_broker_killed_while_a_large_pub_is_written_costs_a_retry_not_a_messag
     head.extend_from_slice(&(body.len() as u32).to_be_bytes());
     c.send(&head).await;
     c.send(&body).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The gateway has started writing the PUB to the victim; 64 MiB cannot fit the socket
+    // buffers, so the write is still in progress.
+    wait_until(Duration::from_secs(30), || victim.unread_bytes() > 0).await;
     victim.kill();
     match c.answer().await {
         Some(Frame::Response(r)) if &r[..] == b"OK" => {}
@@ -186,7 +188,9 @@ async fn a_broker_killed_after_a_whole_pub_was_sent_gives_e_ambiguous_and_no_ret
     // before answering. The gateway cannot know whether it was stored.
     victim.pause().await;
     c.cmd_body("PUB unsure", b"maybe").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The whole PUB has reached the victim: line, size and body.
+    let whole = ("PUB unsure\n".len() + 4 + b"maybe".len()) as u64;
+    wait_until(Duration::from_secs(30), || victim.unread_bytes() == whole).await;
     victim.kill();
     let text = c.expect_error("E_AMBIGUOUS").await;
     assert!(text.contains("automatic retry is unsafe"), "{text}");
@@ -211,13 +215,17 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     // The smallest budget Kodo mode accepts: one worst-case MPUB (136 MiB).
     let gw = kodo_gateway(&d, &["--max-inflight-bytes", "142606336"]).await;
     ready(&gw, 1).await;
+    let idle = gw.budget.available_permits();
     // A producer announces 100 MiB and sends only the start: the 100 MiB stay reserved.
     let mut slow = Client::connect(gw.tcp_address).await;
     let mut head = b"PUB t\n".to_vec();
     head.extend_from_slice(&104_857_600u32.to_be_bytes());
     slow.send(&head).await;
     slow.send(&payload(1, 1024 * 1024)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until(Duration::from_secs(10), || {
+        gw.budget.available_permits() == idle - 104_857_600
+    })
+    .await;
     // 40 MiB more does not fit: closed before its body is read, without an answer.
     let mut refused = Client::connect(gw.tcp_address).await;
     let mut head = b"PUB t\n".to_vec();
@@ -237,7 +245,10 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     assert_eq!(metric(&gw, "rustqueue_gateway_http_throttled_total"), 1.0);
     // The slow producer leaves; its reservation comes back and 40 MiB now fit.
     drop(slow);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until(Duration::from_secs(10), || {
+        gw.budget.available_permits() == idle
+    })
+    .await;
     let mut next = Client::connect(gw.tcp_address).await;
     next.cmd_body("PUB t", &payload(2, 40 * 1024 * 1024)).await;
     next.expect_ok().await;
@@ -253,21 +264,28 @@ async fn shutdown_finishes_the_publish_in_progress_and_runs_no_queued_command() 
     let gw = kodo_gateway(&d, &[]).await;
     ready(&gw, 1).await;
     let tcp = gw.tcp_address;
+    let idle = gw.budget.available_permits();
     let mut c = Client::connect(tcp).await;
     c.cmd_body("PUB late", b"warm").await;
     c.expect_ok().await;
     // The broker holds its answer while it is paused: the first PUB is in progress at the
-    // gateway, the second waits in the queue behind it.
+    // gateway (all of it written to the broker), the second waits in the queue behind it
+    // (read, its body reserved from the budget beside the first's).
     b.pause().await;
     c.cmd_body("PUB late", b"in-progress").await;
     c.cmd_body("PUB late", b"queued").await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let in_progress = ("PUB late\n".len() + 4 + b"in-progress".len()) as u64;
+    wait_until(Duration::from_secs(30), || {
+        b.unread_bytes() == in_progress
+            && idle - gw.budget.available_permits() == b"in-progress".len() + b"queued".len()
+    })
+    .await;
     let stopping = tokio::spawn(gw.shutdown());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        tokio::net::TcpStream::connect(tcp).await.is_err(),
-        "no new producer connection once shutdown began"
-    );
+    // No new producer connection once shutdown began: the listener closes.
+    wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(tcp).is_err()
+    })
+    .await;
     b.resume();
     c.expect_ok().await;
     c.expect_closed().await;

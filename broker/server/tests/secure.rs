@@ -286,18 +286,30 @@ async fn auth_grants_denials_and_ttl_refresh() {
     c.expect_error("E_AUTH_FIRST").await;
 
     let mut c = b.client().await;
+    let authed = std::time::Instant::now();
     c.cmd_body("AUTH", b"good").await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["identity"], "alice");
     assert_eq!(reply["permission_count"], 1);
     c.publish("allowed-topic", b"x").await;
     let before = hits.load(Ordering::SeqCst);
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    c.publish("allowed-topic", b"after ttl").await;
-    assert_eq!(
-        hits.load(Ordering::SeqCst),
-        before + 1,
-        "the expired AUTH was not refreshed"
+    // Publish until a PUB refreshes the AUTH: exactly once, and not before its 1 s TTL.
+    let refreshed = loop {
+        c.publish("allowed-topic", b"after ttl").await;
+        let now = hits.load(Ordering::SeqCst);
+        if now != before {
+            assert_eq!(now, before + 1, "one expired AUTH, one refresh");
+            break authed.elapsed();
+        }
+        assert!(
+            authed.elapsed() < std::time::Duration::from_secs(10),
+            "the expired AUTH was not refreshed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(
+        refreshed >= std::time::Duration::from_secs(1),
+        "AUTH refreshed {refreshed:?} after it was granted, within its 1 s TTL"
     );
     c.cmd_body("PUB other", b"x").await;
     c.expect_error("E_UNAUTHORIZED AUTH failed for PUB on \"other\"")

@@ -69,6 +69,9 @@ async fn mpub_is_delivered_in_order_and_dpub_waits_for_its_deferral() {
     b.stop().await;
 }
 
+/// The TOUCH pace: well inside the consumer's 1 s message timeout.
+const TOUCH_EVERY: Duration = Duration::from_millis(400);
+
 #[tokio::test]
 async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
     let b = Broker::start().await;
@@ -84,9 +87,11 @@ async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
         .await;
     let (id, attempts, _) = c.expect_message().await;
     assert_eq!(attempts, 2);
-    // TOUCH every 400 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery.
+    // TOUCH every 400 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery. The
+    // sleeps are the pacing under test (each TOUCH within the timeout of the one before), not
+    // a synchronisation; a redelivery would arrive before `next` below.
     for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(TOUCH_EVERY).await;
         c.cmd(&format!("TOUCH {}", std::str::from_utf8(&id).unwrap()))
             .await;
     }

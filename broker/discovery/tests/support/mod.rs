@@ -154,6 +154,15 @@ async fn full(
     Ok(axum::Json(v))
 }
 
+/// Polls `cond` every 50 ms until it holds; panics naming `what` after `limit`.
+pub async fn wait_until(limit: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The discovery service, in-process.
 pub struct Discovery {
     pub addr: SocketAddr,

@@ -56,6 +56,8 @@ pub struct KodoGateway {
     pub pools: Arc<Pools>,
     /// The metrics.
     pub metrics: Metrics,
+    /// The node-wide in-flight byte budget, one permit per byte (tests read it).
+    pub budget: Arc<Semaphore>,
     stop: CancellationToken,
     done: JoinHandle<()>,
 }
@@ -131,7 +133,11 @@ impl KodoGateway {
             abort: abort.clone(),
         };
         let accept = tokio::spawn(accept(tcp, ctx, stop.clone(), sessions.clone()));
-        let state = Arc::new(http::KodoHttp::new(pools.clone(), metrics.clone(), budget)?);
+        let state = Arc::new(http::KodoHttp::new(
+            pools.clone(),
+            metrics.clone(),
+            budget.clone(),
+        )?);
         let mut servers: Vec<JoinHandle<()>> = shards
             .into_iter()
             .enumerate()
@@ -154,6 +160,7 @@ impl KodoGateway {
             ordinal: kodo.ordinal,
             pools,
             metrics,
+            budget,
             stop,
             done,
         })

@@ -153,6 +153,33 @@ impl Broker {
         }
     }
 
+    /// Bytes that arrived on this broker's producer connections and that it has not read
+    /// (the receive queues of its established TCP sockets, from `/proc/net/tcp`): while it is
+    /// paused, what the gateway has written to it so far.
+    pub fn unread_bytes(&self) -> u64 {
+        let port = self.tcp.port();
+        let mut total = 0;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(table) else {
+                continue;
+            };
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address is `ADDR:PORT` in hex, st 01 is ESTABLISHED, then
+                // `tx_queue:rx_queue` in hex.
+                let local_port = f[1].rsplit_once(':').map(|(_, p)| p);
+                if local_port.and_then(|p| u16::from_str_radix(p, 16).ok()) != Some(port)
+                    || f[3] != "01"
+                {
+                    continue;
+                }
+                let (_, rx) = f[4].split_once(':').unwrap();
+                total += u64::from_str_radix(rx, 16).unwrap();
+            }
+        }
+        total
+    }
+
     /// SIGCONT after [`Broker::pause`].
     pub fn resume(&self) {
         let ok = Command::new("kill")
