@@ -100,7 +100,7 @@ ci: test ## same as test
 # a stage builds what it needs first.
 ifeq ($(RUSTQUEUE_SUITE),)
 unit crash check bench-test powercut-test compat compat-lookupd compat-kodo compat-fleet monitoring-test e2e-testbed: test-build
-e2e-operator e2e-kodo e2e-install: e2e-build e2e-images
+e2e-operator e2e-storage e2e-kodo e2e-install: e2e-build e2e-images
 images-test: images
 endif
 
@@ -185,7 +185,7 @@ deps-k8s: ## build the testbed's Kubernetes binaries and kubectl into the cache
 
 
 .PHONY: e2e
-e2e: e2e-testbed e2e-operator e2e-kodo e2e-install ## Kubernetes e2e: the testbed self-test, the operator and Kodo scenarios, the Helm install
+e2e: e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install ## Kubernetes e2e: the testbed self-test, the operator, storage and Kodo scenarios, the Helm install
 
 # The testbed's own tests: its library's unit tests need root (network namespaces, address
 # locks, chown), so they run here from the executable `test-build` recorded, not in `unit`.
@@ -200,13 +200,14 @@ e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kub
 # built (pushed into the testbed's registry; the scenario's other releases are derived from
 # them by e2e/k8s/fixture-images.sh: `make e2e-images`). With KUBECONFIG set it runs on that
 # cluster instead: see docs/e2e.md. The Kodo scenario is the same test binary's other test, on a
-# testbed of its own, so `make test` runs the two side by side.
+# testbed of its own, and so is the storage half of the operator's steps (e2e-storage), so `make
+# test` runs the three side by side.
 # Every step prints its progress; the scenario's measured figures (the operator's reaction
 # times, quoted in docs/benchmarks.md) are collected as JSON lines in E2E_FIGURES.
 E2E_FIGURES = $(IMAGES_TARGET)/e2e-figures.jsonl
 E2E_KODO_FIGURES = $(IMAGES_TARGET)/e2e-kodo-figures.jsonl
 E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGE_BIN_DIR)
-.PHONY: e2e-images e2e-operator e2e-kodo
+.PHONY: e2e-images e2e-operator e2e-storage e2e-kodo
 e2e-images: images ## the scenario's extra releases derived from the built image (rustqueue:next, :level1, :broken)
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 
@@ -216,6 +217,14 @@ e2e-operator: deps-k8s ## the operator scenario on the testbed, from the images 
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
 	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time
 	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
+
+E2E_STORAGE_FIGURES = $(IMAGES_TARGET)/e2e-storage-figures.jsonl
+e2e-storage: deps-k8s ## the operator's storage scenario on its own testbed: feature levels, the rollback fence, failover mid-rollout, maintenance, claims, scale-down
+	scripts/deps.sh python
+	rm -f $(E2E_STORAGE_FIGURES)
+	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_STORAGE_FIGURES) \
+	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_changes_storage_and_brokers_one_safe_step_at_a_time
+	@echo "==> figures of this run (also in $(E2E_STORAGE_FIGURES)):"; sed 's/^/    /' $(E2E_STORAGE_FIGURES)
 
 e2e-kodo: deps-k8s ## the Kodo profile scenario on its own testbed: enabled under a publishing fleet, a broker killed mid-publish, decommissioned
 	scripts/deps.sh python
@@ -265,7 +274,7 @@ images-test: images ## inspect the images: user 65532, entrypoint, no shell, run
 deps-crane: ## install the pinned crane (image plumbing, the testbed's registry)
 	scripts/deps.sh crane
 
-e2e-testbed e2e-operator e2e-kodo e2e-install: deps-crane
+e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install: deps-crane
 
 # `up` from the very build `make test` makes: the same packages and features, so nothing
 # recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features). cargo builds
@@ -284,7 +293,7 @@ testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="
 deps-cluster-net: ## install CoreDNS and nftables (the testbed's cluster DNS, kube-proxy's tool)
 	scripts/deps.sh coredns nftables
 
-e2e-testbed e2e-operator e2e-kodo e2e-install: deps-cluster-net
+e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install: deps-cluster-net
 testbed-up: deps-cluster-net
 
 # --- install paths: Helm chart, OLM bundle, a local cluster; see docs/install.md -----------------
@@ -340,7 +349,7 @@ deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the 
 	scripts/deps.sh argocd-health
 
 unit: deps-argocd-health
-e2e-operator e2e-kodo: deps-argocd-health
+e2e-operator e2e-storage e2e-kodo: deps-argocd-health
 
 # A 3-broker RustQueue on a testbed from the images, until Ctrl-C; the testbed comes from the build
 # `make test` made (as testbed-up's), so nothing recompiles.

@@ -18,8 +18,9 @@ export RUSTQUEUE_SUITE=1
 export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 
 # Why these lanes, on two cores:
-# - The longest chain is the operator scenario: the e2e test binary, the images, the scenario's
-#   extra releases, then about nine minutes of a Kubernetes cluster at work. Its lane starts
+# - The longest chain is the operator scenarios: the e2e test binary, the images, the scenarios'
+#   extra releases, then several minutes of Kubernetes clusters at work (three at once: the
+#   operator's steps are split over two testbeds, the Kodo profile has a third). Its lane starts
 #   first and its builds get the CPU first (NICE): everything else fits beside the scenario,
 #   which waits on the cluster far more than it computes.
 # - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
@@ -31,6 +32,7 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 LANES=(
   "e2e-build images e2e-images e2e-operator"
   "deps e2e-kodo"
+  "e2e-storage"
   "lint fuzz-smoke"
   "test-build unit bench-test powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
@@ -41,6 +43,7 @@ declare -A NEEDS=(
   [test-build]="images"
   [e2e-operator]="deps"
   [e2e-kodo]="e2e-build e2e-images"
+  [e2e-storage]="e2e-build e2e-images deps"
   [fuzz-smoke]="deps"
   [bench-test]="deps"
   [compat]="test-build deps"

@@ -1,6 +1,8 @@
 //! The operator on the testbed, the way a user runs it: installed from `config/` (two
-//! replicas), the sample RustQueue on three eligible Nodes, then one behaviour per named step
-//! on that one cluster start-up (a testbed per step would cost a control plane start each).
+//! replicas), the sample RustQueue on three eligible Nodes, then one behaviour per named step.
+//! Three tests, each on a cluster of its own so they can run side by side (a testbed per step
+//! would cost a control plane start each): clients, failover and rollouts; storage and
+//! brokers; the Kodo profile.
 //!
 //! Needs the images `make images` built and the releases `e2e/k8s/fixture-images.sh` derives
 //! from them in `$RUSTQUEUE_E2E_IMAGES`, the release `rustqueued` in `$RUSTQUEUE_E2E_BIN_DIR`
@@ -50,6 +52,8 @@ fn not_run(name: &str, why: &str) {
     eprintln!("=== step {name} not run on this cluster: {why}");
 }
 
+/// Clients through every address the operator gives them, its failover, and image rollouts
+/// with their human and automatic stops.
 #[test]
 fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
     cluster::runtime().block_on(async {
@@ -100,6 +104,19 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
             let why = "its release is a directory image, which only the testbed runs";
             not_run("a_timed_out_rollout_fails_until_a_new_retry_nonce", why);
         }
+    });
+}
+
+/// The sample's storage and its brokers changed one at a time, on a cluster of its own (so
+/// `make test` runs it beside the first scenario): a feature level raised only after a capable
+/// binary, the rollback fence it sets, a rollout finished by the standby after the leader dies,
+/// maintenance, claims that grow and never shrink, and a drained scale-down.
+#[test]
+fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
+    cluster::runtime().block_on(async {
+        let c = Cluster::start().await;
+        step!(the_operator_installs_from_config_default(&c)).await;
+        step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
         step!(a_feature_level_activates_only_after_a_capable_binary(
             &c, &DEV
         ))
