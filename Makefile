@@ -54,10 +54,11 @@ test-build: ## compile every test target and debug binary of the workspace once 
 	scripts/test-targets.py --check >/dev/null
 	$(CARGO_TEST) --no-run --message-format=json-render-diagnostics | scripts/test-targets.py --record $(TARGET_DIR)/test-executables.json
 
-# The e2e scenarios' test binaries alone: the longest stage can start before the rest compiles.
+# The e2e scenarios' test binaries alone (and, for debug images, the binaries they hold, in the
+# same cargo run): the longest stage can start before the rest compiles.
 .PHONY: e2e-build
 e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-build, first)
-	$(CARGO_TEST) --no-run --test operator --test install
+	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
 
 .PHONY: unit
 unit: ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
