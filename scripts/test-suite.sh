@@ -34,7 +34,8 @@ LANES=(
   "deps e2e-kodo"
   "e2e-storage"
   "lint fuzz-smoke"
-  "test-build unit bench-test powercut-test"
+  "test-build unit bench-test"
+  "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test"
 )
@@ -46,6 +47,7 @@ declare -A NEEDS=(
   [e2e-storage]="e2e-build e2e-images deps"
   [fuzz-smoke]="deps"
   [bench-test]="deps"
+  [powercut-test]="test-build"
   [compat]="test-build deps"
   [e2e-testbed]="test-build deps"
   [e2e-install]="e2e-build e2e-images"
