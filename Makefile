@@ -45,6 +45,17 @@ CLIPPY_TARGET_DIR ?= $(TARGET_DIR)/clippy
 UNIT_EXCLUDE := --exclude rustqueue-testbed --exclude rustqueue-powercut
 stage_targets = $(shell scripts/test-targets.py $(1))
 
+# What a stage needs built before it runs, besides what its own cargo test compiles: the debug
+# binaries (compat, monitoring), the recorded test executables (e2e-testbed), the images and the
+# scenarios' releases (e2e). Inside `make test` the build stages have run first and several
+# stages run at once, so there these are empty: no stage rebuilds another's files.
+ifeq ($(RUSTQUEUE_SUITE),)
+TESTS_BUILT := test-build
+SCENARIOS_BUILT := e2e-build e2e-images
+IMAGES_BUILT := images
+endif
+TESTBED_DEPS := deps-k8s deps-crane deps-cluster-net
+
 .PHONY: lint
 lint: fmt-check ## rustfmt check and clippy with warnings denied
 	CARGO_TARGET_DIR=$(CLIPPY_TARGET_DIR) $(CARGO) clippy --workspace --all-targets --all-features --locked -- -D warnings
@@ -61,7 +72,7 @@ e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-bu
 	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
 
 .PHONY: unit
-unit: ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
+unit: deps-argocd-health ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
@@ -96,14 +107,6 @@ test: ## the whole suite: what .ci/run runs (needs root; see README)
 .PHONY: ci
 ci: test ## same as test
 
-# Inside the suite, wave 1 has built the tests, the images and the tools, so the stages of wave 2
-# skip those prerequisites (several run at once and must not rebuild the same files). Run alone,
-# a stage builds what it needs first.
-ifeq ($(RUSTQUEUE_SUITE),)
-unit crash check bench-test powercut-test compat compat-lookupd compat-kodo compat-fleet monitoring-test e2e-testbed: test-build
-e2e-operator e2e-storage e2e-kodo e2e-install: e2e-build e2e-images
-images-test: images
-endif
 
 # --- operator CRD: generated from operator/api; drift fails crdgen and config tests ----------
 .PHONY: crds
@@ -134,7 +137,7 @@ COMPAT_TARGET := $(or $(CARGO_TARGET_DIR),target)
 COMPAT_RESULTS ?= $(COMPAT_TARGET)/compat-results
 
 .PHONY: compat
-compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (parity)
+compat: $(TESTS_BUILT) ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (parity)
 	scripts/deps.sh nsqd python node openssl
 	@status=0; rm -rf $(COMPAT_RESULTS); \
 	for target in nsqd rustqueued; do \
@@ -148,7 +151,7 @@ compat: ## go-nsq, pynsq and nsqjs against rustqueued and official nsqd v1.3.0 (
 # plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
-compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
+compat-lookupd: $(TESTS_BUILT) ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
 	scripts/deps.sh nsqd nsqlookupd python node
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
@@ -159,7 +162,7 @@ compat-lookupd: ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookup
 # The Kodo profile on loopback (e2e/kodo/README.md): three rustqueued, discovery in Kodo mode,
 # three Kodo gateways behind a Service stand-in, and the go-nsq Kodo stand-in with a ledger.
 .PHONY: compat-kodo
-compat-kodo: ## Kodo profile on loopback: go-nsq Kodo stand-in via /nodes through 3 Kodo gateways, a broker SIGKILLed mid-publish, ledger missing = 0
+compat-kodo: $(TESTS_BUILT) ## Kodo profile on loopback: go-nsq Kodo stand-in via /nodes through 3 Kodo gateways, a broker SIGKILLed mid-publish, ledger missing = 0
 	RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \
 	  GATEWAY_BIN=$(COMPAT_TARGET)/debug/rustqueue-gateway e2e/kodo/run.sh
 
@@ -169,7 +172,7 @@ compat-kodo: ## Kodo profile on loopback: go-nsq Kodo stand-in via /nodes throug
 # resolves other features and would rebuild it).
 PYNSQ_PY := $(RUSTQUEUE_CACHE)/$(shell . scripts/versions.env && echo pynsq-$$PYNSQ_VERSION-tornado-$$TORNADO_VERSION)/bin/python
 .PHONY: compat-fleet
-compat-fleet: ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
+compat-fleet: $(TESTS_BUILT) ## rustqueued in an NSQ fleet: official nsqlookupd, nsqd and nsqadmin v1.3.0, pynsq via the lookupd
 	scripts/deps.sh nsqd nsqlookupd nsqadmin python
 	. scripts/versions.env && $(PYNSQ_PY) e2e/compat/fleet/fleet.py \
 	  --nsq-bin $(RUSTQUEUE_CACHE)/nsqd-$$NSQD_VERSION/bin \
@@ -191,7 +194,7 @@ e2e: e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install ## Kubernetes e2e
 # The testbed's own tests: its library's unit tests need root (network namespaces, address
 # locks, chown), so they run here from the executable `test-build` recorded, not in `unit`.
 .PHONY: e2e-testbed
-e2e-testbed: deps-k8s ## the testbed self-test: real control plane + process kubelet + provisioner
+e2e-testbed: $(TESTBED_DEPS) $(TESTS_BUILT) ## the testbed self-test: real control plane + process kubelet + provisioner
 	cd e2e/testbed && $$(cd $(CURDIR) && scripts/test-targets.py --exe $(TARGET_DIR)/test-executables.json rustqueue_testbed lib)
 	$(CARGO_TEST) $(call stage_targets,e2e-testbed)
 
@@ -212,7 +215,7 @@ E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(I
 e2e-images: images ## the scenario's extra releases derived from the built image (rustqueue:next, :level1, :broken)
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 
-e2e-operator: deps-k8s ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
+e2e-operator: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
 	scripts/deps.sh python
 	rm -f $(E2E_FIGURES)
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
@@ -220,14 +223,14 @@ e2e-operator: deps-k8s ## the operator scenario on the testbed, from the images 
 	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
 
 E2E_STORAGE_FIGURES = $(IMAGES_TARGET)/e2e-storage-figures.jsonl
-e2e-storage: deps-k8s ## the operator's storage scenario on its own testbed: feature levels, the rollback fence, failover mid-rollout, maintenance, claims, scale-down
+e2e-storage: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the operator's storage scenario on its own testbed: feature levels, the rollback fence, failover mid-rollout, maintenance, claims, scale-down
 	scripts/deps.sh python
 	rm -f $(E2E_STORAGE_FIGURES)
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_STORAGE_FIGURES) \
 	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_changes_storage_and_brokers_one_safe_step_at_a_time
 	@echo "==> figures of this run (also in $(E2E_STORAGE_FIGURES)):"; sed 's/^/    /' $(E2E_STORAGE_FIGURES)
 
-e2e-kodo: deps-k8s ## the Kodo profile scenario on its own testbed: enabled under a publishing fleet, a broker killed mid-publish, decommissioned
+e2e-kodo: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the Kodo profile scenario on its own testbed: enabled under a publishing fleet, a broker killed mid-publish, decommissioned
 	scripts/deps.sh python
 	rm -f $(E2E_KODO_FIGURES)
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_KODO_FIGURES) \
@@ -267,7 +270,7 @@ images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and
 	scripts/build-images.sh --bin-dir $(IMAGE_BIN_DIR) --out $(IMAGES_TARGET)/images
 
 .PHONY: images-test
-images-test: images ## inspect the images: user 65532, entrypoint, no shell, runs from the image alone; prints sizes
+images-test: $(IMAGES_BUILT) ## inspect the images: user 65532, entrypoint, no shell, runs from the image alone; prints sizes
 	scripts/test-images.sh --out $(IMAGES_TARGET)/images
 
 # The testbed runs Pods from OCI images pulled from its own registry (crane registry serve).
@@ -275,7 +278,6 @@ images-test: images ## inspect the images: user 65532, entrypoint, no shell, run
 deps-crane: ## install the pinned crane (image plumbing, the testbed's registry)
 	scripts/deps.sh crane
 
-e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install: deps-crane
 
 # `up` from the very build `make test` makes: the same packages and features, so nothing
 # recompiles (a plain `cargo run -p rustqueue-testbed` resolves other features). cargo builds
@@ -294,7 +296,6 @@ testbed-up: deps-k8s deps-crane ## start a testbed for poking at (TESTBED_ARGS="
 deps-cluster-net: ## install CoreDNS and nftables (the testbed's cluster DNS, kube-proxy's tool)
 	scripts/deps.sh coredns nftables
 
-e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install: deps-cluster-net
 testbed-up: deps-cluster-net
 
 # --- install paths: Helm chart, OLM bundle, a local cluster; see docs/install.md -----------------
@@ -328,9 +329,8 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 # the installed operator bringing a 1-broker RustQueue to Ready (about 40 s on its own testbed).
 # It is a test binary of rustqueue-e2e, so `make test` runs it within e2e-operator (which runs
 # every binary of that crate); this target runs it alone.
-e2e-operator e2e-install: deps-helm
 .PHONY: e2e-install
-e2e-install: deps-k8s ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
+e2e-install: $(TESTBED_DEPS) deps-helm $(SCENARIOS_BUILT) ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
 	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO_TEST) --test install
 
 # --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
@@ -340,7 +340,7 @@ e2e-install: deps-k8s ## the Helm chart on the testbed: dry run, install, upgrad
 # the engine Argo CD embeds, reads the statuses captured from the testbed. About 10 s once
 # promtool is cached.
 .PHONY: monitoring-test
-monitoring-test: ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
+monitoring-test: $(TESTS_BUILT) ## promtool check + test of config/prometheus, the rules' and dashboard's series against real binaries, Argo CD health on captured statuses
 	scripts/monitoring-test.sh --bin-dir $(COMPAT_TARGET)/debug
 
 # The Argo CD health tests (operator/controller/tests/argocd_health.rs and the e2e scenario)
@@ -349,8 +349,6 @@ monitoring-test: ## promtool check + test of config/prometheus, the rules' and d
 deps-argocd-health: ## build the Argo CD health evaluator (gopher-lua) into the cache
 	scripts/deps.sh argocd-health
 
-unit: deps-argocd-health
-e2e-operator e2e-storage e2e-kodo: deps-argocd-health
 
 # A 3-broker RustQueue on a testbed from the images, until Ctrl-C; the testbed comes from the build
 # `make test` made (as testbed-up's), so nothing recompiles.
