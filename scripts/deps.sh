@@ -292,8 +292,8 @@ main() {
   [ ${#targets[@]} -gt 0 ] || targets=(all)
   for t in "${targets[@]}"; do
     case "$t" in
-      # crane first: the images need it while the rest still builds
-      all) main crane nsqd nsqlookupd nsqadmin python node k8s kubectl coredns nftables openssl pyyaml helm olm-validate promtool argocd-health ;;
+      # what the images and the Kubernetes scenarios need first, promtool (minutes) last
+      all) main crane k8s kubectl coredns nftables python pyyaml helm argocd-health nsqd nsqlookupd nsqadmin node openssl olm-validate promtool ;;
       nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) locked "$t" "deps_$t" ;;
       olm-validate) locked "$t" deps_olm_validate ;;
       argocd-health) locked "$t" deps_argocd_health ;;

@@ -40,16 +40,16 @@ LANES=(
   "e2e-testbed e2e-install images-test chart-test bundle-test"
 )
 # stage -> the stages of other lanes it waits for
+# Tools are not waited for here: each stage installs the ones it names (Makefile), under each
+# tool's lock, so a scenario starts as soon as its own tools exist, not after every tool of the
+# `deps` stage (on a new machine promtool alone takes minutes).
 declare -A NEEDS=(
   [test-build]="images"
-  [e2e-operator]="deps"
   [e2e-kodo]="e2e-build e2e-images"
-  [e2e-storage]="e2e-build e2e-images deps"
-  [fuzz-smoke]="deps"
-  [bench-test]="deps"
+  [e2e-storage]="e2e-build e2e-images"
   [powercut-test]="test-build"
-  [compat]="test-build deps"
-  [e2e-testbed]="test-build deps"
+  [compat]="test-build"
+  [e2e-testbed]="test-build"
   [e2e-install]="e2e-build e2e-images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
