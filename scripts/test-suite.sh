@@ -31,7 +31,8 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
   "e2e-build images e2e-images e2e-operator"
-  "deps e2e-kodo"
+  "deps"
+  "e2e-kodo"
   "e2e-storage"
   "lint fuzz-smoke"
   "test-build unit bench-test"
