@@ -52,7 +52,13 @@ struct InFlight {
     token: u64,
     deadline: Instant,
     consumer: u64,
+    /// Which delivery of its message this is (1 for the first).
+    attempts: u16,
 }
+
+/// Maps keyed by message id or position: foldhash, not SipHash. The keys come from the
+/// broker, not from clients, and every delivery and FIN does several lookups.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 pub(crate) struct ConsumerState {
     pub info: ClientInfo,
@@ -86,11 +92,13 @@ pub(crate) struct TakeRules {
 pub(crate) struct ChanState {
     pub durable: ChannelState,
     cursor: u64,
-    in_flight: HashMap<u64, InFlight>,
+    in_flight: Map<u64, InFlight>,
     deadlines: BTreeMap<(Instant, u64), u64>,
     ready: BTreeSet<u64>,
     deferred: BTreeSet<(i64, u64)>,
-    attempts: HashMap<u64, u16>,
+    /// Delivery attempts of positions delivered before and due again (requeued, timed out,
+    /// released); an in-flight delivery carries its own.
+    attempts: Map<u64, u16>,
     pub consumers: BTreeMap<u64, ConsumerState>,
     next_token: u64,
 }
@@ -100,11 +108,11 @@ impl ChanState {
     pub fn new(durable: ChannelState) -> ChanState {
         let mut s = ChanState {
             cursor: durable.ack_floor + 1,
-            in_flight: HashMap::new(),
+            in_flight: Map::default(),
             deadlines: BTreeMap::new(),
             ready: BTreeSet::new(),
             deferred: BTreeSet::new(),
-            attempts: HashMap::new(),
+            attempts: Map::default(),
             consumers: BTreeMap::new(),
             next_token: 1,
             durable,
@@ -126,6 +134,7 @@ impl ChanState {
             self.deadlines.remove(&(deadline, token));
             if let Some(f) = self.in_flight.remove(&id) {
                 self.ready.insert(f.position);
+                self.attempts.insert(f.position, f.attempts);
                 if let Some(c) = self.consumers.get_mut(&f.consumer) {
                     c.in_flight = c.in_flight.saturating_sub(1);
                 }
@@ -170,13 +179,16 @@ impl ChanState {
                 self.durable.skip_absent([pos]);
                 continue;
             };
-            let prior = self.attempts.get(&pos).copied().unwrap_or(0);
+            let prior = self.attempts.remove(&pos).unwrap_or(0);
             if r.dead_letter && r.max_attempts > 0 && prior.saturating_add(1) >= r.max_attempts {
                 self.start(entry, 0, r.now + Duration::from_secs(60), prior);
                 return Take::DeadLetter { entry };
             }
             let Some(c) = self.consumers.get_mut(&consumer) else {
                 self.ready.insert(pos);
+                if prior > 0 {
+                    self.attempts.insert(pos, prior);
+                }
                 return Take::Nothing;
             };
             if c.sample_rate > 0 {
@@ -188,7 +200,6 @@ impl ChanState {
                         id: entry.id,
                     };
                     self.durable.apply(&cmd);
-                    self.attempts.remove(&pos);
                     persist.push(cmd);
                     continue;
                 }
@@ -197,7 +208,6 @@ impl ChanState {
             c.in_flight += 1;
             c.message_count += 1;
             let attempts = prior.saturating_add(1);
-            self.attempts.insert(pos, attempts);
             self.start(entry, consumer, r.now + timeout, attempts);
             return Take::Deliver { entry, attempts };
         }
@@ -225,7 +235,7 @@ impl ChanState {
         None
     }
 
-    fn start(&mut self, entry: Entry, consumer: u64, deadline: Instant, _attempts: u16) {
+    fn start(&mut self, entry: Entry, consumer: u64, deadline: Instant, attempts: u16) {
         let token = self.next_token;
         self.next_token += 1;
         self.deadlines.insert((deadline, token), entry.id);
@@ -236,6 +246,7 @@ impl ChanState {
                 token,
                 deadline,
                 consumer,
+                attempts,
             },
         );
     }
@@ -259,7 +270,6 @@ impl ChanState {
     /// FIN: the message is done for this channel.
     pub fn finish(&mut self, consumer: u64, id: u64) -> Result<ChannelCommand, DeliveryError> {
         let f = self.remove_in_flight(consumer, id)?;
-        self.attempts.remove(&f.position);
         if let Some(c) = self.consumers.get_mut(&consumer) {
             c.finish_count += 1;
         }
@@ -284,7 +294,8 @@ impl ChanState {
             c.requeue_count += 1;
         }
         let available_at_ms = now_ms + delay.as_millis() as i64;
-        let attempts = self.attempts.get(&f.position).copied().unwrap_or(1);
+        let attempts = f.attempts;
+        self.attempts.insert(f.position, attempts);
         let cmd = ChannelCommand::Requeue {
             position: f.position,
             id,
@@ -306,8 +317,7 @@ impl ChanState {
     pub fn holds(&self, consumer: u64, entry: &Entry, attempts: u16) -> bool {
         self.in_flight
             .get(&entry.id)
-            .is_some_and(|f| f.consumer == consumer)
-            && self.attempts.get(&entry.position).copied() == Some(attempts)
+            .is_some_and(|f| f.consumer == consumer && f.attempts == attempts)
     }
 
     /// TOUCH: restart the delivery's timeout.
@@ -333,7 +343,6 @@ impl ChanState {
     /// FIN it does not count as finished by the consumer.
     pub fn drop_damaged(&mut self, consumer: u64, id: u64) -> Option<ChannelCommand> {
         let f = self.remove_in_flight(consumer, id).ok()?;
-        self.attempts.remove(&f.position);
         let cmd = ChannelCommand::Finish {
             position: f.position,
             id,
@@ -358,6 +367,7 @@ impl ChanState {
         for id in ids {
             if let Ok(f) = self.remove_in_flight(consumer, id) {
                 self.ready.insert(f.position);
+                self.attempts.insert(f.position, f.attempts);
             }
         }
         self.consumers.remove(&consumer);
@@ -385,10 +395,8 @@ impl ChanState {
     pub fn evict(&mut self, through: u64) -> ChannelCommand {
         self.ready = self.ready.split_off(&(through + 1));
         self.deferred.retain(|(_, p)| *p > through);
-        let in_flight: std::collections::HashSet<u64> =
-            self.in_flight.values().map(|f| f.position).collect();
-        self.attempts
-            .retain(|p, _| *p > through || in_flight.contains(p));
+        // In-flight deliveries carry their own attempts.
+        self.attempts.retain(|p, _| *p > through);
         let cmd = ChannelCommand::Evict { through };
         self.durable.apply(&cmd);
         self.cursor = self.cursor.max(through + 1);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustqueue_storage::{ChannelCommand, Entry, FsFile};
-use rustqueue_storage::{is_damaged_body, read_body_from};
+use rustqueue_storage::{is_damaged_body, read_bodies_from, read_body_from};
 
 use crate::channel::{ChanState, Channel, ConsumerState, Take, TakeRules};
 use crate::error::{DeliveryError, StorageFault};
@@ -23,9 +23,9 @@ pub struct Consumer {
     topic: Arc<Topic>,
     channel: Arc<Channel>,
     id: u64,
-    /// A delivery taken for this consumer whose body read a dropped [`Consumer::next`] call
-    /// left unfinished; the next call delivers it (sessions race `next()` in a `select!`).
-    claimed: Option<Claimed>,
+    /// Deliveries taken for this consumer whose body reads a dropped [`Consumer::next_batch`]
+    /// call left unfinished; the next call delivers them (sessions race it in a `select!`).
+    claimed: Vec<Claimed>,
 }
 
 /// A delivery taken from the channel, before its body is read.
@@ -51,6 +51,25 @@ pub type Durable = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<(), DeliveryError>> + Send + 'static>,
 >;
 
+/// One FIN, REQ or TOUCH of a pipelined run ([`Consumer::apply_acks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// FIN: the message is done.
+    Finish(MessageId),
+    /// REQ: deliver it again after the delay (0 = at once).
+    Requeue(MessageId, Duration),
+    /// TOUCH: restart its timeout.
+    Touch(MessageId),
+}
+
+/// What [`Consumer::apply_acks`] did.
+pub struct AppliedAcks {
+    /// One result per ack, in order: applied in memory, or why not.
+    pub results: Vec<Result<(), DeliveryError>>,
+    /// Resolves once every FIN/REQ applied crossed the channel WAL fsync (`None`: none was).
+    pub durable: Option<Durable>,
+}
+
 /// Wraps a WAL fsync wait; its duration from now is the channel ack time.
 fn durable(
     fut: impl std::future::Future<Output = Result<(), StorageFault>> + Send + 'static,
@@ -75,8 +94,8 @@ enum BodySource {
 
 /// What one look at the channel found.
 struct Look {
-    /// The message taken, if any.
-    take: Option<(Take, BodySource)>,
+    /// The messages taken (deliveries and dead letters), in order.
+    taken: Vec<(Take, BodySource)>,
     /// When something becomes due (a deferral or a timeout).
     wake: Option<Instant>,
     /// Whether this consumer may take a message now (RDY free, nothing paused).
@@ -89,6 +108,29 @@ struct Look {
 
 /// Bodies above this size are read on the blocking pool.
 const BLOCKING_READ_BYTES: u32 = 1 << 20;
+
+/// The longest span one read of consecutive records covers.
+const RUN_BYTES: u64 = 256 * 1024;
+
+/// Most bytes between two bodies that one read still covers (a record header is 48).
+const RUN_GAP_BYTES: u64 = 4096;
+
+/// How much one [`Consumer::next_batch`] may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimit {
+    /// Most messages (at least 1 is taken whatever the limit).
+    pub messages: usize,
+    /// Body bytes after which no further message is taken.
+    pub bytes: u64,
+}
+
+impl BatchLimit {
+    /// One message per call.
+    pub const ONE: BatchLimit = BatchLimit {
+        messages: 1,
+        bytes: 0,
+    };
+}
 
 impl Consumer {
     pub(crate) fn register(
@@ -118,7 +160,7 @@ impl Consumer {
             topic,
             channel,
             id,
-            claimed: None,
+            claimed: Vec::new(),
         }
     }
 
@@ -147,6 +189,14 @@ impl Consumer {
     /// The next message for this consumer, respecting RDY, in-flight count, pauses, deferral
     /// and sampling. `None` once the channel or topic is deleted or the engine shuts down.
     pub async fn next(&mut self) -> Option<Delivery> {
+        self.next_batch(BatchLimit::ONE).await?.pop()
+    }
+
+    /// The next messages for this consumer (at least one, at most `limit`), taken under one
+    /// hold of the channel lock and read in runs of consecutive records, so a consumer with
+    /// RDY to spare costs one wake-up and one read per batch instead of per message. The same
+    /// rules as [`Consumer::next`]; `None` when that would be.
+    pub async fn next_batch(&mut self, limit: BatchLimit) -> Option<Vec<Delivery>> {
         let dlq_allowed = !self
             .topic
             .name
@@ -155,10 +205,10 @@ impl Consumer {
             if self.closed() {
                 return None;
             }
-            match self.resume_claim().await {
-                Some(Read::Body(d)) => return Some(d),
-                Some(Read::Failed) => return None,
-                Some(Read::Damaged) | None => {}
+            match self.resume_claims().await {
+                Read::Body(d) if !d.is_empty() => return Some(d),
+                Read::Failed => return None,
+                Read::Body(_) | Read::Damaged => {}
             }
             // Registered before looking, so nothing that happens after the look is missed.
             let notified = self.channel.notify.notified();
@@ -169,7 +219,7 @@ impl Consumer {
                 a.enable();
             }
             let now = Instant::now();
-            let look = self.look(now, dlq_allowed);
+            let look = self.look(now, dlq_allowed, limit);
             // Only a consumer that could take a message waits for arrivals; one that cannot
             // drops its registration, which passes any wake-up it got to another consumer.
             if !look.eligible {
@@ -181,29 +231,29 @@ impl Consumer {
             if look.expired {
                 continue;
             }
-            match look.take {
-                Some((Take::Deliver { entry, attempts }, source)) => {
-                    // Kept until its body is read, so a dropped call does not lose it.
-                    self.claimed = Some(Claimed {
-                        entry,
-                        attempts,
-                        source,
-                    });
-                    continue;
+            if !look.taken.is_empty() {
+                for (take, source) in look.taken {
+                    match take {
+                        // Kept until its body is read, so a dropped call does not lose it.
+                        Take::Deliver { entry, attempts } => self.claimed.push(Claimed {
+                            entry,
+                            attempts,
+                            source,
+                        }),
+                        Take::DeadLetter { entry } => {
+                            tokio::spawn(dead_letter(
+                                self.inner.registry.clone(),
+                                self.topic.clone(),
+                                self.channel.clone(),
+                                self.dead_letter_target(),
+                                entry,
+                                source,
+                            ));
+                        }
+                        Take::Nothing => {}
+                    }
                 }
-                Some((Take::DeadLetter { entry }, source)) => {
-                    let target = self.dead_letter_target();
-                    tokio::spawn(dead_letter(
-                        self.inner.registry.clone(),
-                        self.topic.clone(),
-                        self.channel.clone(),
-                        target,
-                        entry,
-                        source,
-                    ));
-                    continue;
-                }
-                _ => {}
+                continue;
             }
             let sleep_until = look
                 .wake
@@ -221,10 +271,10 @@ impl Consumer {
         }
     }
 
-    /// One look at the channel under its lock: takes a message if this consumer may have
-    /// one, else expires the deliveries that timed out. Commands it produced are queued for
+    /// One look at the channel under its lock: takes messages if this consumer may have
+    /// them, else expires the deliveries that timed out. Commands it produced are queued for
     /// the channel WAL after the lock is released.
-    fn look(&self, now: Instant, dlq_allowed: bool) -> Look {
+    fn look(&self, now: Instant, dlq_allowed: bool, limit: BatchLimit) -> Look {
         let now_ms = now_ms();
         let mut persist = Vec::new();
         let look = {
@@ -235,7 +285,7 @@ impl Consumer {
                 || self.inner.frozen();
             let eligible = !paused && st.consumer_in_flight(self.id) < ready;
             let mut expired = false;
-            let take = if eligible {
+            let taken = if eligible {
                 let rules = TakeRules {
                     visible: self.topic.visible_through(),
                     now,
@@ -243,18 +293,18 @@ impl Consumer {
                     max_attempts: self.inner.cfg.max_delivery_attempts,
                     dead_letter: dlq_allowed,
                 };
-                self.take(&mut st, &rules, &mut persist)
+                self.take(&mut st, &rules, &mut persist, ready, limit)
             } else {
                 // A consumer whose RDY is full may hold the deliveries that expire: it
                 // looks again at once instead of sleeping with a slot free.
                 let cmd = st.expire(now);
                 expired = cmd.is_some();
                 persist.extend(cmd);
-                None
+                Vec::new()
             };
-            let more = take.is_some() && st.may_have_more(self.topic.visible_through());
+            let more = !taken.is_empty() && st.may_have_more(self.topic.visible_through());
             Look {
-                take,
+                taken,
                 wake: st.next_wake(now, now_ms),
                 eligible,
                 more,
@@ -265,101 +315,147 @@ impl Consumer {
         look
     }
 
-    /// Takes the next message under the topic log lock (timed as delivery lock wait/hold),
-    /// with the file its body is read from.
+    /// Takes messages while RDY and `limit` allow, under one hold of the topic log lock
+    /// (timed as delivery lock wait/hold), each with the file its body is read from.
     fn take(
         &self,
         st: &mut ChanState,
         rules: &TakeRules,
         persist: &mut Vec<ChannelCommand>,
-    ) -> Option<(Take, BodySource)> {
+        ready: u32,
+        limit: BatchLimit,
+    ) -> Vec<(Take, BodySource)> {
         let m = &self.inner.metrics;
         m.add(Counter::FetchRequests, 1);
         let waited = Instant::now();
         let log = lock(&self.topic.log);
         let held = Instant::now();
         m.observe(Timer::DeliveryLockWait, held - waited);
-        let take = match st.take(self.id, &log, rules, persist) {
-            take @ (Take::Deliver { entry, .. } | Take::DeadLetter { entry }) => {
-                let source = match log.recent_body(&entry) {
-                    Some(body) => BodySource::Recent(body),
-                    None => BodySource::File(log.body_source(&entry)),
-                };
-                Some((take, source))
+        let mut taken = Vec::new();
+        let (mut messages, mut bytes) = (0, 0u64);
+        while messages < limit.messages.max(1)
+            && (messages == 0 || bytes < limit.bytes)
+            && st.consumer_in_flight(self.id) < ready
+        {
+            match st.take(self.id, &log, rules, persist) {
+                take @ (Take::Deliver { entry, .. } | Take::DeadLetter { entry }) => {
+                    if matches!(take, Take::Deliver { .. }) {
+                        messages += 1;
+                        bytes += u64::from(entry.body_len);
+                    }
+                    let source = match log.recent_body(&entry) {
+                        Some(body) => BodySource::Recent(body),
+                        None => BodySource::File(log.body_source(&entry)),
+                    };
+                    taken.push((take, source));
+                }
+                Take::Nothing => break,
             }
-            Take::Nothing => {
-                m.add(Counter::FetchEmpty, 1);
-                None
-            }
-        };
+        }
         drop(log);
         m.since(Timer::DeliveryLockHold, held);
-        take
+        if taken.is_empty() {
+            m.add(Counter::FetchEmpty, 1);
+        } else {
+            m.add(Counter::FetchBatches, 1);
+        }
+        taken
     }
 
-    /// Reads the body of a taken message into a [`Delivery`]. A body that fails its
+    /// Reads and delivers the claimed deliveries this consumer still holds (those a timeout,
+    /// requeue or FIN took back meanwhile are dropped): `Body` with what was read (maybe
+    /// nothing), `Damaged` when every one was quarantined, `Failed` when storage failed.
+    async fn resume_claims(&mut self) -> Read<Vec<Delivery>> {
+        if self.claimed.is_empty() {
+            return Read::Body(Vec::new());
+        }
+        {
+            let st = lock(&self.channel.st);
+            self.claimed
+                .retain(|c| st.holds(self.id, &c.entry, c.attempts));
+        }
+        let claims = self.claimed.clone();
+        let read = self.deliver(claims).await;
+        self.claimed.clear();
+        read
+    }
+
+    /// Reads the bodies of taken messages into [`Delivery`]s, in order. A body that fails its
     /// CRC-32C is quarantined and skipped (never sent); a body that vanished or failed its
     /// read means storage is suspect: it fails closed and ends this consumer.
-    /// Reads and delivers the claimed delivery, if this consumer still holds it; `None` when
-    /// there is none (or it was taken back meanwhile).
-    async fn resume_claim(&mut self) -> Option<Read<Delivery>> {
-        let c = self.claimed.clone()?;
-        if !lock(&self.channel.st).holds(self.id, &c.entry, c.attempts) {
-            self.claimed = None;
-            return None;
-        }
-        let read = self.deliver(c.entry, c.attempts, c.source).await;
-        self.claimed = None;
-        Some(read)
-    }
-
-    async fn deliver(&self, entry: Entry, attempts: u16, source: BodySource) -> Read<Delivery> {
-        let body = match self.budgeted_read(source, entry).await {
-            Ok(body) => body,
-            Err(ReadFail::Damaged) => {
-                let cmd = lock(&self.channel.st).drop_damaged(self.id, entry.id);
-                return quarantine(&self.inner.store, &self.topic, &self.channel, entry, cmd).await;
-            }
-            Err(ReadFail::Failed) => {
-                self.inner.store.fault().trip(format!(
-                    "cannot read body of position {} in topic {}",
-                    entry.position, self.topic.name
-                ));
-                return Read::Failed;
-            }
+    async fn deliver(&self, claims: Vec<Claimed>) -> Read<Vec<Delivery>> {
+        let bodies = match self.budgeted_read(&claims).await {
+            Some(b) => b,
+            None => return self.read_failed(&claims[0].entry),
         };
+        let mut out = Vec::with_capacity(claims.len());
+        let mut bytes = 0;
+        for (c, body) in claims.into_iter().zip(bodies) {
+            match body {
+                Ok(body) => {
+                    bytes += body.len() as u64;
+                    out.push(Delivery {
+                        id: MessageId::from_u64(c.entry.id),
+                        timestamp_ns: c.entry.timestamp_ns,
+                        attempts: c.attempts,
+                        body,
+                    });
+                }
+                Err(ReadFail::Damaged) => {
+                    let cmd = lock(&self.channel.st).drop_damaged(self.id, c.entry.id);
+                    let q = quarantine::<()>(
+                        &self.inner.store,
+                        &self.topic,
+                        &self.channel,
+                        c.entry,
+                        cmd,
+                    );
+                    if let Read::Failed = q.await {
+                        return Read::Failed;
+                    }
+                }
+                Err(ReadFail::Failed) => return self.read_failed(&c.entry),
+            }
+        }
         let m = &self.inner.metrics;
-        // Fetch batches and messages are this same count (see `Metrics::get`): one message
-        // per take.
-        m.add(Counter::FetchBytes, body.len() as u64);
-        m.add(Counter::Delivered, 1);
-        Read::Body(Delivery {
-            id: MessageId::from_u64(entry.id),
-            timestamp_ns: entry.timestamp_ns,
-            attempts,
-            body,
-        })
+        m.add(Counter::FetchBytes, bytes);
+        m.add(Counter::Delivered, out.len() as u64);
+        if out.is_empty() {
+            Read::Damaged
+        } else {
+            Read::Body(out)
+        }
     }
 
-    /// Reads a body while holding 2 × its size of the node delivery budget (read buffer +
-    /// delivered copy), waiting when the budget is short; one read takes at most half of it.
-    async fn budgeted_read(&self, source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
+    fn read_failed<T>(&self, entry: &Entry) -> Read<T> {
+        self.inner.store.fault().trip(format!(
+            "cannot read body of position {} in topic {}",
+            entry.position, self.topic.name
+        ));
+        Read::Failed
+    }
+
+    /// Reads the bodies of `claims` while holding 2 × their size of the node delivery budget
+    /// (read buffer + delivered copy), waiting when the budget is short; one batch takes at
+    /// most half of it. `None` when the budget is gone (shutdown).
+    async fn budgeted_read(&self, claims: &[Claimed]) -> Option<Vec<Result<Bytes, ReadFail>>> {
         let budgets = &self.inner.budgets;
-        let units = budgets.delivery_units(entry.body_len);
+        let total: u64 = claims.iter().map(|c| u64::from(c.entry.body_len)).sum();
+        let units = budgets.delivery_units(u32::try_from(total).unwrap_or(u32::MAX));
         let m = &self.inner.metrics;
         let _permit = match budgets.try_delivery(units) {
             Some(p) => p,
             None => {
                 m.add(Counter::BudgetWaits, 1);
-                // A guard, not a plain decrement: sessions cancel `next()` mid-wait.
+                // A guard, not a plain decrement: sessions cancel `next_batch()` mid-wait.
                 let _waiting = Waiter::new(m);
-                budgets.delivery(units).await.ok_or(ReadFail::Failed)?
+                budgets.delivery(units).await?
             }
         };
         let started = Instant::now();
-        let body = read(source, entry).await;
+        let bodies = read_all(claims).await;
         m.since(Timer::PayloadRead, started);
-        body
+        Some(bodies)
     }
 
     /// FIN; resolves after the channel WAL fsync (durable channels).
@@ -406,6 +502,59 @@ impl Consumer {
             self.channel.persist_send(vec![cmd]),
             self.inner.metrics.clone(),
         ))
+    }
+
+    /// Applies a run of pipelined FIN/REQ/TOUCH in order under one hold of the channel lock
+    /// (see [`Consumer::finish_pipelined`]): each gets its own immediate result, and the
+    /// FIN/REQ applied share one WAL request, so `durable` resolves once all of them crossed
+    /// the WAL fsync. A session hands over every ack it has read in one call.
+    pub fn apply_acks(&self, acks: &[Ack]) -> AppliedAcks {
+        let max_defer = self.inner.cfg.max_defer;
+        let now = Instant::now();
+        let now_ms = now_ms();
+        let mut results = Vec::with_capacity(acks.len());
+        let mut cmds = Vec::with_capacity(acks.len());
+        let (mut finished, mut requeued, mut wake) = (0, 0, false);
+        {
+            let mut st = lock(&self.channel.st);
+            for ack in acks {
+                let r = match *ack {
+                    Ack::Finish(id) => id
+                        .to_u64()
+                        .ok_or(DeliveryError::NotInFlight)
+                        .and_then(|raw| st.finish(self.id, raw))
+                        .map(|cmd| {
+                            finished += 1;
+                            cmds.push(cmd);
+                        }),
+                    Ack::Requeue(_, delay) if delay > max_defer => Err(DeliveryError::InvalidDelay),
+                    Ack::Requeue(id, delay) => id
+                        .to_u64()
+                        .ok_or(DeliveryError::NotInFlight)
+                        .and_then(|raw| st.requeue(self.id, raw, delay, now_ms))
+                        .map(|cmd| {
+                            requeued += 1;
+                            wake = true;
+                            cmds.push(cmd);
+                        }),
+                    Ack::Touch(id) => id
+                        .to_u64()
+                        .ok_or(DeliveryError::NotInFlight)
+                        .and_then(|raw| st.touch(self.id, raw, now))
+                        .map(|()| wake = true),
+                };
+                results.push(r);
+            }
+        }
+        if wake {
+            self.channel.notify.notify_waiters();
+        }
+        let m = &self.inner.metrics;
+        m.add(Counter::Finished, finished);
+        m.add(Counter::Requeued, requeued);
+        let durable =
+            (!cmds.is_empty()).then(|| durable(self.channel.persist_send(cmds), m.clone()));
+        AppliedAcks { results, durable }
     }
 
     /// TOUCH: restarts the message's timeout.
@@ -488,11 +637,70 @@ async fn read(source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
     } else {
         read_body_from(file.as_ref(), &entry)
     };
-    match r {
-        Ok(body) => Ok(Bytes::from(body)),
-        Err(e) if is_damaged_body(&e) => Err(ReadFail::Damaged),
-        Err(_) => Err(ReadFail::Failed),
+    r.map(Bytes::from).map_err(|e| read_fail(&e))
+}
+
+fn read_fail(e: &std::io::Error) -> ReadFail {
+    if is_damaged_body(e) {
+        ReadFail::Damaged
+    } else {
+        ReadFail::Failed
     }
+}
+
+/// Reads the bodies of `claims`, in order: recent ones from memory, the rest in runs of
+/// consecutive records of one file (one read a run, [`read_bodies_from`]), large ones alone
+/// on the blocking pool.
+async fn read_all(claims: &[Claimed]) -> Vec<Result<Bytes, ReadFail>> {
+    let mut out = Vec::with_capacity(claims.len());
+    let mut i = 0;
+    while i < claims.len() {
+        let end = run_end(claims, i);
+        match &claims[i].source {
+            BodySource::File(Some(file)) if end > i + 1 => {
+                let entries: Vec<Entry> = claims[i..end].iter().map(|c| c.entry).collect();
+                match read_bodies_from(file.as_ref(), &entries) {
+                    Ok(bodies) => {
+                        out.extend(bodies.into_iter().map(|r| r.map_err(|e| read_fail(&e))))
+                    }
+                    Err(_) => out.extend((i..end).map(|_| Err(ReadFail::Failed))),
+                }
+            }
+            source => out.push(read(source.clone(), claims[i].entry).await),
+        }
+        i = end;
+    }
+    out
+}
+
+/// The end (exclusive) of the run of claims from `start` that one read covers: bodies of the
+/// same open file, each after the previous one with at most [`RUN_GAP_BYTES`] between them,
+/// within [`RUN_BYTES`] in all. Recent and large bodies are runs of one.
+fn run_end(claims: &[Claimed], start: usize) -> usize {
+    let first = &claims[start];
+    let BodySource::File(Some(file)) = &first.source else {
+        return start + 1;
+    };
+    if first.entry.body_len > BLOCKING_READ_BYTES {
+        return start + 1;
+    }
+    let mut end = start + 1;
+    let mut prev_end = first.entry.body_offset + u64::from(first.entry.body_len);
+    while let Some(next) = claims.get(end) {
+        let e = &next.entry;
+        let same_file = matches!(&next.source, BodySource::File(Some(f)) if Arc::ptr_eq(f, file));
+        let body_end = e.body_offset + u64::from(e.body_len);
+        if !same_file
+            || e.body_offset < prev_end
+            || e.body_offset - prev_end > RUN_GAP_BYTES
+            || body_end - first.entry.body_offset > RUN_BYTES
+        {
+            break;
+        }
+        prev_end = body_end;
+        end += 1;
+    }
+    end
 }
 
 /// Quarantines a message whose body failed its check, then persists the channel's move past

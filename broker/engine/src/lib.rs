@@ -37,7 +37,7 @@ mod types;
 
 pub use bytes::Bytes;
 pub use config::{AckMode, EngineConfig, feature_level_message_cap};
-pub use consumer::{Consumer, Durable};
+pub use consumer::{Ack, AppliedAcks, BatchLimit, Consumer, Durable};
 pub use engine::Engine;
 pub use error::{
     BadBatch, ConfigError, DeliveryError, EngineError, OpenError, PublishError, StorageFault,

@@ -46,7 +46,7 @@ counters! {
     Delivered => "rustqueue_delivered_messages_total", Counter, "Messages handed to consumers";
     FetchRequests => "rustqueue_consumer_fetch_requests_total", Counter, "Takes from a channel by a consumer with RDY capacity";
     FetchEmpty => "rustqueue_consumer_fetch_empty_total", Counter, "Takes that found nothing deliverable";
-    FetchBatches => "rustqueue_consumer_fetch_batches_total", Counter, "Takes that returned a message (one message per take)";
+    FetchBatches => "rustqueue_consumer_fetch_batches_total", Counter, "Takes that returned at least one message";
     FetchMessages => "rustqueue_consumer_fetch_messages_total", Counter, "Messages returned by takes";
     FetchBytes => "rustqueue_consumer_fetch_bytes_total", Counter, "Body bytes read for delivery";
     Finished => "rustqueue_finished_messages_total", Counter, "FINs applied";
@@ -157,12 +157,11 @@ impl EngineMetrics {
         self.slot(c).fetch_max(v, Ordering::Relaxed);
     }
 
-    /// Current value. A take returns one message and every returned message is delivered, so
-    /// fetch batches and fetch messages are read from the delivered counter rather than kept
-    /// as two more atomics on the delivery path.
+    /// Current value. Every message a take returns is delivered, so fetch messages are read
+    /// from the delivered counter rather than kept as one more atomic on the delivery path.
     pub fn get(&self, c: Counter) -> u64 {
         let c = match c {
-            Counter::FetchBatches | Counter::FetchMessages => Counter::Delivered,
+            Counter::FetchMessages => Counter::Delivered,
             c => c,
         };
         self.slot(c).load(Ordering::Relaxed)

@@ -46,7 +46,7 @@ pub use fs::{Fs, FsFile, RealFs};
 pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
     AppendBatch, DEFAULT_CACHE_BYTES, DamageSink, Entry, OldestSegment, PageCache, SyncHandle,
-    Synced, TopicLog, is_damaged_body, read_body_from,
+    Synced, TopicLog, is_damaged_body, read_bodies_from, read_body_from,
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility};

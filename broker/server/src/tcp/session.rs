@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use rustqueue_engine::{ClientInfo, Consumer, ConsumerOptions, Delivery};
+use rustqueue_engine::{BatchLimit, ClientInfo, Consumer, ConsumerOptions, Delivery};
 use rustqueue_protocol::identify::Negotiated;
 use rustqueue_protocol::{Command, Decoder, ErrorCode, MAGIC_V2, ProtocolError, frame};
 use tokio::time::{Instant, sleep_until};
@@ -33,6 +31,12 @@ enum Next {
     Close,
 }
 
+/// Most messages one wake-up takes from the channel (RDY limits it too).
+const MAX_BATCH_MESSAGES: usize = 256;
+
+/// Fewest body bytes a batch may take before it stops, whatever the output buffer size.
+const MIN_BATCH_BYTES: u64 = 64 * 1024;
+
 /// How long a connection closed by a fatal error keeps draining the client's input.
 const LINGER_AFTER_ERROR: Duration = Duration::from_secs(2);
 
@@ -52,7 +56,7 @@ pub struct Session {
     flush_at: Option<Instant>,
     command_started: Option<Instant>,
     /// FIN/REQ applied in memory whose WAL fsync is still running.
-    pending_acks: FuturesUnordered<acks::PendingAck>,
+    pending_acks: acks::PendingAcks,
     /// A fatal error was sent: linger before closing so the client can read it.
     closed_on_error: bool,
 }
@@ -80,7 +84,7 @@ impl Session {
             last_recv: Instant::now(),
             flush_at: None,
             command_started: None,
-            pending_acks: FuturesUnordered::new(),
+            pending_acks: acks::PendingAcks::default(),
             closed_on_error: false,
         }
     }
@@ -151,6 +155,7 @@ impl Session {
                 .unwrap_or(0)
                 .saturating_sub(self.conn.cmd_in.len());
             let deliver = self.state == State::Subscribed && self.consumer.is_some();
+            let limit = self.batch_limit();
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -162,9 +167,9 @@ impl Session {
                         return Ok(());
                     }
                 }
-                d = next_delivery(self.consumer.as_mut()), if deliver => {
+                d = next_deliveries(self.consumer.as_mut(), limit), if deliver => {
                     match d {
-                        Some(d) => self.send_message(d).await?,
+                        Some(d) => self.send_messages(d).await?,
                         None => {
                             self.conn.flush().await?;
                             return Ok(());
@@ -296,16 +301,32 @@ impl Session {
         self.conn.flush().await
     }
 
-    async fn send_message(&mut self, d: Delivery) -> std::io::Result<()> {
-        frame::put_message(
-            &mut self.conn.out,
-            d.timestamp_ns,
-            d.attempts,
-            &d.id.0,
-            &d.body,
-        );
-        self.conn.buffered_messages += 1;
-        self.stats.message_count.fetch_add(1, Ordering::Relaxed);
+    /// How much one wake-up may take from the channel: what fits the output buffer (at
+    /// least [`MIN_BATCH_BYTES`], so a small buffer still gets batched reads and writes).
+    fn batch_limit(&self) -> BatchLimit {
+        BatchLimit {
+            messages: MAX_BATCH_MESSAGES,
+            bytes: self.params.output_buffer_size.max(MIN_BATCH_BYTES),
+        }
+    }
+
+    /// Frames a batch of deliveries into the output buffer, then writes it at once or leaves
+    /// it for the output-buffer timeout (one write per batch, not per message).
+    async fn send_messages(&mut self, batch: Vec<Delivery>) -> std::io::Result<()> {
+        let n = batch.len();
+        for d in batch {
+            frame::put_message(
+                &mut self.conn.out,
+                d.timestamp_ns,
+                d.attempts,
+                &d.id.0,
+                &d.body,
+            );
+        }
+        self.conn.buffered_messages += n;
+        self.stats
+            .message_count
+            .fetch_add(n as u64, Ordering::Relaxed);
         self.update_in_flight();
         let size = self.params.output_buffer_size as usize;
         if self.params.output_buffer_timeout_ms == 0 || self.conn.out.len() >= size {
@@ -555,9 +576,12 @@ impl Session {
     }
 }
 
-async fn next_delivery(consumer: Option<&mut Consumer>) -> Option<Delivery> {
+async fn next_deliveries(
+    consumer: Option<&mut Consumer>,
+    limit: BatchLimit,
+) -> Option<Vec<Delivery>> {
     match consumer {
-        Some(c) => c.next().await,
+        Some(c) => c.next_batch(limit).await,
         None => std::future::pending().await,
     }
 }

@@ -649,3 +649,39 @@ fn large_sync_groups_stop_the_zeros() {
     }
     assert_eq!(active_file_len(&fs), 60 * record_len(1, body.len()));
 }
+
+// --- reading runs of bodies -----------------------------------------------------------------
+
+#[test]
+fn a_run_of_bodies_reads_like_one_read_each_and_a_bad_one_fails_alone() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    let bodies: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 10 + usize::from(i) * 7]).collect();
+    for (id, body) in (1..).zip(&bodies) {
+        append(&mut log, id, body);
+    }
+    let mut entries: Vec<Entry> = (1..=5).map(|p| log.entry(p).unwrap()).collect();
+    let file = log.body_source(&entries[0]).unwrap();
+    let run = read_bodies_from(file.as_ref(), &entries).unwrap();
+    let got: Vec<Vec<u8>> = run.into_iter().map(|b| b.unwrap().to_vec()).collect();
+    assert_eq!(got, bodies);
+    for e in &entries {
+        assert_eq!(
+            read_body_from(file.as_ref(), e).unwrap(),
+            bodies[e.position as usize - 1]
+        );
+    }
+    // A body whose checksum does not match is refused on its own; the others still read.
+    entries[2].body_crc ^= 1;
+    let run = read_bodies_from(file.as_ref(), &entries).unwrap();
+    let damaged: Vec<bool> = run
+        .iter()
+        .map(|r| r.as_ref().is_err_and(is_damaged_body))
+        .collect();
+    assert_eq!(damaged, [false, false, true, false, false]);
+    // Out of file order is a caller's mistake, not damage.
+    entries.swap(0, 1);
+    let err = read_bodies_from(file.as_ref(), &entries).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    assert!(read_bodies_from(file.as_ref(), &[]).unwrap().is_empty());
+}

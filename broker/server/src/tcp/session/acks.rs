@@ -8,17 +8,20 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
-use rustqueue_engine::{DeliveryError, MessageId};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rustqueue_engine::{Ack, DeliveryError, MessageId};
 use rustqueue_protocol::{Command, MessageId as ProtoId, ProtocolError};
 
 use crate::tcp::errors;
 use crate::tcp::session::{Next, Session, State};
 
-/// Most FIN/REQ a session keeps applied but not yet durable (256, as
-/// nsqd-compatible clients expect of the original broker). Further acks wait, unread, in the session's input: this bounds
-/// the memory a fast consumer can pin while its channel WAL catches up, and makes the session
-/// yield to the WAL worker.
-pub(super) const MAX_PENDING: usize = 256;
+/// Most FIN/REQ a session keeps applied but not yet durable. Further acks wait, unread, in
+/// the session's input: this bounds the memory a fast consumer can pin while its channel WAL
+/// catches up, and makes the session yield to the WAL worker. It must cover what a consumer
+/// finishes during one WAL group commit (up to 1 ms of collecting plus the fdatasync): at
+/// 256 a session finished at most 256 messages per commit, about 50k a second.
+pub(super) const MAX_PENDING: usize = 1_024;
 
 /// Whether `cmd` is FIN, REQ or TOUCH.
 pub(super) fn is_ack(cmd: &Command) -> bool {
@@ -28,10 +31,43 @@ pub(super) fn is_ack(cmd: &Command) -> bool {
     )
 }
 
-/// A FIN/REQ already applied in memory whose channel-WAL fsync is still running.
-pub(super) type PendingAck = Pin<
-    Box<dyn Future<Output = (&'static str, ProtoId, Result<(), DeliveryError>)> + Send + 'static>,
->;
+/// The FIN/REQ of one run, applied in memory, whose shared channel-WAL fsync is still
+/// running: each one's name and id (to report a failure like nsqd, one error per ack) and
+/// the fsync's result.
+pub(super) type PendingAck =
+    Pin<Box<dyn Future<Output = (Vec<(&'static str, ProtoId)>, Result<(), DeliveryError>)> + Send>>;
+
+/// The runs of a session whose fsync is still running, and how many acks they hold.
+#[derive(Default)]
+pub(super) struct PendingAcks {
+    runs: FuturesUnordered<PendingAck>,
+    acks: usize,
+}
+
+impl PendingAcks {
+    /// Acks still waiting for their fsync.
+    pub(super) fn len(&self) -> usize {
+        self.acks
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    fn push(&mut self, acks: usize, run: PendingAck) {
+        self.acks += acks;
+        self.runs.push(run);
+    }
+
+    /// The next run whose fsync settled.
+    pub(super) async fn next(
+        &mut self,
+    ) -> Option<(Vec<(&'static str, ProtoId)>, Result<(), DeliveryError>)> {
+        let settled = self.runs.next().await?;
+        self.acks -= settled.0.len();
+        Some(settled)
+    }
+}
 
 impl Session {
     /// Runs `first` together with the FIN/REQ/TOUCH decoded right behind it (as many as the
@@ -43,7 +79,7 @@ impl Session {
         let mut batch = vec![first];
         let mut carry = None;
         let mut decode_error = None;
-        let room = MAX_PENDING - self.pending_acks.len();
+        let room = MAX_PENDING.saturating_sub(self.pending_acks.len());
         while batch.len() < room {
             match self.decode_next() {
                 Ok(Some(c)) if is_ack(&c) => batch.push(c),
@@ -66,78 +102,82 @@ impl Session {
         Ok((next, carry))
     }
 
-    /// Applies a run of acks in command order. FIN and REQ take effect in memory at once (the
-    /// RDY slot frees, nothing is redelivered) and their WAL fsyncs are left to complete in
-    /// the background, so delivery never waits on a disk flush: NSQ sends no reply to FIN or
-    /// REQ, and a crash before the fsync only redelivers (at-least-once). Failures are reported
-    /// like nsqd's, as non-fatal errors.
-    pub(super) async fn ack_batch(&mut self, acks: Vec<Command>) -> std::io::Result<Next> {
-        if self.state == State::Init || self.consumer.is_none() {
-            let name = acks.first().map_or("FIN", Command::name);
+    /// Applies a run of acks in command order, in one call to the engine. FIN and REQ take
+    /// effect in memory at once (the RDY slot frees, nothing is redelivered) and their WAL
+    /// fsync is left to complete in the background, so delivery never waits on a disk flush:
+    /// NSQ sends no reply to FIN or REQ, and a crash before the fsync only redelivers
+    /// (at-least-once). Failures are reported like nsqd's, as non-fatal errors.
+    pub(super) async fn ack_batch(&mut self, cmds: Vec<Command>) -> std::io::Result<Next> {
+        let Some(consumer) = self.consumer.as_ref().filter(|_| self.state != State::Init) else {
+            let name = cmds.first().map_or("FIN", Command::name);
             return self
                 .fail(ProtocolError::invalid(format!(
                     "cannot {name} in current state"
                 )))
                 .await;
-        }
+        };
         let max_defer = self.shared.cfg.queue.max_defer_ms as i64;
-        for cmd in &acks {
-            let Some(consumer) = self.consumer.as_ref() else {
-                break;
-            };
-            let (name, id, applied) = match cmd {
-                Command::Fin(id) => ("FIN", *id, consumer.finish_pipelined(MessageId(id.0))),
+        let mut named = Vec::with_capacity(cmds.len());
+        let mut acks = Vec::with_capacity(cmds.len());
+        for cmd in &cmds {
+            let (name, id, ack) = match cmd {
+                Command::Fin(id) => ("FIN", *id, Ack::Finish(MessageId(id.0))),
                 // nsqd clamps an out-of-range REQ delay instead of refusing it.
                 Command::Req { id, delay_ms } => {
                     let delay = Duration::from_millis((*delay_ms).clamp(0, max_defer) as u64);
-                    (
-                        "REQ",
-                        *id,
-                        consumer.requeue_pipelined(MessageId(id.0), delay),
-                    )
+                    ("REQ", *id, Ack::Requeue(MessageId(id.0), delay))
                 }
-                Command::Touch(id) => {
-                    if let Err(e) = consumer.touch(MessageId(id.0))
-                        && let Next::Close = self
-                            .fail(errors::delivery(&e, "TOUCH", id.as_str()))
-                            .await?
-                    {
-                        return Ok(Next::Close);
-                    }
-                    continue;
-                }
+                Command::Touch(id) => ("TOUCH", *id, Ack::Touch(MessageId(id.0))),
                 _ => continue,
             };
-            match applied {
-                Ok(durable) => {
-                    let counter = if name == "FIN" {
-                        &self.stats.finish_count
-                    } else {
-                        &self.stats.requeue_count
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    self.pending_acks
-                        .push(Box::pin(async move { (name, id, durable.await) }));
+            named.push((name, id));
+            acks.push(ack);
+        }
+        let applied = consumer.apply_acks(&acks);
+        let mut durable_acks = Vec::with_capacity(named.len());
+        let mut failed = Vec::new();
+        for ((name, id), result) in named.into_iter().zip(applied.results) {
+            match result {
+                Ok(()) if name == "FIN" => {
+                    self.stats.finish_count.fetch_add(1, Ordering::Relaxed);
+                    durable_acks.push((name, id));
                 }
-                Err(e) => {
-                    if let Next::Close = self.fail(errors::delivery(&e, name, id.as_str())).await? {
-                        return Ok(Next::Close);
-                    }
+                Ok(()) if name == "REQ" => {
+                    self.stats.requeue_count.fetch_add(1, Ordering::Relaxed);
+                    durable_acks.push((name, id));
                 }
+                Ok(()) => {}
+                Err(e) => failed.push(errors::delivery(&e, name, id.as_str())),
             }
         }
+        if let Some(durable) = applied.durable {
+            let n = durable_acks.len();
+            self.pending_acks
+                .push(n, Box::pin(async move { (durable_acks, durable.await) }));
+        }
         self.update_in_flight();
+        for err in failed {
+            if let Next::Close = self.fail(err).await? {
+                return Ok(Next::Close);
+            }
+        }
         Ok(Next::Continue)
     }
 
-    /// Reports a background FIN/REQ fsync that failed (storage is isolated by then).
+    /// Reports a run of background FIN/REQ whose fsync failed (storage is isolated by then):
+    /// one error per ack, as if each had failed on its own.
     pub(super) async fn ack_settled(
         &mut self,
-        (name, id, result): (&'static str, ProtoId, Result<(), DeliveryError>),
+        (acks, result): (Vec<(&'static str, ProtoId)>, Result<(), DeliveryError>),
     ) -> std::io::Result<Next> {
-        match result {
-            Ok(()) => Ok(Next::Continue),
-            Err(e) => self.fail(errors::delivery(&e, name, id.as_str())).await,
+        let Err(e) = result else {
+            return Ok(Next::Continue);
+        };
+        for (name, id) in acks {
+            if let Next::Close = self.fail(errors::delivery(&e, name, id.as_str())).await? {
+                return Ok(Next::Close);
+            }
         }
+        Ok(Next::Continue)
     }
 }
