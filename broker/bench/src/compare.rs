@@ -30,6 +30,9 @@ pub enum Headline {
     RestartReady,
     /// Broker RSS while idle (lower is better).
     IdleRss,
+    /// Acknowledged messages / seconds from the consumers' start until the ledger was
+    /// complete, for a backlog published before any consumer reads (higher is better).
+    DrainRate,
 }
 
 /// What a case runs.
@@ -98,7 +101,17 @@ pub struct Settings {
     /// Topics in the idle-topics case.
     #[serde(default = "default_idle_topics")]
     pub idle_topics: usize,
+    /// Messages in each drain case.
+    #[serde(default = "default_drain_messages")]
+    pub drain_messages: u64,
 }
+
+fn default_drain_messages() -> u64 {
+    1_000_000
+}
+
+/// RDY of each consumer in the drain and mixed cases (the bench's consumers all use it).
+const DRAIN_RDY: u32 = crate::load::RDY;
 
 fn default_restart_messages() -> u64 {
     1_000_000
@@ -248,11 +261,52 @@ pub fn cases(s: &Settings) -> Vec<Case> {
                 warmup_seconds: 0.0,
                 duration_seconds: None,
                 messages: s.backlog_messages,
-                ..base
+                ..base.clone()
             },
         ),
     ];
-    if let Some(backlog) = all.last_mut() {
+    let drain = |bytes: usize| RunConfig {
+        producers: 2,
+        consumers: 2,
+        batch_size: 64,
+        message_bytes: bytes,
+        consume_after_publish: true,
+        warmup_seconds: 0.0,
+        duration_seconds: None,
+        messages: s.drain_messages,
+        ..base.clone()
+    };
+    for (bytes, label) in [(200, "200 B"), (1024, "1 KiB")] {
+        all.push(case(
+            &format!("drain_{}", label.replace(' ', "").to_lowercase()),
+            &format!(
+                "Consumers that keep up, backlog: 2 writers MPUB 64 x {label} publish {} messages with no reader, then 2 consumers at RDY {DRAIN_RDY} (FIN each) drain it",
+                thousands(s.drain_messages)
+            ),
+            Headline::DrainRate,
+            drain(bytes),
+        ));
+    }
+    // Twice the usual window: a backlog that grows shows better over a longer run.
+    let mixed_seconds = 2.0 * s.duration_seconds;
+    all.push(case(
+        "mixed",
+        &format!(
+            "Consumers that keep up, live: 2 writers MPUB 64 x 1 KiB and 2 consumers at RDY {DRAIN_RDY} at once, {mixed_seconds} s"
+        ),
+        Headline::ReceiveRate,
+        RunConfig {
+            producers: 2,
+            consumers: 2,
+            batch_size: 64,
+            duration_seconds: Some(mixed_seconds),
+            ..base
+        },
+    ));
+    for backlog in all
+        .iter_mut()
+        .filter(|c| c.name == "backlog" || c.name.starts_with("drain_"))
+    {
         backlog.skip.push(Skip {
             profile: "nsqd-sync-every-1".to_owned(),
             reason: "fsyncs every message on both the topic and the channel disk queue \
@@ -607,6 +661,7 @@ mod tests {
             profiles: vec![],
             restart_messages: 1_000_000,
             idle_topics: 1_000,
+            drain_messages: 2000,
         };
         let c = cases(&s);
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
@@ -619,6 +674,9 @@ mod tests {
                 "low_load_latency",
                 "small_messages",
                 "backlog",
+                "drain_200b",
+                "drain_1kib",
+                "mixed",
                 "restart",
                 "idle_topics"
             ]
@@ -632,6 +690,21 @@ mod tests {
             (c[5].load.messages, c[5].load.duration_seconds),
             (1000, None)
         );
+        for (drain, bytes) in [(&c[6], 200), (&c[7], 1024)] {
+            assert_eq!(drain.headline, Headline::DrainRate);
+            let l = &drain.load;
+            assert_eq!((l.producers, l.consumers, l.message_bytes), (2, 2, bytes));
+            assert_eq!((l.messages, l.consume_after_publish), (2000, true));
+            assert!(drain.skip.iter().any(|s| s.profile == "nsqd-sync-every-1"));
+        }
+        let mixed = &c[8].load;
+        assert_eq!(
+            (mixed.producers, mixed.consumers, mixed.batch_size),
+            (2, 2, 64)
+        );
+        assert!(!mixed.consume_after_publish);
+        assert_eq!(mixed.duration_seconds, Some(10.0));
+        let c = &c[3..];
         let CaseKind::Restart(r) = &c[6].kind else {
             panic!("restart case")
         };

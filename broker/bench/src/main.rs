@@ -89,6 +89,9 @@ struct CompareArgs {
     /// Messages in the restart case.
     #[arg(long, env = "BENCH_RESTART_MESSAGES", default_value_t = 1_000_000)]
     restart_messages: u64,
+    /// Messages in each drain case (`drain_200b`, `drain_1kib`).
+    #[arg(long, env = "BENCH_DRAIN_MESSAGES", default_value_t = 1_000_000)]
+    drain_messages: u64,
     /// Topics in the idle-topics case.
     #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
     idle_topics: usize,
@@ -217,6 +220,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         warmup_seconds: a.warmup_seconds,
         rounds: a.rounds.max(1),
         backlog_messages: a.backlog_messages,
+        drain_messages: a.drain_messages,
         drain_timeout_seconds: a.drain_timeout_seconds,
         cases: a.cases.into_iter().filter(|c| !c.is_empty()).collect(),
         profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),

@@ -86,6 +86,10 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
         Headline::ReceiveRate => ("receive msg/s", "higher is better"),
         Headline::P99Latency => ("p99 publish-ack latency", "lower is better"),
         Headline::PeakRss => ("broker peak RSS", "lower is better"),
+        Headline::DrainRate => (
+            "drain msg/s, in the Receive column: messages / seconds from the consumers' start until the ledger was complete",
+            "higher is better",
+        ),
         _ => ("", ""),
     };
     let _ = writeln!(
@@ -145,7 +149,11 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
             "| `{}` | {complete} | {:.0} | {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | {:.1} | {} | {:.2} / {:.2} | {:.1} | {ratio} |",
             p.name,
             med(&|r| r.publish_msgs_per_sec),
-            med(&|r| r.receive_msgs_per_sec),
+            med(&|r| if case.headline == Headline::DrainRate {
+                drain_rate(r)
+            } else {
+                r.receive_msgs_per_sec
+            }),
             med(&|r| r.latency.p50_us as f64),
             med(&|r| r.latency.p99_us as f64),
             med(&|r| r.latency.p999_us as f64),
@@ -167,6 +175,22 @@ fn case_table(md: &mut String, results: &Results, case: &Case) {
             med(&|r| cpu_us_per_message(r).unwrap_or(0.0)),
         );
     }
+}
+
+/// Messages drained per second: acknowledged messages / seconds from the end of publishing
+/// (when the consumers start) until the ledger was complete.
+pub fn drain_rate(r: &RunReport) -> f64 {
+    if r.drain_seconds > 0.0 {
+        r.ledger.acknowledged as f64 / r.drain_seconds
+    } else {
+        0.0
+    }
+}
+
+/// Messages published in the window and not delivered in it: what piled up while the
+/// consumers ran beside the producers (never below zero).
+pub fn backlog_growth(r: &RunReport) -> f64 {
+    r.published.saturating_sub(r.received_in_window) as f64
 }
 
 /// Broker CPU per delivered message in the window, µs (per published message when nothing
@@ -526,6 +550,7 @@ fn load_values(results: &Results, case: &Case, profile: &str) -> Vec<f64> {
             Headline::ReceiveRate => r.receive_msgs_per_sec,
             Headline::P99Latency => r.latency.p99_us as f64,
             Headline::PeakRss => r.broker.as_ref().map_or(0.0, |b| b.peak_rss_bytes as f64),
+            Headline::DrainRate => drain_rate(r),
             Headline::Disk | Headline::RestartReady | Headline::IdleRss => 0.0,
         })
         .collect()
@@ -706,6 +731,7 @@ pub fn targets(results: &Results) -> Vec<(String, String, String)> {
         m,
         s,
     ));
+    rows.extend(keep_up_rows(results));
     let idle = find("idle_topics").and_then(|c| {
         let get = |profile: &str| {
             let ok: Vec<&crate::idle::IdleReport> = results
@@ -735,6 +761,67 @@ pub fn targets(results: &Results) -> Vec<(String, String, String)> {
         m,
         s,
     ));
+    rows
+}
+
+/// The RustQueue profiles, strongest promise first.
+const RUSTQUEUE_MODES: [&str; 3] = [
+    "rustqueue-durable",
+    "rustqueue-write_ack",
+    "rustqueue-nsq_relaxed",
+];
+
+/// Consumers that keep up: in the drain cases and the mixed case every ack mode reads at
+/// least as fast as `nsqd-default`; in the mixed case no more piles up than with nsqd.
+fn keep_up_rows(results: &Results) -> Vec<(String, String, String)> {
+    let status = |ok: bool| if ok { "met" } else { "**missed**" }.to_owned();
+    let mut rows = Vec::new();
+    for name in ["drain_200b", "drain_1kib", "mixed"] {
+        let Some(case) = find_case(results, name) else {
+            continue;
+        };
+        let what = if name == "mixed" {
+            "read msg/s while 2 writers publish"
+        } else {
+            "drain msg/s"
+        };
+        for profile in RUSTQUEUE_MODES {
+            let row = (|| {
+                let v = headline_value(results, case, profile)?;
+                let b = headline_value(results, case, BASELINE)?;
+                let mut measured = format!("{v:.0} vs {b:.0} msg/s = {:.2}x", v / b);
+                let mut ok = v >= b;
+                if name == "mixed" {
+                    let grew = median_of(results, name, profile, |r| Some(backlog_growth(r)))?;
+                    let bgrew = median_of(results, name, BASELINE, |r| Some(backlog_growth(r)))?;
+                    measured.push_str(&format!("; backlog grew {grew:.0} vs {bgrew:.0} messages"));
+                    ok &= grew <= bgrew;
+                }
+                Some((measured, status(ok)))
+            })();
+            let (m, s) =
+                row.unwrap_or_else(|| match reports(results, name, profile, false).first() {
+                    None => ("not measured".into(), "not measured".into()),
+                    Some(r) => (
+                        format!(
+                            "run did not count: {} of {} acknowledged undelivered",
+                            r.ledger.missing, r.ledger.acknowledged
+                        ),
+                        "**missed**".into(),
+                    ),
+                });
+            let extra = if name == "mixed" {
+                ", backlog growth <= nsqd's"
+            } else {
+                ""
+            };
+            rows.push((
+                format!("`{name}` {what}, `{profile}` >= 1.0x `nsqd-default`{extra}"),
+                m,
+                s,
+            ));
+        }
+    }
     rows
 }
 

@@ -168,10 +168,16 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
         rounds: 1,
         backlog_messages: 5_000,
         drain_timeout_seconds: 60.0,
-        cases: vec!["pub_fin".into(), "backlog".into()],
+        cases: vec![
+            "pub_fin".into(),
+            "backlog".into(),
+            "drain_200b".into(),
+            "mixed".into(),
+        ],
         profiles: vec!["nsqd-default".into(), "nsqd-sync-every-2500".into()],
         restart_messages: 1_000,
         idle_topics: 1,
+        drain_messages: 5_000,
     };
     let mut lines = Vec::new();
     let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
@@ -187,8 +193,16 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
             ("pub_fin", "nsqd-sync-every-2500"),
             ("backlog", "nsqd-default"),
             ("backlog", "nsqd-sync-every-2500"),
+            ("drain_200b", "nsqd-default"),
+            ("drain_200b", "nsqd-sync-every-2500"),
+            ("mixed", "nsqd-default"),
+            ("mixed", "nsqd-sync-every-2500"),
         ]
     );
+    // The drain headline is messages over drain time, in the Receive column.
+    let drain = &results.runs[4].report.as_ref().unwrap();
+    assert_eq!(drain.ledger.acknowledged, 5_000);
+    assert!(report::drain_rate(drain) > 0.0, "{drain:?}");
     assert!(lines.iter().all(|l| l.contains("complete")), "{lines:#?}");
     let md = report::render(&results, Some("## Notes\nhand-written"));
     assert!(md.contains("| `nsqd-default` | 1/1 |"), "{md}");
@@ -212,6 +226,7 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
         profiles: vec!["nsqd-default".into(), "nsqd-sync-every-2500".into()],
         restart_messages: 20_000,
         idle_topics: 20,
+        drain_messages: 1_000,
     };
     let mut lines = Vec::new();
     let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
