@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::gateway::env as gateway_env;
 use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT, env};
 
 use super::pod;
@@ -66,32 +67,32 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
             env: Some(vec![
                 pod::field_env(env::POD_IP, "status.podIP"),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
+                    gateway_env::TCP_ADDRESS,
                     format!("$(POD_IP):{GATEWAY_TCP_PORT}"),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
+                    gateway_env::HTTP_ADDRESS,
                     format!("$(POD_IP):{GATEWAY_HTTP_PORT}"),
                 ),
                 pod::env(
-                    "RUSTQUEUE_DISCOVERY_URLS",
+                    gateway_env::DISCOVERY_URLS,
                     format!("http://{}:{DISCOVERY_HTTP_PORT}", names::discovery(n)),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS",
+                    gateway_env::TCP_MAX_CONNECTION_AGE_SECONDS,
                     spec.proxy_tcp_max_connection_age_seconds.to_string(),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
+                    gateway_env::SHUTDOWN_GRACE_SECONDS,
                     SHUTDOWN_GRACE_SECONDS.to_string(),
                 ),
                 // the brokers' own limits, so the gateway refuses what they would refuse
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
+                    gateway_env::MAX_MESSAGE_BYTES,
                     spec.max_message_bytes.to_string(),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
+                    gateway_env::MAX_BODY_BYTES,
                     EffectiveLimits::new(spec, 1).max_body_bytes.to_string(),
                 ),
             ]),

@@ -22,32 +22,18 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::gateway::env as gateway_env;
 use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, DISCOVERY_PUBLISHER_MODE, env};
 use sha2::{Digest, Sha256};
 
 use super::pod;
 use super::{Owner, match_labels, pod_template, selector_labels};
 
-/// Gateway Pods: one per shard.
-pub const GATEWAYS: i32 = 3;
-/// The Kodo message limit the Gateways enforce.
-pub const MAX_MESSAGE_BYTES: u64 = 104_857_600;
-/// The Kodo batch (MPUB body) limit.
-pub const MAX_BODY_BYTES: u64 = 134_217_728;
-/// The in-flight working set each Gateway reserves bodies against.
-pub const MAX_INFLIGHT_BYTES: u64 = 536_870_912;
-/// TCP producer port of a Gateway Pod.
-pub const TCP_PORT: u16 = 4150;
-/// Service ports of the second and third TCP identity (both forward to 4150).
-pub const TCP_IDENTITY_PORTS: [u16; 3] = [4150, 4152, 4153];
-/// `/stats` shard ports 0, 1, 2.
-pub const STATS_PORTS: [u16; 3] = [4151, 4154, 4155];
-/// `/ping`, `/metrics`, `/v1/health`: the probe port.
-pub const METRICS_PORT: u16 = 4160;
-/// Seconds a Gateway Pod gets to finish after SIGTERM.
-const TERMINATION_GRACE_SECONDS: i64 = 75;
-/// What the Gateway itself waits for open publishes on SIGTERM (inside the above).
-const SHUTDOWN_GRACE_SECONDS: i64 = 60;
+// The Gateways' ports, limits and grace are the contract's: the gateway checks the same ones.
+pub use rustqueue_api::gateway::kodo::{
+    GATEWAYS, MAX_BODY_BYTES, MAX_INFLIGHT_BYTES, MAX_MESSAGE_BYTES, METRICS_PORT,
+    SHUTDOWN_GRACE_SECONDS, STATS_PORTS, TCP_IDENTITY_PORTS, TCP_PORT, TERMINATION_GRACE_SECONDS,
+};
 /// How long a discovery rollout may make no progress beyond its soak before the Deployment
 /// reports it stalled.
 const PROGRESS_DEADLINE_SECONDS: i32 = 600;
@@ -264,18 +250,15 @@ fn gateway_pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> Pod
             env: Some(vec![
                 pod::field_env(env::POD_NAME, "metadata.name"),
                 pod::field_env(env::POD_IP, "status.podIP"),
-                pod::env("RUSTQUEUE_KODO_COMPATIBILITY_ENABLED", "true"),
-                pod::env("RUSTQUEUE_KODO_CLEANUP_ENABLED", "false"),
+                pod::env(gateway_env::KODO_COMPATIBILITY_ENABLED, "true"),
+                pod::env(gateway_env::KODO_CLEANUP_ENABLED, "false"),
+                pod::env(gateway_env::TCP_ADDRESS, format!("$(POD_IP):{TCP_PORT}")),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
-                    format!("$(POD_IP):{TCP_PORT}"),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
+                    gateway_env::HTTP_ADDRESS,
                     format!("$(POD_IP):{}", STATS_PORTS[0]),
                 ),
                 pod::env(
-                    "RUSTQUEUE_DISCOVERY_URLS",
+                    gateway_env::DISCOVERY_URLS,
                     format!(
                         "http://{}.{}.svc:{DISCOVERY_HTTP_PORT}",
                         super::names::discovery(n),
@@ -283,19 +266,16 @@ fn gateway_pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> Pod
                     ),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
+                    gateway_env::MAX_MESSAGE_BYTES,
                     MAX_MESSAGE_BYTES.to_string(),
                 ),
+                pod::env(gateway_env::MAX_BODY_BYTES, MAX_BODY_BYTES.to_string()),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
-                    MAX_BODY_BYTES.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_INFLIGHT_BYTES",
+                    gateway_env::MAX_INFLIGHT_BYTES,
                     MAX_INFLIGHT_BYTES.to_string(),
                 ),
                 pod::env(
-                    "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
+                    gateway_env::SHUTDOWN_GRACE_SECONDS,
                     SHUTDOWN_GRACE_SECONDS.to_string(),
                 ),
             ]),
@@ -461,10 +441,10 @@ pub fn shape_discovery(owner: &Owner<'_>, layout: &KodoLayout, d: &mut Deploymen
         .and_then(|p| p.containers.first_mut())
     {
         let e = c.env.get_or_insert_with(Vec::new);
-        e.push(pod::env("RUSTQUEUE_KODO_COMPATIBILITY_ENABLED", "true"));
-        e.push(pod::env("RUSTQUEUE_KODO_CLEANUP_ENABLED", "false"));
+        e.push(pod::env(gateway_env::KODO_COMPATIBILITY_ENABLED, "true"));
+        e.push(pod::env(gateway_env::KODO_CLEANUP_ENABLED, "false"));
         e.push(pod::env(
-            "RUSTQUEUE_KODO_GATEWAY_ADDRESS",
+            gateway_env::KODO_GATEWAY_ADDRESS,
             names::gateway_address(owner.name, owner.namespace),
         ));
     }
