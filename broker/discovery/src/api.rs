@@ -24,9 +24,9 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::index::Producer;
 use crate::query::{self, QueryError};
 use crate::{Shared, kodo};
+use rustqueue_protocol::lookup::Producer;
 
 /// The `X-NSQ-Content-Type` value nsqlookupd sends on every JSON answer.
 pub const NSQ_CONTENT_TYPE: &str = "nsq; version=1.0";
@@ -139,7 +139,7 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
     if gated && let Err(reason) = shared.source_ready() {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({ "message": NOT_READY, "reason": reason }),
+            &json!({ "message": NOT_READY, "reason": reason.to_string() }),
         );
     }
     let q = match query::parse(raw_query) {
@@ -284,7 +284,7 @@ fn nodes(shared: &Shared) -> Response {
         .publishers()
         .iter()
         .map(|p| {
-            let topics = ix.topics_of(p.node_id);
+            let topics = ix.topics_of(p.node_id.unwrap_or_default());
             Node {
                 producer: p,
                 tombstones: vec![false; topics.len()],
@@ -310,7 +310,7 @@ fn health(shared: &Shared) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({
                 "status": "source-unavailable",
-                "reason": reason,
+                "reason": reason.to_string(),
                 "broker_count": count,
                 "lookup_ready": false,
             }),
@@ -437,7 +437,7 @@ mod tests {
     #[tokio::test]
     async fn stale_source_fails_closed() {
         let s = Shared::default();
-        s.record(Err("broker down".into()));
+        s.record(Err(crate::RefreshError::Source("broker down".into())));
         let (c, b) = body(answer(&s, &Method::GET, "/lookup", "topic=t")).await;
         assert_eq!(c, 503);
         let v: serde_json::Value = serde_json::from_str(&b).unwrap();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rustqueue_api::gateway::env as gateway_env;
 use rustqueue_discovery::{Shared, api, kodo, poller, source};
 use tokio::sync::watch;
 
@@ -52,16 +53,16 @@ struct Cli {
     /// Kodo mode: `/nodes` advertises the three Kodo gateway identities (docs/kodo.md).
     #[arg(
         long,
-        env = "RUSTQUEUE_KODO_COMPATIBILITY_ENABLED",
+        env = gateway_env::KODO_COMPATIBILITY_ENABLED,
         default_value_t = false
     )]
     kodo_compatibility_enabled: bool,
     /// Kodo mode: the gateway Service host every identity advertises (required there,
     /// refused in direct mode).
-    #[arg(long, env = "RUSTQUEUE_KODO_GATEWAY_ADDRESS")]
+    #[arg(long, env = gateway_env::KODO_GATEWAY_ADDRESS)]
     kodo_gateway_address: Option<String>,
     /// Kodo cleanup compatibility: never supported, `true` is a startup error.
-    #[arg(long, env = "RUSTQUEUE_KODO_CLEANUP_ENABLED", default_value_t = false)]
+    #[arg(long, env = gateway_env::KODO_CLEANUP_ENABLED, default_value_t = false)]
     kodo_cleanup_enabled: bool,
 }
 
