@@ -1,73 +1,23 @@
-//! The HTTP side on :4151: `/ping`, `/v1/health` and `/metrics` are answered here; every
-//! other request is forwarded to a publish-ready broker by [`crate::forward`].
-//!
-//! Errors are shaped like the broker's own: `{"message":"E_CODE","detail":"..."}` with
-//! `Content-Type: application/json; charset=utf-8` and `X-NSQ-Content-Type: nsq; version=1.0`
-//! (docs/gateway.md, "Errors").
+//! The standard gateway's HTTP service on :4151: the core's probe routes (`/ping`,
+//! `/v1/health` with the publishers, `/metrics`); every other request is forwarded to a
+//! publish-ready broker by [`super::forward`]. Only origin-form targets are taken, and every
+//! answer carries `X-NSQ-Content-Type: nsq; version=1.0` like the broker's
+//! (docs/gateway.md, "HTTP" and "Errors").
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use serde_json::json;
 
-use crate::forward::Forwarder;
+use super::forward::{self, Forwarder};
+use crate::core::{Health, Shared, probe_router};
+use crate::error::ErrorAnswer;
 
 /// The NSQ content-type header every answer carries, like the broker's.
 const NSQ_CONTENT_TYPE: &str = "x-nsq-content-type";
-
-/// A gateway error answer.
-#[derive(Debug)]
-pub struct GatewayError {
-    status: StatusCode,
-    code: &'static str,
-    detail: String,
-    retry_after: bool,
-}
-
-impl GatewayError {
-    /// `status` with error `code` and a `detail` saying what to do.
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        GatewayError {
-            status,
-            code,
-            detail: detail.into(),
-            retry_after: false,
-        }
-    }
-
-    /// Also send `Retry-After: 1`.
-    pub fn retry_after(mut self) -> Self {
-        self.retry_after = true;
-        self
-    }
-
-    /// The error code (for tests and logs).
-    pub fn code(&self) -> &'static str {
-        self.code
-    }
-}
-
-impl IntoResponse for GatewayError {
-    fn into_response(self) -> Response {
-        let body = json!({ "message": self.code, "detail": self.detail }).to_string();
-        let mut resp = (
-            self.status,
-            [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
-            body,
-        )
-            .into_response();
-        if self.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        resp
-    }
-}
 
 /// Whether a request target is in origin form (`/path?query`), the only form forwarded.
 pub fn is_origin_form(uri: &axum::http::Uri) -> bool {
@@ -75,20 +25,17 @@ pub fn is_origin_form(uri: &axum::http::Uri) -> bool {
 }
 
 /// The whole HTTP service.
-pub fn router(fwd: Arc<Forwarder>) -> Router {
-    Router::new()
-        .route("/ping", get(|| async { "OK" }))
-        .route("/v1/health", get(health))
-        .route("/metrics", get(metrics))
-        .fallback(crate::forward::handle)
+pub fn router(shared: Shared, fwd: Arc<Forwarder>) -> Router {
+    let forwarded = Router::new().fallback(forward::handle).with_state(fwd);
+    probe_router(shared, Health::Detailed)
+        .merge(forwarded)
         .layer(axum::middleware::from_fn(origin_form_only))
         .layer(axum::middleware::map_response(add_nsq_header))
-        .with_state(fwd)
 }
 
 async fn origin_form_only(req: Request, next: Next) -> Response {
     if !is_origin_form(req.uri()) {
-        return GatewayError::new(
+        return ErrorAnswer::new(
             StatusCode::BAD_REQUEST,
             "E_BAD_REQUEST",
             "only origin-form request targets (/path?query) are forwarded; do not use the gateway as an HTTP proxy",
@@ -104,42 +51,6 @@ async fn add_nsq_header(mut resp: Response) -> Response {
         HeaderValue::from_static("nsq; version=1.0"),
     );
     resp
-}
-
-async fn health(State(fwd): State<Arc<Forwarder>>) -> Response {
-    let publishers: Vec<serde_json::Value> = fwd
-        .pools
-        .publish_backends()
-        .iter()
-        .map(|b| json!({ "node_id": b.node_id, "address": format!("{}:{}", b.host, b.tcp_port) }))
-        .collect();
-    let (brokers, revision) = (publishers.len(), fwd.pools.revision());
-    if brokers > 0 {
-        let body = json!({
-            "status": "ready",
-            "brokers": brokers,
-            "revision": revision,
-            "publishers": publishers,
-        });
-        (StatusCode::OK, axum::Json(body)).into_response()
-    } else {
-        let body = json!({
-            "status": "not_ready",
-            "brokers": 0,
-            "revision": revision,
-            "publishers": publishers,
-            "reason": "no publish-ready broker agreed on by the discovery replicas",
-        });
-        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-    }
-}
-
-async fn metrics(State(fwd): State<Arc<Forwarder>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        fwd.metrics.render(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]
@@ -174,14 +85,18 @@ mod tests {
             let status = rt.block_on(async {
                 use tower::ServiceExt as _;
                 let cfg = crate::config::Cli::try_parse_from(["gw"]).unwrap().validate().unwrap();
-                let pools = std::sync::Arc::new(crate::pool::Pools::default());
-                let fwd = Forwarder::new(pools, crate::metrics::Metrics::new(), &cfg).unwrap();
+                let shared = Shared {
+                    pools: Arc::new(crate::pool::Pools::default()),
+                    metrics: crate::metrics::Metrics::new(),
+                    budget: crate::budget::ByteBudget::new(cfg.max_inflight_bytes),
+                };
+                let fwd = Forwarder::new(shared.clone(), &cfg).unwrap();
                 let req = axum::http::Request::builder()
                     .method(method.as_str())
                     .uri(uri.clone())
                     .body(axum::body::Body::empty())
                     .unwrap();
-                router(std::sync::Arc::new(fwd)).oneshot(req).await.unwrap().status()
+                router(shared, Arc::new(fwd)).oneshot(req).await.unwrap().status()
             });
             let local = ["/ping", "/v1/health", "/metrics"].contains(&uri.path()) && is_origin_form(&uri);
             let allowed: &[u16] = if !is_origin_form(&uri) { &[400] } else if local { &[200, 503, 405] } else { &[503] };

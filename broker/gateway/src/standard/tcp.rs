@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::budget::Slots;
 use crate::metrics::Metrics;
 use crate::pool::{Placement, Pools};
 
@@ -37,7 +38,7 @@ pub struct TcpContext {
     /// Metrics.
     pub metrics: Metrics,
     /// The connection cap.
-    pub slots: Arc<Semaphore>,
+    pub slots: Slots,
     /// Base tunnel lifetime; `None`: no rotation by age.
     pub max_age: Option<Duration>,
     /// Cancelled when shutdown's grace is over: every tunnel closes.
@@ -65,8 +66,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = ctx.slots.clone().try_acquire_owned() else {
-            ctx.metrics.tcp_refused.inc();
+        let Some(slot) = ctx.slots.try_take() else {
             drop(client);
             continue;
         };

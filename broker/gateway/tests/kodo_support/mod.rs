@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use clap::Parser;
-use rustqueue_gateway::config::Cli;
-use rustqueue_gateway::kodo::KodoGateway;
+use rustqueue_gateway::Cli;
+use rustqueue_gateway::{KodoGateway, KodoSettings};
 use rustqueue_protocol::Frame;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -278,15 +278,16 @@ pub async fn kodo_gateway(discovery: &FakeDiscovery, extra: &[&str]) -> KodoGate
         "5",
     ];
     args.extend_from_slice(extra);
-    let cfg = Cli::try_parse_from(args).unwrap().validate().unwrap();
-    let kodo = cfg.kodo.clone().unwrap();
-    KodoGateway::start(cfg, kodo).await.unwrap()
+    let cli = Cli::try_parse_from(args).unwrap();
+    let kodo = KodoSettings::from_cli(&cli).unwrap();
+    KodoGateway::start(cli.validate().unwrap(), kodo)
+        .await
+        .unwrap()
 }
 
 /// A metric's value from the gateway's exposition.
 pub fn metric(gw: &KodoGateway, name: &str) -> f64 {
-    gw.metrics
-        .render()
+    gw.metrics_text()
         .lines()
         .find_map(|l| {
             l.strip_prefix(name)
