@@ -101,25 +101,7 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
 
 fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
     let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
-        // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
-        // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
-        // redirected; other methods on such paths are simply not found.
-        if method == Method::GET
-            && let Some(route) = fixed_path(path)
-        {
-            let loc = if raw_query.is_empty() {
-                route.to_string()
-            } else {
-                format!("{route}?{raw_query}")
-            };
-            let mut r = Response::new(Body::empty());
-            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
-            if let Ok(v) = HeaderValue::from_str(&loc) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            return r;
-        }
-        return error(StatusCode::NOT_FOUND, "NOT_FOUND");
+        return unknown(method, path, raw_query);
     };
     let allow = HeaderValue::from_static(if *want == Method::POST {
         "POST, OPTIONS"
@@ -151,6 +133,11 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
         }
         Err(_) => query::Query::default(),
     };
+    respond(shared, route, &q)
+}
+
+/// The answer of `route` (known, method checked, gate passed) to query `q`.
+fn respond(shared: &Shared, route: &str, q: &query::Query) -> Response {
     match route {
         "/ping" => text(StatusCode::OK, "OK".into(), "text/plain; charset=utf-8"),
         "/info" => info(shared),
@@ -207,6 +194,29 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
         ),
         _ => error(StatusCode::NOT_FOUND, "NOT_FOUND"),
     }
+}
+
+/// A path that is no route: a GET redirected to the route it names, else 404.
+fn unknown(method: &Method, path: &str, raw_query: &str) -> Response {
+    // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
+    // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
+    // redirected; other methods on such paths are simply not found.
+    if method == Method::GET
+        && let Some(route) = fixed_path(path)
+    {
+        let loc = if raw_query.is_empty() {
+            route.to_string()
+        } else {
+            format!("{route}?{raw_query}")
+        };
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+        if let Ok(v) = HeaderValue::from_str(&loc) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return r;
+    }
+    error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
 /// The route `path` names once cleaned (`//`, `.` and `..` resolved, a trailing slash dropped)
