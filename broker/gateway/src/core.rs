@@ -1,6 +1,6 @@
 //! What both front-ends share: binding, the discovery client and the pools, the budgets,
 //! serving an HTTP router under the connection cap, the probe routes (`/ping`, `/v1/health`,
-//! `/metrics`) and the shutdown drain. A front-end ([`crate::standard`], [`crate::kodo`])
+//! `/metrics`) and the shutdown drain. A front-end (`standard`, `kodo`)
 //! starts a [`Core`], adds its own listeners and handlers, and hands its accept loop back to
 //! [`Core::run`].
 

@@ -1,4 +1,4 @@
-//! One gateway-to-broker NSQ session, used by the publish algorithm ([`super::publish`]).
+//! One gateway-to-broker NSQ session, used by the publish algorithm (`publish.rs`).
 //!
 //! Opening it: connect within 2 s, then magic and the producer's IDENTIFY (feature
 //! negotiation on, heartbeats off, no TLS or compression) answered within 5 s. One publish

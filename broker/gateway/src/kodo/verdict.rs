@@ -1,6 +1,6 @@
 //! How one publish attempt on one broker ended, read from the broker's answer (docs/kodo.md,
-//! "Publishing"): the leaf that the broker session ([`super::backend`]) and the publish
-//! algorithm ([`super::publish`]) share.
+//! "Publishing"): the leaf that the broker session (`backend.rs`) and the publish algorithm
+//! (`publish.rs`) share.
 
 use bytes::Bytes;
 use rustqueue_protocol::Frame;
