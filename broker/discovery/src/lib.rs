@@ -1,21 +1,29 @@
 //! `rustqueue-discovery`: an nsqlookupd-compatible lookup service for a RustQueue cluster.
 //!
-//! Brokers come from a [`source`] (the EndpointSlices of the brokers' headless Service, or a
-//! static list beside `make run`); the [`poller`] reads each broker's `/v1/registry/head` and
-//! fetches `/v1/registry` only when it changed; the [`index`] keeps per-topic owner and channel
-//! maps up to date incrementally; [`api`] serves nsqlookupd's read API and the native
-//! `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. In [`kodo`] mode `/nodes`
-//! advertises the Kodo gateways instead of the brokers. See docs/discovery.md.
+//! Brokers come from a source (`source`: the EndpointSlices of the brokers' headless Service,
+//! or a static list beside `make run`); the poller (`poller`) reads each broker's
+//! `/v1/registry/head` and fetches `/v1/registry` only when it changed; the index (`index`)
+//! keeps per-topic owner and channel maps up to date incrementally; `api` serves nsqlookupd's
+//! read API and the native `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. In
+//! Kodo mode (`kodo`) `/nodes` advertises the Kodo gateways instead of the brokers. See
+//! docs/discovery.md.
+//!
+//! The face: [`Shared`] (the state the poller and the API share), a [`View`] of the brokers
+//! from [`watch_endpoint_slices`] or [`static_view`], [`poll_brokers`] with its
+//! [`PollerConfig`], the HTTP [`router`], the [`Mode`] and the errors. The modules are private.
 
-pub mod api;
-pub mod index;
-pub mod kodo;
-pub mod metrics;
-pub mod poller;
-pub mod query;
-pub mod source;
+mod api;
+mod index;
+mod kodo;
+mod metrics;
+mod poller;
+mod query;
+mod source;
 
-pub use poller::{PollError, RefreshError};
+pub use api::router;
+pub use kodo::{KodoConfigError, Mode};
+pub use poller::{PollError, PollerConfig, RefreshError, run as poll_brokers};
+pub use source::{View, static_view, watch_endpoint_slices};
 
 use std::sync::atomic::AtomicU16;
 use std::sync::{Mutex, RwLock};

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::{Shared, View, watch_endpoint_slices};
 use rustqueue_testbed::{Testbed, TestbedOptions};
 use serde_json::{Value, json};
 use support::{Discovery, FakeBroker, start_discovery};
@@ -246,11 +246,11 @@ async fn discovery_through_a_freezable_proxy(bed: &Testbed) -> (Discovery, Arc<A
     let proxied: Api<EndpointSlice> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), NS);
 
     let shared = Arc::new(Shared::default());
-    let (tx, rx) = watch::channel(source::View {
+    let (tx, rx) = watch::channel(View {
         problem: Some("EndpointSlices not listed yet".into()),
         ..Default::default()
     });
-    let watcher = tokio::spawn(source::watch_endpoint_slices(
+    let watcher = tokio::spawn(watch_endpoint_slices(
         proxied,
         SERVICE.into(),
         4151,

@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustqueue_discovery::kodo::Mode;
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::Mode;
+use rustqueue_discovery::{Shared, static_view};
 use rustqueue_server::config::Config;
 use serde_json::{Value, json};
 use support::{Discovery, start_discovery};
@@ -123,8 +123,8 @@ async fn kodo_mode_advertises_gateways_and_needs_every_shard() {
         brokers.push(b);
     }
     let http: Vec<String> = brokers.iter().map(|b| b.http.clone()).collect();
-    let (_t1, r1) = watch::channel(source::static_view(&http));
-    let (_t2, r2) = watch::channel(source::static_view(&http));
+    let (_t1, r1) = watch::channel(static_view(&http));
+    let (_t2, r2) = watch::channel(static_view(&http));
     let kodo = start_discovery(
         r1,
         Arc::new(Shared::with_mode(Mode::Kodo {
