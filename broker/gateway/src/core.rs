@@ -14,7 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -115,13 +115,42 @@ impl Core {
             self.tasks,
             grace,
         ));
-        Running { stop, done }
+        Running {
+            #[cfg(feature = "test-support")]
+            shared: self.shared,
+            stop,
+            done,
+        }
+    }
+}
+
+/// Accept on `listener` until `stop`, handing each connection to `handle`. A failed accept
+/// (out of file descriptors and the like) backs off 50 ms instead of spinning.
+pub async fn accept_until(
+    listener: TcpListener,
+    stop: CancellationToken,
+    mut handle: impl FnMut(TcpStream),
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, _)) => handle(stream),
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 
 /// A gateway that is serving; [`Running::shutdown`] drains it.
 #[derive(Debug)]
 pub struct Running {
+    #[cfg(feature = "test-support")]
+    shared: Shared,
     stop: CancellationToken,
     done: JoinHandle<()>,
 }
@@ -131,6 +160,24 @@ impl Running {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.done.await;
+    }
+
+    /// The broker pools (tests wait on them).
+    #[cfg(feature = "test-support")]
+    pub fn pools(&self) -> &Pools {
+        &self.shared.pools
+    }
+
+    /// The `/metrics` exposition.
+    #[cfg(feature = "test-support")]
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics.render()
+    }
+
+    /// Bytes of the in-flight budget not reserved.
+    #[cfg(feature = "test-support")]
+    pub fn budget_available(&self) -> usize {
+        self.shared.budget.available()
     }
 }
 

@@ -13,7 +13,8 @@
 //! The face: [`Cli`] and [`Config`] (flags, environment and the startup rules),
 //! [`KodoSettings`] (what Kodo mode adds), the two running gateways [`Gateway`] and
 //! [`KodoGateway`], and their errors. Everything else is private; the integration tests use
-//! the feature `test-support` to read the pools and the budget.
+//! the feature `test-support` to read the pools, the metrics and the budget through
+//! `observe()`.
 
 mod budget;
 mod config;
@@ -26,6 +27,8 @@ mod pool;
 mod standard;
 
 pub use crate::config::{Cli, Config, ConfigError};
+#[cfg(feature = "test-support")]
+pub use crate::core::Running;
 pub use crate::error::StartError;
 pub use crate::kodo::{KodoConfigError, KodoGateway, KodoSettings};
 #[cfg(feature = "test-support")]

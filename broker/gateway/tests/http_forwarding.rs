@@ -44,7 +44,10 @@ async fn error_code(resp: reqwest::Response) -> (u16, String, Option<String>) {
 async fn publishes_are_forwarded_to_brokers_and_answers_passed_back() {
     let d = FakeDiscovery::start(http_brokers(2).await).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     let mut nodes = std::collections::BTreeSet::new();
     for i in 0..40 {
         let resp = client()
@@ -103,7 +106,10 @@ async fn local_routes_answer_without_brokers() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["status"], "not_ready");
     d.set(http_brokers(1).await);
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let body: serde_json::Value = client()
         .get(url(&gw, "/v1/health"))
         .send()
@@ -112,7 +118,7 @@ async fn local_routes_answer_without_brokers() {
         .json()
         .await
         .unwrap();
-    let publishers = gw.pools().publish_backends();
+    let publishers = gw.observe().pools().publish_backends();
     let address = format!("{}:{}", publishers[0].host, publishers[0].tcp_port);
     assert_eq!(
         body,
@@ -176,7 +182,10 @@ async fn a_publish_to_a_broker_that_hangs_up_is_ambiguous_counted_and_never_retr
     }
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     for (n, (method, target)) in [
         ("POST", "/pub?topic=t"),
         ("POST", "/mpub?topic=t"),
@@ -233,7 +242,10 @@ async fn idempotent_requests_try_a_second_broker() {
     ];
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     for _ in 0..20 {
         let resp = client()
             .get(url(&gw, "/stats?format=json"))
@@ -268,7 +280,10 @@ async fn a_publish_that_could_not_connect_is_not_ambiguous() {
     }];
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let resp = client()
         .post(url(&gw, "/pub?topic=t"))
         .body("x")
@@ -291,7 +306,10 @@ async fn oversized_bodies_are_413_declared_or_streamed() {
         &["--max-body-bytes", "1000", "--max-message-bytes", "1000"],
     )
     .await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let resp = client()
         .post(url(&gw, "/pub?topic=t"))
         .body(vec![b'x'; 1001])
@@ -326,7 +344,10 @@ async fn oversized_bodies_are_413_declared_or_streamed() {
 async fn a_slow_body_is_408() {
     let d = FakeDiscovery::start(http_brokers(1).await).await;
     let gw = gateway(&[&d], &["--http-body-timeout-ms", "300"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let mut s = tokio::net::TcpStream::connect(gw.http_address)
         .await
         .unwrap();
@@ -356,7 +377,10 @@ async fn a_spent_budget_is_429_with_retry_after() {
         "1500",
     ];
     let gw = gateway(&[&d], &flags).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     // One slow request holds 1000 of the 1500 bytes while its body trickles in.
     let mut holder = tokio::net::TcpStream::connect(gw.http_address)
         .await
@@ -365,7 +389,10 @@ async fn a_spent_budget_is_429_with_retry_after() {
         .write_all(b"POST /pub?topic=t HTTP/1.1\r\nHost: g\r\nContent-Length: 1000\r\n\r\nab")
         .await
         .unwrap();
-    wait_until(Duration::from_secs(10), || gw.budget_available() == 500).await;
+    wait_until(Duration::from_secs(10), || {
+        gw.observe().budget_available() == 500
+    })
+    .await;
     let resp = client()
         .post(url(&gw, "/pub?topic=t"))
         .body(vec![b'x'; 600])
@@ -414,7 +441,10 @@ async fn a_spent_budget_is_429_with_retry_after() {
 async fn absolute_form_targets_are_400_and_nothing_is_forwarded() {
     let d = FakeDiscovery::start(http_brokers(1).await).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools().publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     for target in [
         "http://other.example/pub?topic=t",
         "http://127.0.0.1:1/ping",

@@ -25,7 +25,6 @@ mod verdict;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustqueue_api::gateway::kodo::{METRICS_PORT, STATS_PORTS};
 use rustqueue_protocol::DecoderLimits;
@@ -52,8 +51,6 @@ pub struct KodoGateway {
     pub metrics_address: SocketAddr,
     /// This gateway's ordinal.
     pub ordinal: u8,
-    #[cfg(feature = "test-support")]
-    shared: core::Shared,
     running: Running,
 }
 
@@ -102,8 +99,6 @@ impl KodoGateway {
             shard_addresses,
             metrics_address,
             ordinal: kodo.ordinal,
-            #[cfg(feature = "test-support")]
-            shared,
             running,
         })
     }
@@ -114,50 +109,28 @@ impl KodoGateway {
         self.running.shutdown().await;
     }
 
-    /// The broker pools (tests wait on them).
+    /// What the tests observe: the pools, the metrics, the budget.
     #[cfg(feature = "test-support")]
-    pub fn pools(&self) -> &crate::pool::Pools {
-        &self.shared.pools
-    }
-
-    /// The `/metrics` exposition.
-    #[cfg(feature = "test-support")]
-    pub fn metrics_text(&self) -> String {
-        self.shared.metrics.render()
-    }
-
-    /// Bytes of the in-flight budget not reserved.
-    #[cfg(feature = "test-support")]
-    pub fn budget_available(&self) -> usize {
-        self.shared.budget.available()
+    pub fn observe(&self) -> &Running {
+        &self.running
     }
 }
 
+/// Accept producer connections until `stop`, each a session on `tasks`.
 async fn accept(
     listener: TcpListener,
     ctx: SessionCtx,
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let ctx = ctx.clone();
-                let gauge = ctx.publish.metrics.kodo_sessions.clone();
-                gauge.inc();
-                tasks.spawn(async move {
-                    session::run(stream, ctx).await;
-                    gauge.dec();
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    core::accept_until(listener, stop, |stream| {
+        let ctx = ctx.clone();
+        let gauge = ctx.publish.metrics.kodo_sessions.clone();
+        gauge.inc();
+        tasks.spawn(async move {
+            session::run(stream, ctx).await;
+            gauge.dec();
+        });
+    })
+    .await;
 }

@@ -21,8 +21,6 @@ pub struct Gateway {
     pub tcp_address: SocketAddr,
     /// Where the HTTP listener is bound.
     pub http_address: SocketAddr,
-    #[cfg(feature = "test-support")]
-    shared: core::Shared,
     running: Running,
 }
 
@@ -48,15 +46,11 @@ impl Gateway {
         ));
         let fwd = Arc::new(forward::Forwarder::new(shared.clone(), &cfg)?);
         core.serve_http(http_listener, http::router(shared.clone(), fwd));
-        #[cfg(not(feature = "test-support"))]
-        drop(shared);
         let running = core.run(accept, cfg.shutdown_grace);
         tracing::info!(tcp = %tcp_address, http = %http_address, discovery = ?cfg.discovery_urls, "rustqueue-gateway listening");
         Ok(Gateway {
             tcp_address,
             http_address,
-            #[cfg(feature = "test-support")]
-            shared,
             running,
         })
     }
@@ -66,21 +60,9 @@ impl Gateway {
         self.running.shutdown().await;
     }
 
-    /// The broker pools (tests wait on them).
+    /// What the tests observe: the pools, the metrics, the budget.
     #[cfg(feature = "test-support")]
-    pub fn pools(&self) -> &crate::pool::Pools {
-        &self.shared.pools
-    }
-
-    /// The `/metrics` exposition.
-    #[cfg(feature = "test-support")]
-    pub fn metrics_text(&self) -> String {
-        self.shared.metrics.render()
-    }
-
-    /// Bytes of the in-flight budget not reserved.
-    #[cfg(feature = "test-support")]
-    pub fn budget_available(&self) -> usize {
-        self.shared.budget.available()
+    pub fn observe(&self) -> &Running {
+        &self.running
     }
 }

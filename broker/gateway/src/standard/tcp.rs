@@ -52,31 +52,17 @@ pub async fn serve(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let client = match accepted {
-            Ok((client, _)) => client,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    crate::core::accept_until(listener, stop, |client| {
         let Some(slot) = ctx.slots.try_take() else {
-            drop(client);
-            continue;
+            return;
         };
         let Some(placement) = ctx.pools.place() else {
             ctx.metrics.tcp_refused.inc();
-            drop(client);
-            continue;
+            return;
         };
         tasks.spawn(tunnel(client, placement, slot, ctx.clone()));
-    }
+    })
+    .await;
 }
 
 /// Counts an open tunnel in the gauge for as long as it lives.

@@ -287,7 +287,8 @@ pub async fn kodo_gateway(discovery: &FakeDiscovery, extra: &[&str]) -> KodoGate
 
 /// A metric's value from the gateway's exposition.
 pub fn metric(gw: &KodoGateway, name: &str) -> f64 {
-    gw.metrics_text()
+    gw.observe()
+        .metrics_text()
         .lines()
         .find_map(|l| {
             l.strip_prefix(name)

@@ -261,7 +261,8 @@ pub async fn raw_http(gw: &Gateway, request: &[u8]) -> String {
 
 /// A metric's value from `/metrics` text.
 pub fn metric(gw: &Gateway, name: &str) -> f64 {
-    gw.metrics_text()
+    gw.observe()
+        .metrics_text()
         .lines()
         .find_map(|l| {
             l.strip_prefix(name)
