@@ -151,7 +151,7 @@ compat: $(TESTS_BUILT) ## go-nsq, pynsq and nsqjs against rustqueued and officia
 # plus about 4 minutes of official-client runs against it and against nsqd.
 
 .PHONY: compat-lookupd
-compat-lookupd: $(TESTS_BUILT) ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq publishing through rustqueue-gateway)
+compat-lookupd: $(TESTS_BUILT) ## lookup parity: go-nsq, pynsq and nsqjs via official nsqlookupd v1.3.0 + nsqd, and via rustqueue-discovery + rustqueued (+ go-nsq, pynsq and nsqjs publishing through rustqueue-gateway)
 	scripts/deps.sh nsqd nsqlookupd python node
 	@status=0; for target in nsqlookupd discovery; do \
 	  RUSTQUEUED_BIN=$(COMPAT_TARGET)/debug/rustqueued DISCOVERY_BIN=$(COMPAT_TARGET)/debug/rustqueue-discovery \

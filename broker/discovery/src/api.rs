@@ -24,9 +24,9 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::index::Producer;
 use crate::query::{self, QueryError};
 use crate::{Shared, kodo};
+use rustqueue_protocol::lookup::Producer;
 
 /// The `X-NSQ-Content-Type` value nsqlookupd sends on every JSON answer.
 pub const NSQ_CONTENT_TYPE: &str = "nsq; version=1.0";
@@ -101,25 +101,7 @@ pub fn answer(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> 
 
 fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Response {
     let Some(&(route, ref want, gated)) = ROUTES.iter().find(|r| r.0 == path) else {
-        // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
-        // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
-        // redirected; other methods on such paths are simply not found.
-        if method == Method::GET
-            && let Some(route) = fixed_path(path)
-        {
-            let loc = if raw_query.is_empty() {
-                route.to_string()
-            } else {
-                format!("{route}?{raw_query}")
-            };
-            let mut r = Response::new(Body::empty());
-            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
-            if let Ok(v) = HeaderValue::from_str(&loc) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            return r;
-        }
-        return error(StatusCode::NOT_FOUND, "NOT_FOUND");
+        return unknown(method, path, raw_query);
     };
     let allow = HeaderValue::from_static(if *want == Method::POST {
         "POST, OPTIONS"
@@ -139,7 +121,7 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
     if gated && let Err(reason) = shared.source_ready() {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &json!({ "message": NOT_READY, "reason": reason }),
+            &json!({ "message": NOT_READY, "reason": reason.to_string() }),
         );
     }
     let q = match query::parse(raw_query) {
@@ -151,6 +133,11 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
         }
         Err(_) => query::Query::default(),
     };
+    respond(shared, route, &q)
+}
+
+/// The answer of `route` (known, method checked, gate passed) to query `q`.
+fn respond(shared: &Shared, route: &str, q: &query::Query) -> Response {
     match route {
         "/ping" => text(StatusCode::OK, "OK".into(), "text/plain; charset=utf-8"),
         "/info" => info(shared),
@@ -207,6 +194,29 @@ fn route(shared: &Shared, method: &Method, path: &str, raw_query: &str) -> Respo
         ),
         _ => error(StatusCode::NOT_FOUND, "NOT_FOUND"),
     }
+}
+
+/// A path that is no route: a GET redirected to the route it names, else 404.
+fn unknown(method: &Method, path: &str, raw_query: &str) -> Response {
+    // httprouter's RedirectTrailingSlash and RedirectFixedPath: a GET of `/lookup/`,
+    // `//lookup` or `/LOOKUP` is sent to `/lookup` (301, query kept). Only GET routes are
+    // redirected; other methods on such paths are simply not found.
+    if method == Method::GET
+        && let Some(route) = fixed_path(path)
+    {
+        let loc = if raw_query.is_empty() {
+            route.to_string()
+        } else {
+            format!("{route}?{raw_query}")
+        };
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+        if let Ok(v) = HeaderValue::from_str(&loc) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return r;
+    }
+    error(StatusCode::NOT_FOUND, "NOT_FOUND")
 }
 
 /// The route `path` names once cleaned (`//`, `.` and `..` resolved, a trailing slash dropped)
@@ -284,7 +294,7 @@ fn nodes(shared: &Shared) -> Response {
         .publishers()
         .iter()
         .map(|p| {
-            let topics = ix.topics_of(p.node_id);
+            let topics = ix.topics_of(p.node_id.unwrap_or_default());
             Node {
                 producer: p,
                 tombstones: vec![false; topics.len()],
@@ -310,7 +320,7 @@ fn health(shared: &Shared) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             &json!({
                 "status": "source-unavailable",
-                "reason": reason,
+                "reason": reason.to_string(),
                 "broker_count": count,
                 "lookup_ready": false,
             }),
@@ -437,7 +447,7 @@ mod tests {
     #[tokio::test]
     async fn stale_source_fails_closed() {
         let s = Shared::default();
-        s.record(Err("broker down".into()));
+        s.record(Err(crate::RefreshError::Source("broker down".into())));
         let (c, b) = body(answer(&s, &Method::GET, "/lookup", "topic=t")).await;
         assert_eq!(c, 503);
         let v: serde_json::Value = serde_json::from_str(&b).unwrap();

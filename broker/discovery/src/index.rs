@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rustqueue_api::contract::Registry;
-use serde::Serialize;
+pub use rustqueue_protocol::lookup::Producer;
 use sha2::{Digest, Sha256};
 
 /// What the discovery service keeps of one broker.
@@ -54,7 +54,7 @@ impl Broker {
         }
     }
 
-    /// The nsqlookupd peer shape of this broker.
+    /// The nsqlookupd peer shape of this broker, with its node id and no topology.
     pub fn producer(&self) -> Producer {
         Producer {
             remote_address: format!("{}:{}", self.broadcast_address, self.tcp_port),
@@ -63,28 +63,11 @@ impl Broker {
             tcp_port: self.tcp_port,
             http_port: self.http_port,
             version: self.version.clone(),
-            node_id: self.node_id,
+            topology_zone: None,
+            topology_region: None,
+            node_id: Some(self.node_id),
         }
     }
-}
-
-/// A producer as nsqlookupd's `/lookup` lists it, plus `node_id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Producer {
-    /// `<broadcast_address>:<tcp_port>`.
-    pub remote_address: String,
-    /// The broadcast address (brokers do not report a separate host name).
-    pub hostname: String,
-    /// Address clients dial.
-    pub broadcast_address: String,
-    /// NSQ TCP port.
-    pub tcp_port: u16,
-    /// NSQ HTTP port.
-    pub http_port: u16,
-    /// Broker binary version.
-    pub version: String,
-    /// Broker node id.
-    pub node_id: u32,
 }
 
 #[derive(Debug, Default)]
@@ -280,7 +263,7 @@ pub fn routing_revision(publishers: &[Producer], brokers: &[Producer]) -> u64 {
         h.update([tag]);
         h.update((list.len() as u64).to_be_bytes());
         for p in list {
-            h.update(p.node_id.to_be_bytes());
+            h.update(p.node_id.unwrap_or_default().to_be_bytes());
             h.update((p.broadcast_address.len() as u64).to_be_bytes());
             h.update(p.broadcast_address.as_bytes());
             h.update(p.tcp_port.to_be_bytes());
@@ -324,7 +307,10 @@ mod tests {
         );
         let (ch, prods) = ix.lookup("t").unwrap();
         assert_eq!(ch, vec!["c1", "c2"]);
-        assert_eq!(prods.iter().map(|p| p.node_id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(
+            prods.iter().map(|p| p.node_id).collect::<Vec<_>>(),
+            vec![Some(1)]
+        );
         assert_eq!(ix.topics(), vec!["t", "u"]);
         // u is registered (held by broker 2) but nobody consume-ready serves it.
         assert_eq!(ix.lookup("u").unwrap().1, vec![]);
@@ -418,7 +404,7 @@ mod tests {
                     let topic = format!("t{t}");
                     let got = ix
                         .lookup(&topic)
-                        .map(|(c, p)| (c, p.iter().map(|p| p.node_id).collect::<Vec<_>>()));
+                        .map(|(c, p)| (c, p.iter().filter_map(|p| p.node_id).collect::<Vec<_>>()));
                     proptest::prop_assert_eq!(got, model_lookup(&model, &topic));
                 }
                 let topics: BTreeSet<String> =
@@ -426,7 +412,7 @@ mod tests {
                 proptest::prop_assert_eq!(ix.topics(), topics.into_iter().collect::<Vec<_>>());
                 let pubs: BTreeSet<u32> =
                     model.values().filter(|b| b.publish_ready).map(|b| b.node_id).collect();
-                let got: Vec<u32> = ix.publishers().iter().map(|p| p.node_id).collect();
+                let got: Vec<u32> = ix.publishers().iter().filter_map(|p| p.node_id).collect();
                 proptest::prop_assert_eq!(got, pubs.into_iter().collect::<Vec<_>>());
                 let all: BTreeSet<u32> = model.values().map(|b| b.node_id).collect();
                 proptest::prop_assert_eq!(ix.brokers().len(), all.len());

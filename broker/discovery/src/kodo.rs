@@ -9,18 +9,20 @@
 
 use std::collections::BTreeSet;
 
-use crate::index::Producer;
+use rustqueue_api::gateway::kodo;
+use rustqueue_protocol::lookup::Producer;
 
 /// Node id of gateway identity 0; identity k is `GATEWAY_NODE_ID_BASE + k`.
 pub const GATEWAY_NODE_ID_BASE: u32 = 1_000_000;
 /// TCP port of gateway identity k (the Service maps each to a gateway's 4150).
-pub const GATEWAY_TCP_PORTS: [u16; 3] = [4150, 4152, 4153];
+pub const GATEWAY_TCP_PORTS: [u16; 3] = kodo::TCP_IDENTITY_PORTS;
 /// HTTP (stats shard) port of gateway identity k: shard k serves brokers with
 /// `(node_id - 1) mod 3 == k`.
-pub const GATEWAY_HTTP_PORTS: [u16; 3] = [4151, 4154, 4155];
-/// The message of `POST /channel/delete`, in both modes. Deliberately not
-/// `CHANNEL_NOT_FOUND`: Kodo's cleanup treats that as success and would go on deleting.
-pub const CLEANUP_DISABLED: &str = "E_NOT_FOUND Kodo cleanup compatibility is disabled";
+pub const GATEWAY_HTTP_PORTS: [u16; 3] = kodo::STATS_PORTS;
+/// The message of `POST /channel/delete`, in both modes, and of the Kodo gateways' own.
+/// Deliberately not `CHANNEL_NOT_FOUND`: Kodo's cleanup treats that as success and would go
+/// on deleting.
+pub const CLEANUP_DISABLED: &str = kodo::CLEANUP_DISABLED;
 
 /// Which `/nodes` the service answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,7 +122,9 @@ pub fn gateway_identities(gateway_address: &str) -> Vec<Producer> {
             tcp_port,
             http_port,
             version: env!("CARGO_PKG_VERSION").to_string(),
-            node_id: GATEWAY_NODE_ID_BASE + k,
+            topology_zone: None,
+            topology_region: None,
+            node_id: Some(GATEWAY_NODE_ID_BASE + k),
         })
         .collect()
 }
@@ -248,7 +252,7 @@ mod tests {
                     p.broadcast_address.as_str(),
                     p.tcp_port,
                     p.http_port,
-                    p.node_id,
+                    p.node_id.unwrap(),
                 )
             })
             .collect();

@@ -1,19 +1,29 @@
 //! `rustqueue-discovery`: an nsqlookupd-compatible lookup service for a RustQueue cluster.
 //!
-//! Brokers come from a [`source`] (the EndpointSlices of the brokers' headless Service, or a
-//! static list beside `make run`); the [`poller`] reads each broker's `/v1/registry/head` and
-//! fetches `/v1/registry` only when it changed; the [`index`] keeps per-topic owner and channel
-//! maps up to date incrementally; [`api`] serves nsqlookupd's read API and the native
-//! `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. In [`kodo`] mode `/nodes`
-//! advertises the Kodo gateways instead of the brokers. See docs/discovery.md.
+//! Brokers come from a source (`source`: the EndpointSlices of the brokers' headless Service,
+//! or a static list beside `make run`); the poller (`poller`) reads each broker's
+//! `/v1/registry/head` and fetches `/v1/registry` only when it changed; the index (`index`)
+//! keeps per-topic owner and channel maps up to date incrementally; `api` serves nsqlookupd's
+//! read API and the native `/v1/publishers`, `/v1/brokers`, `/v1/health` and `/metrics`. In
+//! Kodo mode (`kodo`) `/nodes` advertises the Kodo gateways instead of the brokers. See
+//! docs/discovery.md.
+//!
+//! The face: [`Shared`] (the state the poller and the API share), a [`View`] of the brokers
+//! from [`watch_endpoint_slices`] or [`static_view`], [`poll_brokers`] with its
+//! [`PollerConfig`], the HTTP [`router`], the [`Mode`] and the errors. The modules are private.
 
-pub mod api;
-pub mod index;
-pub mod kodo;
-pub mod metrics;
-pub mod poller;
-pub mod query;
-pub mod source;
+mod api;
+mod index;
+mod kodo;
+mod metrics;
+mod poller;
+mod query;
+mod source;
+
+pub use api::router;
+pub use kodo::{KodoConfigError, Mode};
+pub use poller::{PollError, PollerConfig, RefreshError, run as poll_brokers};
+pub use source::{View, static_view, watch_endpoint_slices};
 
 use std::sync::atomic::AtomicU16;
 use std::sync::{Mutex, RwLock};
@@ -69,28 +79,29 @@ impl Shared {
     }
 
     /// Record a refresh outcome: `Ok` marks the source fresh, `Err` keeps the reason.
-    pub fn record(&self, outcome: Result<(), String>) {
+    pub fn record(&self, outcome: Result<(), RefreshError>) {
         match outcome {
             Ok(()) => {
                 *lock(&self.last_success) = Some(Instant::now());
                 *lock(&self.last_error) = None;
             }
-            Err(e) => *lock(&self.last_error) = Some(e),
+            Err(e) => *lock(&self.last_error) = Some(e.to_string()),
         }
     }
 
-    /// `Ok` while the last successful refresh is at most [`STALE_AFTER`] old, else the reason.
-    pub fn source_ready(&self) -> Result<(), String> {
+    /// `Ok` while the last successful refresh is at most [`STALE_AFTER`] old, else why not.
+    pub fn source_ready(&self) -> Result<(), NotReady> {
         let fresh = lock(&self.last_success).is_some_and(|t| t.elapsed() <= STALE_AFTER);
         if fresh {
             return Ok(());
         }
-        let why = lock(&self.last_error).clone();
-        Err(match (*lock(&self.last_success), why) {
-            (None, Some(e)) => format!("no successful refresh yet: {e}"),
-            (None, None) => "no successful refresh yet".to_string(),
-            (Some(t), Some(e)) => format!("source stale for {} ms: {e}", t.elapsed().as_millis()),
-            (Some(t), None) => format!("source stale for {} ms", t.elapsed().as_millis()),
+        let last_error = lock(&self.last_error).clone();
+        Err(match *lock(&self.last_success) {
+            None => NotReady::NeverRefreshed { last_error },
+            Some(t) => NotReady::Stale {
+                ms: t.elapsed().as_millis(),
+                last_error,
+            },
         })
     }
 
@@ -104,6 +115,30 @@ impl Shared {
     pub fn write(&self) -> std::sync::RwLockWriteGuard<'_, index::Index> {
         self.index.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Why the lookup routes answer 503: the source has not refreshed recently (`reason` of
+/// `/v1/health` and of every gated route).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// No refresh has succeeded since startup.
+    #[error("no successful refresh yet{}", suffix(last_error))]
+    NeverRefreshed {
+        /// Why the last refresh failed, if one did.
+        last_error: Option<String>,
+    },
+    /// The last successful refresh is older than [`STALE_AFTER`].
+    #[error("source stale for {ms} ms{}", suffix(last_error))]
+    Stale {
+        /// Its age.
+        ms: u128,
+        /// Why the last refresh failed, if one did.
+        last_error: Option<String>,
+    },
+}
+
+fn suffix(e: &Option<String>) -> String {
+    e.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use rustqueue_discovery::{Shared, api, kodo, poller, source};
+use rustqueue_api::gateway::env as gateway_env;
+use rustqueue_discovery::{
+    Mode, PollerConfig, Shared, View, poll_brokers, router, static_view, watch_endpoint_slices,
+};
 use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
@@ -52,16 +55,16 @@ struct Cli {
     /// Kodo mode: `/nodes` advertises the three Kodo gateway identities (docs/kodo.md).
     #[arg(
         long,
-        env = "RUSTQUEUE_KODO_COMPATIBILITY_ENABLED",
+        env = gateway_env::KODO_COMPATIBILITY_ENABLED,
         default_value_t = false
     )]
     kodo_compatibility_enabled: bool,
     /// Kodo mode: the gateway Service host every identity advertises (required there,
     /// refused in direct mode).
-    #[arg(long, env = "RUSTQUEUE_KODO_GATEWAY_ADDRESS")]
+    #[arg(long, env = gateway_env::KODO_GATEWAY_ADDRESS)]
     kodo_gateway_address: Option<String>,
     /// Kodo cleanup compatibility: never supported, `true` is a startup error.
-    #[arg(long, env = "RUSTQUEUE_KODO_CLEANUP_ENABLED", default_value_t = false)]
+    #[arg(long, env = gateway_env::KODO_CLEANUP_ENABLED, default_value_t = false)]
     kodo_cleanup_enabled: bool,
 }
 
@@ -76,12 +79,12 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mode = kodo::Mode::from_settings(
+    let mode = Mode::from_settings(
         cli.kodo_compatibility_enabled,
         cli.kodo_gateway_address.as_deref(),
         cli.kodo_cleanup_enabled,
     )?;
-    if let kodo::Mode::Kodo { gateway_address } = &mode {
+    if let Mode::Kodo { gateway_address } = &mode {
         tracing::info!(%gateway_address, "Kodo mode: /nodes advertises the Kodo gateways");
     }
     let shared = Arc::new(Shared::with_mode(mode));
@@ -96,11 +99,11 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("no Kubernetes client (set --static-brokers outside a cluster)")?;
         let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &cli.namespace);
-        let (tx, rx) = watch::channel(source::View {
+        let (tx, rx) = watch::channel(View {
             problem: Some("EndpointSlices not listed yet".into()),
             ..Default::default()
         });
-        tokio::spawn(source::watch_endpoint_slices(
+        tokio::spawn(watch_endpoint_slices(
             api,
             cli.broker_service.clone(),
             cli.broker_http_port,
@@ -115,12 +118,12 @@ async fn main() -> anyhow::Result<()> {
         (tx, rx)
     } else {
         tracing::info!(brokers = ?statics, "static mode");
-        watch::channel(source::static_view(&statics))
+        watch::channel(static_view(&statics))
     };
-    let cfg = poller::PollerConfig {
+    let cfg = PollerConfig {
         registry_token_file: cli.registry_token_file.clone(),
     };
-    tokio::spawn(poller::run(rx, cfg, shared.clone()));
+    tokio::spawn(poll_brokers(rx, cfg, shared.clone()));
     let listener = tokio::net::TcpListener::bind(cli.address)
         .await
         .with_context(|| format!("bind {}", cli.address))?;
@@ -129,7 +132,7 @@ async fn main() -> anyhow::Result<()> {
         .http_port
         .store(local.port(), std::sync::atomic::Ordering::Relaxed);
     tracing::info!(address = %local, "rustqueue-discovery listening");
-    axum::serve(listener, api::router(shared))
+    axum::serve(listener, router(shared))
         .with_graceful_shutdown(shutdown())
         .await?;
     drop(tx);

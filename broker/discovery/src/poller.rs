@@ -56,45 +56,128 @@ pub fn client() -> reqwest::Client {
         .expect("reqwest client with static settings")
 }
 
+/// Why one broker poll gave nothing usable.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    /// Nothing listens at the endpoint, or it is unreachable: the broker is gone, not slow,
+    /// and leaves the lookup at once.
+    #[error("connect failed: {url}: {cause}")]
+    Unreachable {
+        /// What was asked.
+        url: String,
+        /// The cause with its sources.
+        cause: String,
+    },
+    /// The request failed after connecting, or timed out.
+    #[error("{url}: {cause}")]
+    Transport {
+        /// What was asked.
+        url: String,
+        /// The cause with its sources.
+        cause: String,
+    },
+    /// A body above the limit.
+    #[error("{url}: body larger than {limit} bytes")]
+    TooLarge {
+        /// What was asked.
+        url: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// An answer with a status other than success.
+    #[error("{endpoint}: {what} answered {status}")]
+    Status {
+        /// The broker.
+        endpoint: String,
+        /// `registry head` or `registry`.
+        what: &'static str,
+        /// Its status.
+        status: reqwest::StatusCode,
+    },
+    /// A body that is not the contract's JSON.
+    #[error("{what}: {source}")]
+    Parse {
+        /// `registry head` or `registry`.
+        what: &'static str,
+        /// The parser's complaint.
+        source: serde_json::Error,
+    },
+}
+
+/// Why a whole refresh did not succeed (the source then ages towards stale).
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// The endpoint source reports a problem (EndpointSlices not listed, apiserver probe).
+    #[error("{0}")]
+    Source(String),
+    /// The registry token file could not be read.
+    #[error("registry token file {path}: {source}")]
+    TokenUnreadable {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The registry token file is empty.
+    #[error("registry token file {path} is empty")]
+    TokenEmpty {
+        /// The file.
+        path: String,
+    },
+    /// Brokers are known but none answered; the last failure.
+    #[error(transparent)]
+    Poll(#[from] PollError),
+    /// Brokers are known but none answered.
+    #[error("no broker answered")]
+    NoBrokerAnswered,
+}
+
 async fn get_limited(
     http: &reqwest::Client,
     url: &str,
     token: Option<&str>,
     limit: usize,
-) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
+) -> Result<(reqwest::StatusCode, Vec<u8>), PollError> {
     let mut req = http.get(url);
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
+    let url_owned = || url.to_string();
     let mut resp = req.send().await.map_err(|e| {
         // Nothing listens (refused) or the address is unreachable: the broker is gone, not
-        // slow. Said so in the message so the caller can drop it at once.
+        // slow; the caller drops it at once.
         if e.is_connect() {
-            format!("{GONE}{url}: {}", chain(&e))
+            PollError::Unreachable {
+                url: url_owned(),
+                cause: chain(&e),
+            }
         } else {
-            format!("{url}: {}", chain(&e))
+            PollError::Transport {
+                url: url_owned(),
+                cause: chain(&e),
+            }
         }
     })?;
     let status = resp.status();
+    let too_large = || PollError::TooLarge {
+        url: url_owned(),
+        limit,
+    };
     if resp.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(format!("{url}: body larger than {limit} bytes"));
+        return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| format!("{url}: {}", chain(&e)))?
-    {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| PollError::Transport {
+        url: url_owned(),
+        cause: chain(&e),
+    })? {
         if body.len() + chunk.len() > limit {
-            return Err(format!("{url}: body larger than {limit} bytes"));
+            return Err(too_large());
         }
         body.extend_from_slice(&chunk);
     }
     Ok((status, body))
 }
-
-/// Prefix of a poll error that means the broker cannot be connected to at all.
-const GONE: &str = "connect failed: ";
 
 /// An error with its sources (reqwest's own message omits the cause).
 fn chain(e: &dyn std::error::Error) -> String {
@@ -109,13 +192,19 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Parse a `/v1/registry/head` body.
-pub fn parse_head(body: &[u8]) -> Result<RegistryHead, String> {
-    serde_json::from_slice(body).map_err(|e| format!("registry head: {e}"))
+pub fn parse_head(body: &[u8]) -> Result<RegistryHead, PollError> {
+    serde_json::from_slice(body).map_err(|source| PollError::Parse {
+        what: "registry head",
+        source,
+    })
 }
 
 /// Parse a `/v1/registry` body.
-pub fn parse_registry(body: &[u8]) -> Result<Registry, String> {
-    serde_json::from_slice(body).map_err(|e| format!("registry: {e}"))
+pub fn parse_registry(body: &[u8]) -> Result<Registry, PollError> {
+    serde_json::from_slice(body).map_err(|source| PollError::Parse {
+        what: "registry",
+        source,
+    })
 }
 
 async fn poll_one(
@@ -124,7 +213,7 @@ async fn poll_one(
     token: Option<&str>,
     cached: Option<Broker>,
     shared: &Shared,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, PollError> {
     let base = format!("http://{endpoint}");
     let (status, body) = get_limited(
         http,
@@ -136,7 +225,11 @@ async fn poll_one(
     let need_full = if status == reqwest::StatusCode::NOT_FOUND {
         true
     } else if !status.is_success() {
-        return Err(format!("{endpoint}: registry head answered {status}"));
+        return Err(PollError::Status {
+            endpoint: endpoint.to_string(),
+            what: "registry head",
+            status,
+        });
     } else {
         let head = parse_head(&body)?;
         match cached {
@@ -166,7 +259,11 @@ async fn poll_one(
     )
     .await?;
     if !status.is_success() {
-        return Err(format!("{endpoint}: registry answered {status}"));
+        return Err(PollError::Status {
+            endpoint: endpoint.to_string(),
+            what: "registry",
+            status,
+        });
     }
     let reg = parse_registry(&body)?;
     if reg.head.format != DATA_FORMAT {
@@ -175,13 +272,17 @@ async fn poll_one(
     Ok(Outcome::Full(Box::new(Broker::from_registry(&reg))))
 }
 
-fn read_token(file: &Option<PathBuf>) -> Result<Option<String>, String> {
+fn read_token(file: &Option<PathBuf>) -> Result<Option<String>, RefreshError> {
     let Some(path) = file else { return Ok(None) };
-    let t = std::fs::read_to_string(path)
-        .map_err(|e| format!("registry token file {}: {e}", path.display()))?;
+    let t = std::fs::read_to_string(path).map_err(|source| RefreshError::TokenUnreadable {
+        path: path.display().to_string(),
+        source,
+    })?;
     let t = t.trim();
     if t.is_empty() {
-        return Err(format!("registry token file {} is empty", path.display()));
+        return Err(RefreshError::TokenEmpty {
+            path: path.display().to_string(),
+        });
     }
     Ok(Some(t.to_string()))
 }
@@ -219,7 +320,7 @@ impl Poller {
             Err(e) => Err(e),
             Ok(token) => {
                 let token = token.as_deref();
-                let results: Vec<(String, Result<Outcome, String>, Duration)> =
+                let results: Vec<(String, Result<Outcome, PollError>, Duration)> =
                     futures::stream::iter(view.endpoints.iter().cloned())
                         .map(|ep| {
                             let cached = shared.read().get(&ep).cloned();
@@ -244,7 +345,7 @@ impl Poller {
                         }
                         Err(e) => {
                             shared.metrics.poll_failures.inc();
-                            if e.starts_with(GONE) {
+                            if matches!(e, PollError::Unreachable { .. }) {
                                 // A broker nobody can connect to is no use to a consumer:
                                 // leave the lookup now rather than after the staleness bound.
                                 shared.write().remove(&ep);
@@ -256,11 +357,11 @@ impl Poller {
                     }
                 }
                 if let Some(p) = &view.problem {
-                    Err(p.clone())
+                    Err(RefreshError::Source(p.clone()))
                 } else if view.endpoints.is_empty() || ok > 0 {
                     Ok(())
                 } else {
-                    Err(last_err.unwrap_or_else(|| "no broker answered".into()))
+                    Err(last_err.map_or(RefreshError::NoBrokerAnswered, RefreshError::Poll))
                 }
             }
         };

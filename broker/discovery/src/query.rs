@@ -104,6 +104,7 @@ pub fn parse(raw: &str) -> Result<Query, QueryError> {
 }
 
 /// Percent-encode `s` for a query value (used by tests and by nothing on the request path).
+#[cfg(test)]
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::{Shared, static_view};
 use support::{FakeBroker, start_discovery};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -38,7 +38,7 @@ async fn raw(addr: std::net::SocketAddr, head: Vec<u8>, body_chunks: usize) -> S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_requests_get_documented_errors() {
     let a = FakeBroker::start("127.0.0.1:0", 1, &["t"]).await;
-    let (_tx, rx) = watch::channel(source::static_view(&[a.addr.to_string()]));
+    let (_tx, rx) = watch::channel(static_view(&[a.addr.to_string()]));
     let d = start_discovery(rx, Arc::new(Shared::default()), vec![]).await;
     d.wait_lookup("t", Some(vec![1]), Duration::from_secs(5))
         .await;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::{Shared, View, watch_endpoint_slices};
 use rustqueue_testbed::{Testbed, TestbedOptions};
 use serde_json::{Value, json};
 use support::{Discovery, FakeBroker, start_discovery};
@@ -129,29 +129,7 @@ async fn scenario() {
     let _b2 = FakeBroker::start(&format!("10.244.200.2:{port}"), 2, &["orders"]).await;
     let _b3 = FakeBroker::start(&format!("10.244.200.3:{port}"), 3, &["orders", "audit"]).await;
 
-    // Discovery's own client goes through the freezable proxy.
-    let (proxy, frozen) = freezable_proxy(bed.apiserver_addr()).await;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kc = kube::config::Kubeconfig::read_from(bed.kubeconfig_path()).unwrap();
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    cfg.cluster_url = format!("https://{proxy}").parse().unwrap();
-    let proxied: Api<EndpointSlice> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), NS);
-
-    let shared = Arc::new(Shared::default());
-    let (tx, rx) = watch::channel(source::View {
-        problem: Some("EndpointSlices not listed yet".into()),
-        ..Default::default()
-    });
-    let watcher = tokio::spawn(source::watch_endpoint_slices(
-        proxied,
-        SERVICE.into(),
-        4151,
-        tx,
-        shared.clone(),
-    ));
-    let d = start_discovery(rx, shared, vec![watcher]).await;
+    let (d, frozen) = discovery_through_a_freezable_proxy(&bed).await;
 
     // No slice yet: the source is fresh (an empty set is a valid answer), the topic unknown.
     let start = std::time::Instant::now();
@@ -229,6 +207,63 @@ async fn scenario() {
         "{brokers}"
     );
 
+    other_services_slices_are_ignored(&slices, &d, port).await;
+
+    // The apiserver goes silent: no error arrives, yet the service fails closed (probe 2 s +
+    // 1.5 s timeout, then the 5 s staleness bound).
+    frozen.store(true, Ordering::SeqCst);
+    let took = wait_health(&d, 503, Duration::from_secs(12)).await;
+    eprintln!("apiserver silent -> /v1/health 503 after {took:?}");
+    let (code, v) = d.get("/lookup?topic=orders").await;
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (503, Some("discovery source is not ready"))
+    );
+    let (_, h) = d.get("/v1/health").await;
+    assert!(
+        h["reason"].as_str().unwrap().contains("EndpointSlice"),
+        "{h}"
+    );
+    // It answers again: lookups come back.
+    frozen.store(false, Ordering::SeqCst);
+    let took = wait_health(&d, 200, Duration::from_secs(10)).await;
+    eprintln!("apiserver back -> /v1/health 200 after {took:?}");
+    d.wait_lookup("orders", Some(vec![3]), BOUND).await;
+    drop(d);
+    bed.shutdown();
+}
+
+/// A discovery service whose EndpointSlice watch goes through a proxy that can be frozen.
+async fn discovery_through_a_freezable_proxy(bed: &Testbed) -> (Discovery, Arc<AtomicBool>) {
+    // Discovery's own client goes through the freezable proxy.
+    let (proxy, frozen) = freezable_proxy(bed.apiserver_addr()).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(bed.kubeconfig_path()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.cluster_url = format!("https://{proxy}").parse().unwrap();
+    let proxied: Api<EndpointSlice> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), NS);
+
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = watch::channel(View {
+        problem: Some("EndpointSlices not listed yet".into()),
+        ..Default::default()
+    });
+    let watcher = tokio::spawn(watch_endpoint_slices(
+        proxied,
+        SERVICE.into(),
+        4151,
+        tx,
+        shared.clone(),
+    ));
+    let d = start_discovery(rx, shared, vec![watcher]).await;
+    (d, frozen)
+}
+
+/// A slice of another Service never brings its endpoints into the lookup.
+async fn other_services_slices_are_ignored(slices: &Api<EndpointSlice>, d: &Discovery, port: u16) {
+    let pp = PostParams::default();
     // A slice of another Service is ignored.
     let mut other = slice("other-a", port, vec![endpoint("10.244.200.1", true, false)]);
     other
@@ -258,27 +293,4 @@ async fn scenario() {
         .await
         .unwrap();
     d.wait_lookup("orders", Some(vec![3]), BOUND).await;
-
-    // The apiserver goes silent: no error arrives, yet the service fails closed (probe 2 s +
-    // 1.5 s timeout, then the 5 s staleness bound).
-    frozen.store(true, Ordering::SeqCst);
-    let took = wait_health(&d, 503, Duration::from_secs(12)).await;
-    eprintln!("apiserver silent -> /v1/health 503 after {took:?}");
-    let (code, v) = d.get("/lookup?topic=orders").await;
-    assert_eq!(
-        (code, v["message"].as_str()),
-        (503, Some("discovery source is not ready"))
-    );
-    let (_, h) = d.get("/v1/health").await;
-    assert!(
-        h["reason"].as_str().unwrap().contains("EndpointSlice"),
-        "{h}"
-    );
-    // It answers again: lookups come back.
-    frozen.store(false, Ordering::SeqCst);
-    let took = wait_health(&d, 200, Duration::from_secs(10)).await;
-    eprintln!("apiserver back -> /v1/health 200 after {took:?}");
-    d.wait_lookup("orders", Some(vec![3]), BOUND).await;
-    drop(d);
-    bed.shutdown();
 }

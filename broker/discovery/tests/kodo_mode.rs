@@ -9,8 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustqueue_discovery::kodo::Mode;
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::Mode;
+use rustqueue_discovery::{Shared, static_view};
 use rustqueue_server::config::Config;
 use serde_json::{Value, json};
 use support::{Discovery, start_discovery};
@@ -123,8 +123,8 @@ async fn kodo_mode_advertises_gateways_and_needs_every_shard() {
         brokers.push(b);
     }
     let http: Vec<String> = brokers.iter().map(|b| b.http.clone()).collect();
-    let (_t1, r1) = watch::channel(source::static_view(&http));
-    let (_t2, r2) = watch::channel(source::static_view(&http));
+    let (_t1, r1) = watch::channel(static_view(&http));
+    let (_t2, r2) = watch::channel(static_view(&http));
     let kodo = start_discovery(
         r1,
         Arc::new(Shared::with_mode(Mode::Kodo {
@@ -144,6 +144,69 @@ async fn kodo_mode_advertises_gateways_and_needs_every_shard() {
     );
 
     // /nodes: the gateway identities in Kodo mode, the brokers in direct mode.
+    let nodes = nodes_are_the_gateway_identities(&kodo).await;
+    let (_, dnodes) = direct.get("/nodes").await;
+    assert_eq!(node_ids(&dnodes), vec![1, 2, 3]);
+    assert_eq!(dnodes["producers"][0]["topics"], json!(["orders"]));
+
+    // Everything else lists the real brokers, identically in both modes.
+    for path in [
+        "/lookup?topic=orders",
+        "/v1/publishers",
+        "/v1/brokers",
+        "/topics",
+    ] {
+        let (kc, kv) = kodo.get(path).await;
+        let (dc, dv) = direct.get(path).await;
+        assert_eq!((kc, &kv), (dc, &dv), "{path}");
+    }
+    let (_, lookup) = kodo.get("/lookup?topic=orders").await;
+    assert_eq!(node_ids(&lookup), vec![1, 2, 3]);
+    assert_eq!(lookup["channels"], json!(["billing"]));
+    let tcp_ports: Vec<String> = lookup["producers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p["tcp_port"]))
+        .collect();
+    let want: Vec<String> = brokers.iter().map(|b| b.tcp.clone()).collect();
+    assert_eq!(tcp_ports, want);
+
+    // Cleanup compatibility is off in both modes.
+    cleanup_is_refused(&[&kodo, &direct]).await;
+    let (_, still) = direct.get("/channels?topic=orders").await;
+    assert_eq!(still["channels"], json!(["billing"]));
+
+    // Shard 2 (node 3) gone: Kodo mode is no longer lookup-ready, direct mode still is, and
+    // /nodes keeps advertising the gateways (never a fallback to brokers).
+    brokers[2].stop().await;
+    let not_ready = |c: u16, v: &Value| c == 200 && v["lookup_ready"] == false;
+    wait_for(&kodo, "/v1/health", bound, not_ready).await;
+    wait_for(&kodo, "/lookup?topic=orders", bound, |c, v| {
+        c == 200 && node_ids(v) == vec![1, 2]
+    })
+    .await;
+    let (code, h) = direct.get("/v1/health").await;
+    assert_eq!((code, &h["lookup_ready"]), (200, &json!(true)), "{h}");
+    let (_, nodes_now) = kodo.get("/nodes").await;
+    assert_eq!(nodes_now, nodes);
+    // The gauge follows at the next refresh.
+    let start = Instant::now();
+    while lookup_ready_gauge(&kodo).await != "rustqueue_discovery_lookup_ready 0" {
+        assert!(start.elapsed() < bound, "gauge still 1");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Back: every shard is served again.
+    brokers[2].restart().await;
+    wait_for(&kodo, "/v1/health", bound, ready).await;
+    for b in &mut brokers {
+        b.stop().await;
+    }
+}
+
+/// Kodo mode's `/nodes`: the three gateway identities, nothing else. Returns the answer.
+async fn nodes_are_the_gateway_identities(kodo: &Discovery) -> Value {
     let (code, nodes) = kodo.get("/nodes").await;
     assert_eq!(code, 200);
     let got: Vec<Value> = nodes["producers"]
@@ -190,35 +253,12 @@ async fn kodo_mode_advertises_gateways_and_needs_every_shard() {
             ]),
         ]
     );
-    let (_, dnodes) = direct.get("/nodes").await;
-    assert_eq!(node_ids(&dnodes), vec![1, 2, 3]);
-    assert_eq!(dnodes["producers"][0]["topics"], json!(["orders"]));
+    nodes
+}
 
-    // Everything else lists the real brokers, identically in both modes.
-    for path in [
-        "/lookup?topic=orders",
-        "/v1/publishers",
-        "/v1/brokers",
-        "/topics",
-    ] {
-        let (kc, kv) = kodo.get(path).await;
-        let (dc, dv) = direct.get(path).await;
-        assert_eq!((kc, &kv), (dc, &dv), "{path}");
-    }
-    let (_, lookup) = kodo.get("/lookup?topic=orders").await;
-    assert_eq!(node_ids(&lookup), vec![1, 2, 3]);
-    assert_eq!(lookup["channels"], json!(["billing"]));
-    let tcp_ports: Vec<String> = lookup["producers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p["tcp_port"]))
-        .collect();
-    let want: Vec<String> = brokers.iter().map(|b| b.tcp.clone()).collect();
-    assert_eq!(tcp_ports, want);
-
-    // Cleanup compatibility is off in both modes.
-    for d in [&kodo, &direct] {
+/// `POST /channel/delete` is discovery's cleanup 404 (the Kodo gateways answer the same).
+async fn cleanup_is_refused(ds: &[&Discovery]) {
+    for d in ds {
         let r = reqwest::Client::new()
             .post(format!(
                 "http://{}/channel/delete?topic=orders&channel=billing",
@@ -232,34 +272,5 @@ async fn kodo_mode_advertises_gateways_and_needs_every_shard() {
             r.json::<Value>().await.unwrap(),
             json!({"message": "E_NOT_FOUND Kodo cleanup compatibility is disabled"})
         );
-    }
-    let (_, still) = direct.get("/channels?topic=orders").await;
-    assert_eq!(still["channels"], json!(["billing"]));
-
-    // Shard 2 (node 3) gone: Kodo mode is no longer lookup-ready, direct mode still is, and
-    // /nodes keeps advertising the gateways (never a fallback to brokers).
-    brokers[2].stop().await;
-    let not_ready = |c: u16, v: &Value| c == 200 && v["lookup_ready"] == false;
-    wait_for(&kodo, "/v1/health", bound, not_ready).await;
-    wait_for(&kodo, "/lookup?topic=orders", bound, |c, v| {
-        c == 200 && node_ids(v) == vec![1, 2]
-    })
-    .await;
-    let (code, h) = direct.get("/v1/health").await;
-    assert_eq!((code, &h["lookup_ready"]), (200, &json!(true)), "{h}");
-    let (_, nodes_now) = kodo.get("/nodes").await;
-    assert_eq!(nodes_now, nodes);
-    // The gauge follows at the next refresh.
-    let start = Instant::now();
-    while lookup_ready_gauge(&kodo).await != "rustqueue_discovery_lookup_ready 0" {
-        assert!(start.elapsed() < bound, "gauge still 1");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    // Back: every shard is served again.
-    brokers[2].restart().await;
-    wait_for(&kodo, "/v1/health", bound, ready).await;
-    for b in &mut brokers {
-        b.stop().await;
     }
 }

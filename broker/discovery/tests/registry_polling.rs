@@ -8,8 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustqueue_discovery::poller::PollerConfig;
-use rustqueue_discovery::{Shared, source};
+use rustqueue_discovery::PollerConfig;
+use rustqueue_discovery::{Shared, static_view};
 use support::{FakeBroker, start_discovery, start_discovery_with, wait_until};
 use tokio::sync::watch;
 
@@ -20,10 +20,7 @@ const TWO_POLLS: Duration = Duration::from_millis(4500);
 async fn static_mode_polls_heads_and_fetches_on_revision_change() {
     let a = FakeBroker::start("127.0.0.1:0", 1, &["orders"]).await;
     let b = FakeBroker::start("127.0.0.1:0", 2, &["orders", "audit"]).await;
-    let (_tx, rx) = watch::channel(source::static_view(&[
-        a.addr.to_string(),
-        b.addr.to_string(),
-    ]));
+    let (_tx, rx) = watch::channel(static_view(&[a.addr.to_string(), b.addr.to_string()]));
     let d = start_discovery(rx, Arc::new(Shared::default()), vec![]).await;
     let bound = Duration::from_secs(5);
 
@@ -113,8 +110,8 @@ async fn static_mode_polls_heads_and_fetches_on_revision_change() {
 async fn replicas_agree_on_the_revision() {
     let a = FakeBroker::start("127.0.0.1:0", 1, &["t"]).await;
     let b = FakeBroker::start("127.0.0.1:0", 2, &["t"]).await;
-    let v1 = source::static_view(&[a.addr.to_string(), b.addr.to_string()]);
-    let v2 = source::static_view(&[b.addr.to_string(), a.addr.to_string()]);
+    let v1 = static_view(&[a.addr.to_string(), b.addr.to_string()]);
+    let v2 = static_view(&[b.addr.to_string(), a.addr.to_string()]);
     let (_t1, r1) = watch::channel(v1);
     let (_t2, r2) = watch::channel(v2);
     let d1 = start_discovery(r1, Arc::new(Shared::default()), vec![]).await;
@@ -137,7 +134,7 @@ async fn the_registry_token_is_sent_and_re_read() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("registry-token");
     std::fs::write(&file, "secret-1\n").unwrap();
-    let (_tx, rx) = watch::channel(source::static_view(&[a.addr.to_string()]));
+    let (_tx, rx) = watch::channel(static_view(&[a.addr.to_string()]));
     let cfg = PollerConfig {
         registry_token_file: Some(file.clone()),
     };

@@ -6,12 +6,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use rustqueue_api::gateway::{BATCH_MAX_BODY_BYTES, PROTOCOL_MAX_MESSAGE_BYTES, env, kodo};
 
 const MIB: u64 = 1024 * 1024;
-/// The largest message the NSQ protocol side of a broker accepts (100 MiB).
-pub const PROTOCOL_MAX_MESSAGE_BYTES: u64 = 100 * MIB;
-/// The largest MPUB/HTTP body a broker accepts (128 MiB).
-pub const BATCH_MAX_BODY_BYTES: u64 = 128 * MIB;
+/// Default grace after SIGTERM of the standard gateway (seconds).
+const SHUTDOWN_GRACE_SECONDS: u64 = 30;
 /// The most connections one gateway may hold (a tokio semaphore's limit is far above).
 pub const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 
@@ -26,45 +25,53 @@ pub struct Cli {
     /// NSQ TCP listen address (opaque tunnels to brokers).
     #[arg(
         long,
-        env = "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
+        env = env::TCP_ADDRESS,
         default_value = "0.0.0.0:4150"
     )]
     pub tcp_address: SocketAddr,
     /// HTTP listen address (`/ping`, `/v1/health`, `/metrics`; everything else forwarded).
     #[arg(
         long,
-        env = "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
+        env = env::HTTP_ADDRESS,
         default_value = "0.0.0.0:4151"
     )]
     pub http_address: SocketAddr,
     /// Comma-separated discovery base URLs; every one is polled and they must agree.
     #[arg(
         long,
-        env = "RUSTQUEUE_DISCOVERY_URLS",
+        env = env::DISCOVERY_URLS,
         value_delimiter = ',',
         default_value = "http://rustqueue-discovery:4161"
     )]
     pub discovery_urls: Vec<String>,
     /// Largest HTTP request body forwarded (bytes).
-    #[arg(long, env = "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES", default_value_t = 64 * MIB)]
+    #[arg(long, env = env::MAX_BODY_BYTES, default_value_t = 64 * MIB)]
     pub max_body_bytes: u64,
     /// Largest single message (bytes); must not exceed the body limit.
-    #[arg(long, env = "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES", default_value_t = 20 * MIB)]
+    #[arg(long, env = env::MAX_MESSAGE_BYTES, default_value_t = 20 * MIB)]
     pub max_message_bytes: u64,
     /// Node-wide budget of HTTP body bytes in flight (bytes).
-    #[arg(long, env = "RUSTQUEUE_GATEWAY_MAX_INFLIGHT_BYTES", default_value_t = 512 * MIB)]
+    #[arg(long, env = env::MAX_INFLIGHT_BYTES, default_value_t = 512 * MIB)]
     pub max_inflight_bytes: u64,
     /// Most concurrent TCP tunnels; further connections are closed at once.
     #[arg(
         long,
-        env = "RUSTQUEUE_GATEWAY_MAX_CONNECTIONS",
+        env = env::MAX_CONNECTIONS,
         default_value_t = 10_000
     )]
     pub max_connections: u64,
+    /// Most concurrent HTTP connections over all HTTP listeners; further connections are
+    /// closed at once.
+    #[arg(
+        long,
+        env = env::MAX_HTTP_CONNECTIONS,
+        default_value_t = 10_000
+    )]
+    pub max_http_connections: u64,
     /// Time allowed to receive a whole HTTP request body (milliseconds).
     #[arg(
         long,
-        env = "RUSTQUEUE_GATEWAY_HTTP_BODY_TIMEOUT_MS",
+        env = env::HTTP_BODY_TIMEOUT_MS,
         default_value_t = 30_000
     )]
     pub http_body_timeout_ms: u64,
@@ -72,30 +79,30 @@ pub struct Cli {
     /// jitter; 0 disables rotation).
     #[arg(
         long,
-        env = "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS",
+        env = env::TCP_MAX_CONNECTION_AGE_SECONDS,
         default_value_t = 300
     )]
     pub tcp_max_connection_age_seconds: u64,
     /// Time given to open tunnels, requests and publishes after SIGTERM (seconds; default 30,
     /// 60 in Kodo mode).
-    #[arg(long, env = "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS")]
+    #[arg(long, env = env::SHUTDOWN_GRACE_SECONDS)]
     pub shutdown_grace_seconds: Option<u64>,
     /// Kodo gateway mode: terminate the producer protocol and serve sharded `/stats`
     /// (docs/kodo.md, "The Kodo Gateway").
     #[arg(
         long,
-        env = "RUSTQUEUE_KODO_COMPATIBILITY_ENABLED",
+        env = env::KODO_COMPATIBILITY_ENABLED,
         default_value_t = false
     )]
     pub kodo_compatibility_enabled: bool,
     /// Kodo mode: this gateway's ordinal, 0..2 (else taken from the `POD_NAME` suffix).
-    #[arg(long, env = "RUSTQUEUE_KODO_GATEWAY_ORDINAL")]
+    #[arg(long, env = env::KODO_GATEWAY_ORDINAL)]
     pub kodo_gateway_ordinal: Option<String>,
     /// The Pod's name (`<n>-kodo-gateway-<ordinal>`), read when no ordinal is given.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
     /// Kodo cleanup compatibility: not supported; `true` is refused at startup.
-    #[arg(long, env = "RUSTQUEUE_KODO_CLEANUP_ENABLED", default_value_t = false)]
+    #[arg(long, env = env::KODO_CLEANUP_ENABLED, default_value_t = false)]
     pub kodo_cleanup_enabled: bool,
 }
 
@@ -137,9 +144,6 @@ pub enum ConfigError {
     /// A discovery URL that is not `http://host[:port]`.
     #[error("discovery URL {0:?} must look like http://host:port")]
     BadDiscoveryUrl(String),
-    /// A Kodo mode rule (docs/kodo.md, "The Kodo Gateway").
-    #[error("Kodo gateway mode: {0}")]
-    Kodo(#[from] crate::kodo::config::KodoConfigError),
 }
 
 /// A validated configuration.
@@ -159,14 +163,14 @@ pub struct Config {
     pub max_inflight_bytes: u32,
     /// Tunnel cap.
     pub max_connections: usize,
+    /// HTTP connection cap (all HTTP listeners together).
+    pub max_http_connections: usize,
     /// Body receive deadline.
     pub http_body_timeout: Duration,
     /// Tunnel base lifetime; `None` disables rotation.
     pub tcp_max_connection_age: Option<Duration>,
     /// Shutdown grace.
     pub shutdown_grace: Duration,
-    /// Kodo gateway mode's settings; `None` runs the standard proxy.
-    pub kodo: Option<crate::kodo::config::KodoSettings>,
 }
 
 impl Cli {
@@ -177,6 +181,7 @@ impl Cli {
             ("max message bytes", self.max_message_bytes),
             ("max inflight bytes", self.max_inflight_bytes),
             ("max connections", self.max_connections),
+            ("max http connections", self.max_http_connections),
             ("http body timeout", self.http_body_timeout_ms),
         ];
         if let Some((name, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
@@ -193,11 +198,16 @@ impl Cli {
             self.max_connections,
             MAX_CONNECTIONS_LIMIT,
         )?;
+        check_max(
+            "max http connections",
+            self.max_http_connections,
+            MAX_CONNECTIONS_LIMIT,
+        )?;
         check_max("http body timeout ms", self.http_body_timeout_ms, 3_600_000)?;
         let default_grace = if self.kodo_compatibility_enabled {
-            crate::kodo::config::SHUTDOWN_GRACE_SECONDS
+            kodo::SHUTDOWN_GRACE_SECONDS
         } else {
-            30
+            SHUTDOWN_GRACE_SECONDS
         };
         let grace_seconds = self.shutdown_grace_seconds.unwrap_or(default_grace);
         check_max("shutdown grace seconds", grace_seconds, 3_600)?;
@@ -224,11 +234,6 @@ impl Cli {
                 value: self.max_inflight_bytes,
                 max: u64::from(u32::MAX),
             })?;
-        let kodo = if self.kodo_compatibility_enabled {
-            Some(crate::kodo::config::validate(self)?)
-        } else {
-            None
-        };
         Ok(Config {
             tcp_address: self.tcp_address,
             http_address: self.http_address,
@@ -237,11 +242,11 @@ impl Cli {
             max_message_bytes: self.max_message_bytes,
             max_inflight_bytes,
             max_connections: self.max_connections as usize,
+            max_http_connections: self.max_http_connections as usize,
             http_body_timeout: Duration::from_millis(self.http_body_timeout_ms),
             tcp_max_connection_age: (self.tcp_max_connection_age_seconds > 0)
                 .then(|| Duration::from_secs(self.tcp_max_connection_age_seconds)),
             shutdown_grace: Duration::from_secs(grace_seconds),
-            kodo,
         })
     }
 }
@@ -292,6 +297,7 @@ mod tests {
         assert_eq!(c.max_message_bytes, 20 * MIB);
         assert_eq!(u64::from(c.max_inflight_bytes), 512 * MIB);
         assert_eq!(c.max_connections, 10_000);
+        assert_eq!(c.max_http_connections, 10_000);
         assert_eq!(c.http_body_timeout, Duration::from_secs(30));
         assert_eq!(c.tcp_max_connection_age, Some(Duration::from_secs(300)));
         assert_eq!(c.shutdown_grace, Duration::from_secs(30));
@@ -315,6 +321,18 @@ mod tests {
             (
                 &["--max-connections", "0"],
                 ConfigError::Zero("max connections"),
+            ),
+            (
+                &["--max-http-connections", "0"],
+                ConfigError::Zero("max http connections"),
+            ),
+            (
+                &["--max-http-connections", "1000001"],
+                ConfigError::AboveMax {
+                    name: "max http connections",
+                    value: 1_000_001,
+                    max: MAX_CONNECTIONS_LIMIT,
+                },
             ),
             (
                 &["--http-body-timeout-ms", "0"],
@@ -383,11 +401,6 @@ mod tests {
         for (args, want) in cases {
             assert_eq!(cli(args).validate().unwrap_err(), *want, "{args:?}");
         }
-    }
-
-    #[test]
-    fn standard_mode_has_no_kodo_settings() {
-        assert!(cli(&[]).validate().unwrap().kodo.is_none());
     }
 
     #[test]

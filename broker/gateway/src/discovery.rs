@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::{FetchError, read_capped};
 use crate::metrics::Metrics;
 use crate::pool::{Backend, Pools};
 
@@ -31,41 +32,73 @@ struct Head {
     revision: u64,
 }
 
-/// One producer of `/v1/publishers` or `/v1/brokers`: nsqlookupd's peer shape plus `node_id`.
-#[derive(Debug, Deserialize)]
-struct Listed {
-    #[serde(flatten)]
-    producer: rustqueue_protocol::lookup::Producer,
-    node_id: u32,
-}
-
+/// `/v1/publishers` or `/v1/brokers`: nsqlookupd's peer shape, each with its `node_id`.
 #[derive(Debug, Deserialize)]
 struct List {
     revision: u64,
-    producers: Vec<Listed>,
+    producers: Vec<rustqueue_protocol::lookup::Producer>,
+}
+
+/// A discovery body the gateway cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not the JSON shape discovery sends.
+    #[error("not discovery's JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A listed broker without a `node_id` (the pools are keyed by it).
+    #[error("a listed broker has no node_id")]
+    NoNodeId,
+}
+
+/// Why one poll of one replica gave no usable snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    /// The replica could not be read.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// It answered something that is not a discovery body.
+    #[error("{url}: {source}")]
+    Parse {
+        /// What was asked.
+        url: String,
+        /// Why it is unusable.
+        source: ParseError,
+    },
+    /// Its revision moved between the head and the lists: read again next round.
+    #[error("{url} changed while read (revisions {head}, {publishers}, {brokers})")]
+    Changed {
+        /// The replica.
+        url: String,
+        /// Revision of the head.
+        head: u64,
+        /// Revision of `/v1/publishers`.
+        publishers: u64,
+        /// Revision of `/v1/brokers`.
+        brokers: u64,
+    },
 }
 
 /// Parse a `/v1/publishers/head` body into its revision.
-pub fn parse_head(body: &[u8]) -> Result<u64, String> {
-    serde_json::from_slice::<Head>(body)
-        .map(|h| h.revision)
-        .map_err(|e| format!("bad head: {e}"))
+pub fn parse_head(body: &[u8]) -> Result<u64, ParseError> {
+    Ok(serde_json::from_slice::<Head>(body)?.revision)
 }
 
 /// Parse a `/v1/publishers` or `/v1/brokers` body into its revision and backends.
-pub fn parse_list(body: &[u8]) -> Result<(u64, Vec<Backend>), String> {
-    let list: List = serde_json::from_slice(body).map_err(|e| format!("bad list: {e}"))?;
-    let backends = list
-        .producers
-        .into_iter()
-        .filter(|p| !p.producer.broadcast_address.is_empty())
-        .map(|p| Backend {
-            node_id: p.node_id,
-            host: p.producer.broadcast_address,
-            tcp_port: p.producer.tcp_port,
-            http_port: p.producer.http_port,
-        })
-        .collect();
+pub fn parse_list(body: &[u8]) -> Result<(u64, Vec<Backend>), ParseError> {
+    let list: List = serde_json::from_slice(body)?;
+    let mut backends = Vec::with_capacity(list.producers.len());
+    for p in list.producers {
+        let node_id = p.node_id.ok_or(ParseError::NoNodeId)?;
+        if p.broadcast_address.is_empty() {
+            continue;
+        }
+        backends.push(Backend {
+            node_id,
+            host: p.broadcast_address,
+            tcp_port: p.tcp_port,
+            http_port: p.http_port,
+        });
+    }
     Ok((list.revision, backends))
 }
 
@@ -207,13 +240,14 @@ async fn poll_source(
     url: &str,
     cached: Option<&SourceState>,
     metrics: &Metrics,
-) -> Result<SourceState, String> {
+) -> Result<SourceState, PollError> {
     let _timer = metrics.discovery_poll_duration.start_timer();
-    let (status, body) = get(http, &format!("{url}/v1/publishers/head"), HEAD_MAX_BYTES).await?;
-    if status != reqwest::StatusCode::OK {
-        return Err(format!("{url}/v1/publishers/head answered {status}"));
-    }
-    let revision = parse_head(&body)?;
+    let head_url = format!("{url}/v1/publishers/head");
+    let revision = parsed(
+        &head_url,
+        &get_ok(http, &head_url, HEAD_MAX_BYTES).await?,
+        parse_head,
+    )?;
     let now = Instant::now();
     if let Some(c) =
         cached.filter(|c| c.revision == revision && now.duration_since(c.fetched) < REFETCH_AFTER)
@@ -223,21 +257,26 @@ async fn poll_source(
             ..c.clone()
         });
     }
-    let (status, body) = get(http, &format!("{url}/v1/publishers"), LIST_MAX_BYTES).await?;
-    if status != reqwest::StatusCode::OK {
-        return Err(format!("{url}/v1/publishers answered {status}"));
-    }
-    let (pub_rev, publishers) = parse_list(&body)?;
-    let (status, body) = get(http, &format!("{url}/v1/brokers"), LIST_MAX_BYTES).await?;
+    let list_url = format!("{url}/v1/publishers");
+    let body = get_ok(http, &list_url, LIST_MAX_BYTES).await?;
+    let (pub_rev, publishers) = parsed(&list_url, &body, parse_list)?;
+    let brokers_url = format!("{url}/v1/brokers");
+    let (status, body) = get(http, &brokers_url, LIST_MAX_BYTES).await?;
     let (brk_rev, brokers) = match status {
         reqwest::StatusCode::NOT_FOUND => (pub_rev, publishers.clone()),
-        reqwest::StatusCode::OK => parse_list(&body)?,
-        other => return Err(format!("{url}/v1/brokers answered {other}")),
+        reqwest::StatusCode::OK => parsed(&brokers_url, &body, parse_list)?,
+        status => {
+            let url = brokers_url;
+            return Err(FetchError::Status { url, status }.into());
+        }
     };
     if pub_rev != revision || brk_rev != revision {
-        return Err(format!(
-            "{url} changed while read (revisions {revision}, {pub_rev}, {brk_rev})"
-        ));
+        return Err(PollError::Changed {
+            url: url.to_string(),
+            head: revision,
+            publishers: pub_rev,
+            brokers: brk_rev,
+        });
     }
     Ok(SourceState {
         revision,
@@ -248,26 +287,44 @@ async fn poll_source(
     })
 }
 
+fn parsed<T>(
+    url: &str,
+    body: &[u8],
+    parse: impl FnOnce(&[u8]) -> Result<T, ParseError>,
+) -> Result<T, PollError> {
+    parse(body).map_err(|source| PollError::Parse {
+        url: url.to_string(),
+        source,
+    })
+}
+
 /// GET `url`, reading at most `cap` bytes of body.
 async fn get(
     http: &reqwest::Client,
     url: &str,
     cap: usize,
-) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
-    let mut resp = http
+) -> Result<(reqwest::StatusCode, Vec<u8>), FetchError> {
+    let resp = http
         .get(url)
         .send()
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(|source| FetchError::Transport {
+            url: url.to_string(),
+            source,
+        })?;
     let status = resp.status();
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{url}: {e}"))? {
-        if body.len() + chunk.len() > cap {
-            return Err(format!("{url}: body larger than {cap} bytes"));
-        }
-        body.extend_from_slice(&chunk);
+    Ok((status, read_capped(url, resp, cap).await?))
+}
+
+/// GET `url`, which must answer 200.
+async fn get_ok(http: &reqwest::Client, url: &str, cap: usize) -> Result<Vec<u8>, FetchError> {
+    match get(http, url, cap).await? {
+        (reqwest::StatusCode::OK, body) => Ok(body),
+        (status, _) => Err(FetchError::Status {
+            url: url.to_string(),
+            status,
+        }),
     }
-    Ok((status, body))
 }
 
 #[cfg(test)]
@@ -373,8 +430,14 @@ mod tests {
                 http_port: 4151
             }]
         );
-        assert_eq!(parse_head(br#"{"revision":9,"broker_count":2}"#), Ok(9));
+        assert_eq!(
+            parse_head(br#"{"revision":9,"broker_count":2}"#).ok(),
+            Some(9)
+        );
         assert!(parse_list(br#"{"revision":1,"producers":[{"node_id":1}]}"#).is_err());
+        let no_id = br#"{"revision":1,"producers":[{"remote_address":"b-0:4150","hostname":"b-0",
+            "broadcast_address":"b-0","tcp_port":4150,"http_port":4151,"version":"0.1.0"}]}"#;
+        assert!(matches!(parse_list(no_id), Err(ParseError::NoNodeId)));
         assert!(parse_head(b"[]").is_err());
     }
 

@@ -1,9 +1,7 @@
 //! `rustqueue-gateway`: the producer gateway of a RustQueue cluster (docs/gateway.md).
 
 use clap::Parser;
-use rustqueue_gateway::Gateway;
-use rustqueue_gateway::config::Cli;
-use rustqueue_gateway::kodo::KodoGateway;
+use rustqueue_gateway::{Cli, Gateway, KodoGateway, KodoSettings};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -13,10 +11,16 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let cfg = Cli::parse().validate()?;
+    let cli = Cli::parse();
+    let cfg = cli.validate()?;
+    let kodo = if cli.kodo_compatibility_enabled {
+        Some(KodoSettings::from_cli(&cli)?)
+    } else {
+        None
+    };
     // reqwest's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if let Some(kodo) = cfg.kodo.clone() {
+    if let Some(kodo) = kodo {
         let gateway = KodoGateway::start(cfg, kodo).await?;
         shutdown_signal().await;
         tracing::info!("shutting down");

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub tcp_active_tunnels: IntGauge,
     /// TCP connections closed at once: over the cap or no publish backend.
     pub tcp_refused: IntCounter,
+    /// HTTP connections closed at once: over the HTTP connection cap.
+    pub http_refused: IntCounter,
     /// TCP connections whose backend did not accept within the connect timeout.
     pub tcp_connect_failures: IntCounter,
     /// HTTP requests answered 429 because the in-flight byte budget was spent.
@@ -125,6 +127,10 @@ impl Metrics {
             tcp_refused: counter(
                 "rustqueue_gateway_tcp_refused_connections_total",
                 "TCP connections closed at once (connection cap reached or no publish-ready broker)",
+            ),
+            http_refused: counter(
+                "rustqueue_gateway_http_refused_connections_total",
+                "HTTP connections closed at once (HTTP connection cap reached)",
             ),
             tcp_connect_failures: counter(
                 "rustqueue_gateway_tcp_connect_failures_total",

@@ -200,6 +200,7 @@ impl Pools {
     }
 
     /// Active tunnels per publish backend (node id, count).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn actives(&self) -> Vec<(u32, usize)> {
         self.publish()
             .entries

@@ -26,13 +26,16 @@ async fn replicas_must_agree_and_disagreement_empties_the_pools_after_five_secon
     let a = FakeDiscovery::start(brokers.clone()).await;
     let b = FakeDiscovery::start(brokers.clone()).await;
     let gw = gateway(&[&a, &b], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     // Replica a moves on (broker 2 gone), b does not: the agreed snapshot is kept ≤ 5 s,
     // then the pools are emptied (never a list that only one replica gives).
     a.set(vec![brokers[0].clone()]);
     let changed = Instant::now();
     wait_until(Duration::from_secs(9), || {
-        let n = gw.pools.publish_count();
+        let n = gw.observe().pools().publish_count();
         assert!(
             n == 2 || n == 0,
             "{n} brokers: kept while within the bound, then none"
@@ -62,7 +65,10 @@ async fn replicas_must_agree_and_disagreement_empties_the_pools_after_five_secon
         sb.revision = revision;
         sb.publishers = publishers;
     }
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let (_, node) = tunnel(&gw).await;
     assert_eq!(node, "node-1");
     gw.shutdown().await;
@@ -74,12 +80,20 @@ async fn a_silent_replica_stops_counting_after_five_seconds() {
     let a = FakeDiscovery::start(brokers.clone()).await;
     let b = FakeDiscovery::start(brokers.clone()).await;
     let gw = gateway(&[&a, &b], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     b.stop();
     a.set(vec![brokers[1].clone()]);
     // Until b's last answer is 5 s old, a and b disagree; then a alone decides.
     wait_until(Duration::from_secs(9), || {
-        gw.pools.actives().iter().map(|(id, _)| *id).eq([2])
+        gw.observe()
+            .pools()
+            .actives()
+            .iter()
+            .map(|(id, _)| *id)
+            .eq([2])
     })
     .await;
     let (_, node) = tunnel(&gw).await;

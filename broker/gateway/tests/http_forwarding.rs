@@ -44,7 +44,10 @@ async fn error_code(resp: reqwest::Response) -> (u16, String, Option<String>) {
 async fn publishes_are_forwarded_to_brokers_and_answers_passed_back() {
     let d = FakeDiscovery::start(http_brokers(2).await).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     let mut nodes = std::collections::BTreeSet::new();
     for i in 0..40 {
         let resp = client()
@@ -103,7 +106,10 @@ async fn local_routes_answer_without_brokers() {
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["status"], "not_ready");
     d.set(http_brokers(1).await);
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let body: serde_json::Value = client()
         .get(url(&gw, "/v1/health"))
         .send()
@@ -112,7 +118,7 @@ async fn local_routes_answer_without_brokers() {
         .json()
         .await
         .unwrap();
-    let publishers = gw.pools.publish_backends();
+    let publishers = gw.observe().pools().publish_backends();
     let address = format!("{}:{}", publishers[0].host, publishers[0].tcp_port);
     assert_eq!(
         body,
@@ -176,7 +182,10 @@ async fn a_publish_to_a_broker_that_hangs_up_is_ambiguous_counted_and_never_retr
     }
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     for (n, (method, target)) in [
         ("POST", "/pub?topic=t"),
         ("POST", "/mpub?topic=t"),
@@ -233,7 +242,10 @@ async fn idempotent_requests_try_a_second_broker() {
     ];
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     for _ in 0..20 {
         let resp = client()
             .get(url(&gw, "/stats?format=json"))
@@ -268,7 +280,10 @@ async fn a_publish_that_could_not_connect_is_not_ambiguous() {
     }];
     let d = FakeDiscovery::start(listed).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let resp = client()
         .post(url(&gw, "/pub?topic=t"))
         .body("x")
@@ -291,7 +306,10 @@ async fn oversized_bodies_are_413_declared_or_streamed() {
         &["--max-body-bytes", "1000", "--max-message-bytes", "1000"],
     )
     .await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let resp = client()
         .post(url(&gw, "/pub?topic=t"))
         .body(vec![b'x'; 1001])
@@ -326,7 +344,10 @@ async fn oversized_bodies_are_413_declared_or_streamed() {
 async fn a_slow_body_is_408() {
     let d = FakeDiscovery::start(http_brokers(1).await).await;
     let gw = gateway(&[&d], &["--http-body-timeout-ms", "300"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let mut s = tokio::net::TcpStream::connect(gw.http_address)
         .await
         .unwrap();
@@ -356,7 +377,10 @@ async fn a_spent_budget_is_429_with_retry_after() {
         "1500",
     ];
     let gw = gateway(&[&d], &flags).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     // One slow request holds 1000 of the 1500 bytes while its body trickles in.
     let mut holder = tokio::net::TcpStream::connect(gw.http_address)
         .await
@@ -366,7 +390,7 @@ async fn a_spent_budget_is_429_with_retry_after() {
         .await
         .unwrap();
     wait_until(Duration::from_secs(10), || {
-        gw.budget.available_permits() == 500
+        gw.observe().budget_available() == 500
     })
     .await;
     let resp = client()
@@ -417,7 +441,10 @@ async fn a_spent_budget_is_429_with_retry_after() {
 async fn absolute_form_targets_are_400_and_nothing_is_forwarded() {
     let d = FakeDiscovery::start(http_brokers(1).await).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     for target in [
         "http://other.example/pub?topic=t",
         "http://127.0.0.1:1/ping",
@@ -438,4 +465,73 @@ async fn absolute_form_targets_are_400_and_nothing_is_forwarded() {
     let resp = client().get(url(&gw, "/ping")).send().await.unwrap();
     assert_eq!(resp.status(), 200, "still serving");
     gw.shutdown().await;
+}
+
+/// The HTTP connection cap (`--max-http-connections`) works like the TCP one: a connection
+/// above it is closed at once, the open ones keep being served, a freed slot is usable again.
+#[tokio::test]
+async fn http_connections_above_the_cap_are_closed_while_open_ones_keep_working() {
+    let d = FakeDiscovery::start(http_brokers(1).await).await;
+    let gw = gateway(&[&d], &["--max-http-connections", "2"]).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(gw.http_address)
+            .await
+            .unwrap();
+        assert!(ping_answered(&mut s).await, "a connection within the cap");
+        held.push(s);
+    }
+    for i in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(gw.http_address)
+            .await
+            .unwrap();
+        let _ = s.write_all(b"GET /ping HTTP/1.1\r\nHost: g\r\n\r\n").await;
+        let mut b = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut b)).await;
+        assert!(
+            matches!(n, Ok(Ok(0)) | Ok(Err(_))),
+            "connection {i} above the cap was served: {n:?}"
+        );
+    }
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(ping_answered(s).await, "held connection {i} harmed");
+    }
+    assert_eq!(
+        metric(&gw, "rustqueue_gateway_http_refused_connections_total"),
+        20.0
+    );
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        let mut s = tokio::net::TcpStream::connect(gw.http_address)
+            .await
+            .unwrap();
+        if ping_answered(&mut s).await {
+            again = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "a freed slot is usable again");
+    drop((held, again));
+    gw.shutdown().await;
+}
+
+/// Send `GET /ping` on a kept-alive connection; true when `OK` comes back.
+async fn ping_answered(s: &mut tokio::net::TcpStream) -> bool {
+    if s.write_all(b"GET /ping HTTP/1.1\r\nHost: g\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    while !got.ends_with(b"OK") {
+        match tokio::time::timeout(Duration::from_secs(2), s.read(&mut b)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&b[..n]),
+            _ => return false,
+        }
+    }
+    String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200")
 }

@@ -11,8 +11,11 @@ use kodo_support::*;
 use rustqueue_protocol::Frame;
 use rustqueue_protocol::command::encode_mpub_body;
 
-async fn ready(gw: &rustqueue_gateway::kodo::KodoGateway, n: usize) {
-    wait_until(Duration::from_secs(10), || gw.pools.publish_count() == n).await;
+async fn ready(gw: &rustqueue_gateway::KodoGateway, n: usize) {
+    wait_until(Duration::from_secs(10), || {
+        gw.observe().pools().publish_count() == n
+    })
+    .await;
 }
 
 /// Every message of `topic` on `broker`, through a channel created before publishing.
@@ -215,7 +218,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     // The smallest budget Kodo mode accepts: one worst-case MPUB (136 MiB).
     let gw = kodo_gateway(&d, &["--max-inflight-bytes", "142606336"]).await;
     ready(&gw, 1).await;
-    let idle = gw.budget.available_permits();
+    let idle = gw.observe().budget_available();
     // A producer announces 100 MiB and sends only the start: the 100 MiB stay reserved.
     let mut slow = Client::connect(gw.tcp_address).await;
     let mut head = b"PUB t\n".to_vec();
@@ -223,7 +226,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     slow.send(&head).await;
     slow.send(&payload(1, 1024 * 1024)).await;
     wait_until(Duration::from_secs(10), || {
-        gw.budget.available_permits() == idle - 104_857_600
+        gw.observe().budget_available() == idle - 104_857_600
     })
     .await;
     // 40 MiB more does not fit: closed before its body is read, without an answer.
@@ -246,7 +249,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     // The slow producer leaves; its reservation comes back and 40 MiB now fit.
     drop(slow);
     wait_until(Duration::from_secs(10), || {
-        gw.budget.available_permits() == idle
+        gw.observe().budget_available() == idle
     })
     .await;
     let mut next = Client::connect(gw.tcp_address).await;
@@ -264,7 +267,7 @@ async fn shutdown_finishes_the_publish_in_progress_and_runs_no_queued_command() 
     let gw = kodo_gateway(&d, &[]).await;
     ready(&gw, 1).await;
     let tcp = gw.tcp_address;
-    let idle = gw.budget.available_permits();
+    let idle = gw.observe().budget_available();
     let mut c = Client::connect(tcp).await;
     c.cmd_body("PUB late", b"warm").await;
     c.expect_ok().await;
@@ -277,7 +280,7 @@ async fn shutdown_finishes_the_publish_in_progress_and_runs_no_queued_command() 
     let in_progress = ("PUB late\n".len() + 4 + b"in-progress".len()) as u64;
     wait_until(Duration::from_secs(30), || {
         b.unread_bytes() == in_progress
-            && idle - gw.budget.available_permits() == b"in-progress".len() + b"queued".len()
+            && idle - gw.observe().budget_available() == b"in-progress".len() + b"queued".len()
     })
     .await;
     let stopping = tokio::spawn(gw.shutdown());

@@ -10,11 +10,7 @@ use std::time::Duration;
 use kodo_support::*;
 use serde_json::Value;
 
-async fn shard(
-    gw: &rustqueue_gateway::kodo::KodoGateway,
-    k: usize,
-    query: &str,
-) -> reqwest::Response {
+async fn shard(gw: &rustqueue_gateway::KodoGateway, k: usize, query: &str) -> reqwest::Response {
     reqwest::get(format!("http://{}/stats{query}", gw.shard_addresses[k]))
         .await
         .unwrap()
@@ -51,7 +47,10 @@ async fn each_shard_sums_its_brokers_own_stats() {
     }
     let d = FakeDiscovery::start(brokers.iter().map(Broker::listed).collect()).await;
     let gw = kodo_gateway(&d, &[]).await;
-    wait_until(Duration::from_secs(10), || gw.pools.broker_count() == 3).await;
+    wait_until(Duration::from_secs(10), || {
+        gw.observe().pools().broker_count() == 3
+    })
+    .await;
     let own: Vec<Value> = futures::future::join_all(brokers.iter().map(Broker::stats)).await;
     let s0: Value = shard(&gw, 0, "?format=text").await.json().await.unwrap();
     assert_eq!(

@@ -36,7 +36,10 @@ async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool 
 async fn n_producer_connections_spread_over_n_brokers_before_any_is_reused() {
     let d = FakeDiscovery::start(brokers(3).await).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 3).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 3
+    })
+    .await;
     let mut open = Vec::new();
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
     for round in 1..=3 {
@@ -60,7 +63,7 @@ async fn n_producer_connections_spread_over_n_brokers_before_any_is_reused() {
     assert_eq!(metric(&gw, "rustqueue_gateway_tcp_active_tunnels"), 9.0);
     drop(open);
     wait_until(Duration::from_secs(5), || {
-        gw.pools.actives().iter().all(|(_, a)| *a == 0)
+        gw.observe().pools().actives().iter().all(|(_, a)| *a == 0)
     })
     .await;
     gw.shutdown().await;
@@ -70,7 +73,10 @@ async fn n_producer_connections_spread_over_n_brokers_before_any_is_reused() {
 async fn a_tunnel_is_rotated_after_its_jittered_age() {
     let d = FakeDiscovery::start(brokers(1).await).await;
     let gw = gateway(&[&d], &["--tcp-max-connection-age-seconds", "1"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let started = Instant::now();
     let (mut s, _) = tunnel(&gw).await;
     assert!(echoes(&mut s, "still open").await);
@@ -100,7 +106,10 @@ async fn a_tunnel_is_rotated_after_its_jittered_age() {
 async fn zero_age_never_rotates() {
     let d = FakeDiscovery::start(brokers(1).await).await;
     let gw = gateway(&[&d], &["--tcp-max-connection-age-seconds", "0"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let (mut s, _) = tunnel(&gw).await;
     assert!(!closed_within(&mut s, Duration::from_millis(1500)).await);
     assert!(echoes(&mut s, "open").await);
@@ -113,7 +122,10 @@ async fn a_broker_leaving_discovery_closes_only_its_tunnels() {
     let listed = brokers(2).await;
     let d = FakeDiscovery::start(listed.clone()).await;
     let gw = gateway(&[&d], &[]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     let (a, node_a) = tunnel(&gw).await;
     let (b, node_b) = tunnel(&gw).await;
     assert_ne!(node_a, node_b);
@@ -138,7 +150,10 @@ async fn a_broker_leaving_discovery_closes_only_its_tunnels() {
 async fn a_flood_above_the_cap_is_refused_while_existing_tunnels_keep_working() {
     let d = FakeDiscovery::start(brokers(2).await).await;
     let gw = gateway(&[&d], &["--max-connections", "5"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 2).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 2
+    })
+    .await;
     let mut held = Vec::new();
     for _ in 0..5 {
         held.push(tunnel(&gw).await.0);
@@ -200,7 +215,10 @@ async fn with_no_publish_ready_broker_a_connection_is_closed_at_once() {
 async fn shutdown_lets_open_tunnels_finish_then_cuts_them_after_the_grace() {
     let d = FakeDiscovery::start(brokers(1).await).await;
     let gw = gateway(&[&d], &["--shutdown-grace-seconds", "1"]).await;
-    wait_until(Duration::from_secs(5), || gw.pools.publish_count() == 1).await;
+    wait_until(Duration::from_secs(5), || {
+        gw.observe().pools().publish_count() == 1
+    })
+    .await;
     let (mut s, _) = tunnel(&gw).await;
     let tcp = gw.tcp_address;
     let started = Instant::now();

@@ -20,12 +20,16 @@ pub struct Producer {
     pub http_port: u16,
     /// Broker version.
     pub version: String,
-    /// Topology zone (empty when unset).
-    #[serde(default)]
-    pub topology_zone: String,
-    /// Topology region (empty when unset).
-    #[serde(default)]
-    pub topology_region: String,
+    /// Topology zone: a broker's own lookup answers `""` like nsqd; discovery leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_zone: Option<String>,
+    /// Topology region: as [`Producer::topology_zone`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_region: Option<String>,
+    /// The broker's node id: discovery's answers carry it (the gateway keys its pools by
+    /// it); a broker's own single-node lookup does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<u32>,
 }
 
 /// `GET /lookup?topic=`.
@@ -84,8 +88,9 @@ mod tests {
                 tcp_port: 4150,
                 http_port: 4151,
                 version: "0.1.0".into(),
-                topology_zone: String::new(),
-                topology_region: String::new(),
+                topology_zone: Some(String::new()),
+                topology_region: Some(String::new()),
+                node_id: None,
             },
             tombstones: vec![false],
             topics: vec!["t".into()],
@@ -97,5 +102,28 @@ mod tests {
         assert_eq!(v["producers"][0]["tcp_port"], 4150);
         assert_eq!(v["producers"][0]["topics"][0], "t");
         assert_eq!(v["producers"][0]["tombstones"][0], false);
+        assert_eq!(v["producers"][0]["topology_zone"], "");
+        assert!(v["producers"][0].get("node_id").is_none());
+    }
+
+    #[test]
+    fn discoverys_producers_carry_the_node_id_and_no_topology() {
+        let p = Producer {
+            remote_address: "b-0:4150".into(),
+            hostname: "b-0".into(),
+            broadcast_address: "b-0".into(),
+            tcp_port: 4150,
+            http_port: 4151,
+            version: "0.1.0".into(),
+            topology_zone: None,
+            topology_region: None,
+            node_id: Some(3),
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(
+            text,
+            r#"{"remote_address":"b-0:4150","hostname":"b-0","broadcast_address":"b-0","tcp_port":4150,"http_port":4151,"version":"0.1.0","node_id":3}"#
+        );
+        assert_eq!(serde_json::from_str::<Producer>(&text).unwrap(), p);
     }
 }

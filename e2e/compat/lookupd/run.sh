@@ -7,8 +7,8 @@
 #
 #   nsqlookupd: official nsqlookupd v1.3.0 and two official nsqd (--lookupd-tcp-address)
 #   discovery:  rustqueue-discovery in static mode (docs/discovery.md) and two rustqueued,
-#               plus rustqueue-gateway in front of them (docs/gateway.md): the go and python
-#               suites add the gateway-publish scenario (go-nsq Producers / pynsq Writers over
+#               plus rustqueue-gateway in front of them (docs/gateway.md): every suite adds
+#               the gateway-publish scenario (go-nsq Producers / pynsq and nsqjs Writers over
 #               TCP and HTTP /pub, /mpub through the gateway; messages on both brokers;
 #               consumed via lookup)
 #
@@ -164,7 +164,7 @@ main() {
     log "$target lookup=$LOOKUP b1=$B1_TCP/$B1_HTTP b2=$B2_TCP/$B2_HTTP ($client)"
     local args=(--lookup "$LOOKUP" --b1-tcp "$B1_TCP" --b1-http "$B1_HTTP"
       --b2-tcp "$B2_TCP" --b2-http "$B2_HTTP" --leave-pid "$PID_b2")
-    if [ "$target" = discovery ] && [ "$client" != node ]; then
+    if [ "$target" = discovery ]; then
       start_gateway
       log "gateway tcp=$GW_TCP http=$GW_HTTP"
       args+=(--gateway-tcp "$GW_TCP" --gateway-http "$GW_HTTP")

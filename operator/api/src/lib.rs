@@ -6,6 +6,8 @@
 //!   `v1` wire shape; a breaking change gets a new module.
 //! - [`broker_config`]: the broker's TOML configuration and its environment overrides; the
 //!   broker reads it and the operator renders it from the same types.
+//! - [`gateway`]: the gateway's environment names, limits, and the Kodo gateway's ports and
+//!   grace; the operator renders them and the gateway checks them.
 //! - [`labels`]: label keys, annotation keys, well-known ports and file paths that rendered
 //!   Kubernetes objects and the broker agree on.
 //! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
@@ -13,6 +15,7 @@
 
 pub mod broker_config;
 pub mod contract;
+pub mod gateway;
 pub mod labels;
 
 #[cfg(feature = "kube")]

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
-use rustqueue_discovery::{Shared, api, poller, source};
+use rustqueue_discovery::{PollerConfig, Shared, View, poll_brokers, router};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -180,24 +180,24 @@ impl Drop for Discovery {
 
 /// Start the poller on `rx` (plus any extra task feeding it) and the HTTP API.
 pub async fn start_discovery(
-    rx: watch::Receiver<source::View>,
+    rx: watch::Receiver<View>,
     shared: Arc<Shared>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 ) -> Discovery {
-    start_discovery_with(rx, shared, tasks, poller::PollerConfig::default()).await
+    start_discovery_with(rx, shared, tasks, PollerConfig::default()).await
 }
 
 /// [`start_discovery`] with poller settings.
 pub async fn start_discovery_with(
-    rx: watch::Receiver<source::View>,
+    rx: watch::Receiver<View>,
     shared: Arc<Shared>,
     mut tasks: Vec<tokio::task::JoinHandle<()>>,
-    cfg: poller::PollerConfig,
+    cfg: PollerConfig,
 ) -> Discovery {
-    tasks.push(tokio::spawn(poller::run(rx, cfg, shared.clone())));
+    tasks.push(tokio::spawn(poll_brokers(rx, cfg, shared.clone())));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = api::router(shared.clone());
+    let app = router(shared.clone());
     tasks.push(tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     }));

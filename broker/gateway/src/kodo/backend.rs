@@ -1,4 +1,4 @@
-//! One gateway-to-broker NSQ session, used by the publish algorithm ([`super::publish`]).
+//! One gateway-to-broker NSQ session, used by the publish algorithm (`publish.rs`).
 //!
 //! Opening it: connect within 2 s, then magic and the producer's IDENTIFY (feature
 //! negotiation on, heartbeats off, no TLS or compression) answered within 5 s. One publish
@@ -13,7 +13,7 @@ use rustqueue_protocol::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 
-use super::publish::{Verdict, classify};
+use super::verdict::{Verdict, classify};
 use crate::pool::Backend;
 
 /// Time allowed to connect to a broker.
@@ -76,6 +76,7 @@ impl Wire {
     }
 
     /// Every byte, in order (for tests).
+    #[cfg(test)]
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.head.clone();
         for m in &self.messages {
@@ -99,6 +100,47 @@ impl Wire {
     }
 }
 
+/// Why a broker session could not be opened (nothing was sent: the next broker may be tried).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The broker refused the connection.
+    #[error("connect to {target}: {source}")]
+    Connect {
+        /// `host:port`.
+        target: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The broker did not accept within [`CONNECT_TIMEOUT`].
+    #[error("connect to {target}: no answer within 2 s")]
+    ConnectTimeout {
+        /// `host:port`.
+        target: String,
+    },
+    /// The broker answered the IDENTIFY with something other than a response.
+    #[error("IDENTIFY refused by {target}: {answer}")]
+    Refused {
+        /// `host:port`.
+        target: String,
+        /// The frame it sent.
+        answer: String,
+    },
+    /// The handshake failed on the socket.
+    #[error("IDENTIFY with {target}: {source}")]
+    Handshake {
+        /// `host:port`.
+        target: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// No answer to the IDENTIFY within [`HANDSHAKE_TIMEOUT`].
+    #[error("IDENTIFY with {target}: no answer within 5 s")]
+    HandshakeTimeout {
+        /// `host:port`.
+        target: String,
+    },
+}
+
 /// An open, identified session to one broker.
 #[derive(Debug)]
 pub struct BrokerConn {
@@ -110,13 +152,13 @@ pub struct BrokerConn {
 
 impl BrokerConn {
     /// Connect, send the magic and `identify` (a JSON body) and read the answer.
-    pub async fn open(backend: &Backend, identify: &[u8]) -> Result<BrokerConn, String> {
-        let target = backend.tcp_target();
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&target)).await
-        {
+    pub async fn open(backend: &Backend, identify: &[u8]) -> Result<BrokerConn, OpenError> {
+        let addr = backend.tcp_target();
+        let target = format!("{}:{}", addr.0, addr.1);
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("connect to {target:?}: {e}")),
-            Err(_) => return Err(format!("connect to {target:?}: no answer within 2 s")),
+            Ok(Err(source)) => return Err(OpenError::Connect { target, source }),
+            Err(_) => return Err(OpenError::ConnectTimeout { target }),
         };
         let _ = stream.set_nodelay(true);
         let mut conn = BrokerConn {
@@ -135,9 +177,12 @@ impl BrokerConn {
         };
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
             Ok(Ok(Frame::Response(_))) => Ok(conn),
-            Ok(Ok(other)) => Err(format!("IDENTIFY refused by {target:?}: {other:?}")),
-            Ok(Err(e)) => Err(format!("IDENTIFY with {target:?}: {e}")),
-            Err(_) => Err(format!("IDENTIFY with {target:?}: no answer within 5 s")),
+            Ok(Ok(other)) => Err(OpenError::Refused {
+                target,
+                answer: format!("{other:?}"),
+            }),
+            Ok(Err(source)) => Err(OpenError::Handshake { target, source }),
+            Err(_) => Err(OpenError::HandshakeTimeout { target }),
         }
     }
 

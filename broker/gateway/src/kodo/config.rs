@@ -2,17 +2,15 @@
 //! an ordinal 0..2, cleanup compatibility refused, the 100 MiB message / 128 MiB body limits,
 //! an in-flight budget that holds the worst-case working set of one command, HTTP on 4151.
 
-use crate::config::{BATCH_MAX_BODY_BYTES, Cli, PROTOCOL_MAX_MESSAGE_BYTES};
+//!
+//! The ports, limits and grace are the contract's (`rustqueue_api::gateway::kodo`), the same
+//! constants the operator renders.
+
+use rustqueue_api::gateway::kodo::{HTTP_PORT, MAX_BODY_BYTES, MAX_MESSAGE_BYTES};
 use rustqueue_protocol::command::MAX_MPUB_MESSAGES;
 
-/// Kodo mode's default shutdown grace (the Pod's termination grace is 75 s).
-pub const SHUTDOWN_GRACE_SECONDS: u64 = 60;
-/// The HTTP port Kodo mode must be given (stats shard 0).
-pub const HTTP_PORT: u16 = 4151;
-/// The stats shard ports, shard k on `SHARD_PORTS[k]`.
-pub const SHARD_PORTS: [u16; 3] = [4151, 4154, 4155];
-/// The probe and metrics port (`/ping`, `/metrics`, `/v1/health`).
-pub const METRICS_PORT: u16 = 4160;
+use crate::config::Cli;
+
 /// Largest IDENTIFY/AUTH body.
 pub const CONTROL_BODY_BYTES: u64 = 1024 * 1024;
 /// Bookkeeping charged per MPUB entry on top of the body.
@@ -22,7 +20,7 @@ pub const MPUB_ENTRY_OVERHEAD: u64 = 128;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KodoConfigError {
     /// An ordinal that is not 0, 1 or 2.
-    #[error("{from} = {value:?} does not give an ordinal 0, 1 or 2")]
+    #[error("Kodo gateway mode: {from} = {value:?} does not give an ordinal 0, 1 or 2")]
     BadOrdinal {
         /// Where it came from.
         from: &'static str,
@@ -30,13 +28,17 @@ pub enum KodoConfigError {
         value: String,
     },
     /// Neither the ordinal nor the Pod name is set.
-    #[error("set RUSTQUEUE_KODO_GATEWAY_ORDINAL (0..2) or POD_NAME (<name>-kodo-gateway-<0..2>)")]
+    #[error(
+        "Kodo gateway mode: set RUSTQUEUE_KODO_GATEWAY_ORDINAL (0..2) or POD_NAME (<name>-kodo-gateway-<0..2>)"
+    )]
     NoOrdinal,
     /// Cleanup compatibility asked for.
-    #[error("RUSTQUEUE_KODO_CLEANUP_ENABLED=true is not supported: set it to false")]
+    #[error(
+        "Kodo gateway mode: RUSTQUEUE_KODO_CLEANUP_ENABLED=true is not supported: set it to false"
+    )]
     CleanupEnabled,
     /// A size limit other than the one Kodo needs.
-    #[error("{name} must be exactly {want} in Kodo mode (is {value})")]
+    #[error("Kodo gateway mode: {name} must be exactly {want} in Kodo mode (is {value})")]
     Limit {
         /// The setting.
         name: &'static str,
@@ -47,7 +49,7 @@ pub enum KodoConfigError {
     },
     /// An in-flight budget that cannot hold one worst-case command.
     #[error(
-        "RUSTQUEUE_GATEWAY_MAX_INFLIGHT_BYTES ({inflight}) must be at least the worst-case \
+        "Kodo gateway mode: RUSTQUEUE_GATEWAY_MAX_INFLIGHT_BYTES ({inflight}) must be at least the worst-case \
          working set of one command ({need})"
     )]
     InflightBelowWorkingSet {
@@ -57,7 +59,9 @@ pub enum KodoConfigError {
         need: u64,
     },
     /// The HTTP address on another port.
-    #[error("RUSTQUEUE_GATEWAY_HTTP_ADDRESS must use port 4151 in Kodo mode (is {0})")]
+    #[error(
+        "Kodo gateway mode: RUSTQUEUE_GATEWAY_HTTP_ADDRESS must use port 4151 in Kodo mode (is {0})"
+    )]
     HttpPort(u16),
 }
 
@@ -66,6 +70,13 @@ pub enum KodoConfigError {
 pub struct KodoSettings {
     /// This gateway's ordinal (0..2).
     pub ordinal: u8,
+}
+
+impl KodoSettings {
+    /// Kodo mode's rules over the command line (the standard ones are [`Cli::validate`]'s).
+    pub fn from_cli(cli: &Cli) -> Result<KodoSettings, KodoConfigError> {
+        validate(cli)
+    }
 }
 
 /// The ordinal from `RUSTQUEUE_KODO_GATEWAY_ORDINAL`, else from the `POD_NAME` suffix.
@@ -105,7 +116,7 @@ pub fn worst_case_working_set(max_message: u64, max_body: u64) -> u64 {
     identify.max(mpub).max(max_message)
 }
 
-/// The Kodo rules, applied after the standard ones.
+/// The Kodo rules; [`Cli::validate`] applies the standard ones.
 pub fn validate(cli: &Cli) -> Result<KodoSettings, KodoConfigError> {
     if cli.kodo_cleanup_enabled {
         return Err(KodoConfigError::CleanupEnabled);
@@ -115,12 +126,12 @@ pub fn validate(cli: &Cli) -> Result<KodoSettings, KodoConfigError> {
         (
             "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
             cli.max_message_bytes,
-            PROTOCOL_MAX_MESSAGE_BYTES,
+            MAX_MESSAGE_BYTES,
         ),
         (
             "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
             cli.max_body_bytes,
-            BATCH_MAX_BODY_BYTES,
+            MAX_BODY_BYTES,
         ),
     ];
     for (name, value, want) in exact {
@@ -144,7 +155,7 @@ pub fn validate(cli: &Cli) -> Result<KodoSettings, KodoConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ConfigError;
+    use crate::config::Config;
     use clap::Parser as _;
 
     #[test]
@@ -213,7 +224,7 @@ mod tests {
     }
 
     /// The operator's rendering with `extra` flags added or replacing its values.
-    fn kodo(extra: &[&str]) -> Result<crate::config::Config, ConfigError> {
+    fn kodo(extra: &[&str]) -> Result<(Config, KodoSettings), KodoConfigError> {
         let mut flags: Vec<(&str, Option<&str>)> = vec![
             ("--kodo-compatibility-enabled", None),
             ("--kodo-gateway-ordinal", Some("1")),
@@ -238,40 +249,38 @@ mod tests {
             args.push(f);
             args.extend(v);
         }
-        Cli::try_parse_from(args).unwrap().validate()
+        let cli = Cli::try_parse_from(args).unwrap();
+        let settings = validate(&cli)?;
+        Ok((cli.validate().expect("the standard rules pass"), settings))
     }
 
     #[test]
     fn the_operators_rendering_is_valid_with_a_60_second_grace() {
-        let c = kodo(&[]).unwrap();
-        assert_eq!(c.kodo, Some(KodoSettings { ordinal: 1 }));
+        let (c, settings) = kodo(&[]).unwrap();
+        assert_eq!(settings, KodoSettings { ordinal: 1 });
         assert_eq!(c.shutdown_grace, std::time::Duration::from_secs(60));
-        let c = kodo(&["--shutdown-grace-seconds", "5"]).unwrap();
+        let (c, _) = kodo(&["--shutdown-grace-seconds", "5"]).unwrap();
         assert_eq!(c.shutdown_grace, std::time::Duration::from_secs(5));
     }
 
     #[test]
     fn kodo_startup_validation_refuses_each_rule() {
-        let k = |e| ConfigError::Kodo(e);
-        let cases: &[(&[&str], ConfigError)] = &[
-            (
-                &["--kodo-cleanup-enabled"],
-                k(KodoConfigError::CleanupEnabled),
-            ),
+        let cases: &[(&[&str], KodoConfigError)] = &[
+            (&["--kodo-cleanup-enabled"], KodoConfigError::CleanupEnabled),
             (
                 &["--kodo-gateway-ordinal", "5"],
-                k(KodoConfigError::BadOrdinal {
+                KodoConfigError::BadOrdinal {
                     from: "RUSTQUEUE_KODO_GATEWAY_ORDINAL",
                     value: "5".into(),
-                }),
+                },
             ),
             (
                 &["--max-message-bytes", "20971520"],
-                k(KodoConfigError::Limit {
+                KodoConfigError::Limit {
                     name: "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
                     value: 20_971_520,
                     want: 104_857_600,
-                }),
+                },
             ),
             (
                 &[
@@ -280,30 +289,30 @@ mod tests {
                     "--max-message-bytes",
                     "1000",
                 ],
-                k(KodoConfigError::Limit {
+                KodoConfigError::Limit {
                     name: "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
                     value: 1000,
                     want: 104_857_600,
-                }),
+                },
             ),
             (
                 &["--max-body-bytes", "134217000"],
-                k(KodoConfigError::Limit {
+                KodoConfigError::Limit {
                     name: "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
                     value: 134_217_000,
                     want: 134_217_728,
-                }),
+                },
             ),
             (
                 &["--max-inflight-bytes", "142606335"],
-                k(KodoConfigError::InflightBelowWorkingSet {
+                KodoConfigError::InflightBelowWorkingSet {
                     inflight: 142_606_335,
                     need: 142_606_336,
-                }),
+                },
             ),
             (
                 &["--http-address", "127.0.0.1:8080"],
-                k(KodoConfigError::HttpPort(8080)),
+                KodoConfigError::HttpPort(8080),
             ),
         ];
         for (args, want) in cases {
@@ -318,8 +327,8 @@ mod tests {
             "--max-body-bytes",
             "134217728",
         ]);
-        let e = no_ordinal.unwrap().validate().unwrap_err();
-        assert_eq!(e, k(KodoConfigError::NoOrdinal));
+        let e = validate(&no_ordinal.unwrap()).unwrap_err();
+        assert_eq!(e, KodoConfigError::NoOrdinal);
         assert!(e.to_string().contains("POD_NAME"), "{e}");
     }
 }

@@ -1,45 +1,38 @@
-//! Kodo mode's HTTP listeners: the three stats shards (4151, 4154, 4155) and the probe and
-//! metrics port (4160). Nothing is forwarded: HTTP publishing is off in Kodo mode.
+//! Kodo mode's HTTP listeners: the three stats shards (4151, 4154, 4155) and the core's probe
+//! routes on 4160. Nothing is forwarded: HTTP publishing is off in Kodo mode. A 404 is
+//! `{"message":"E_NOT_FOUND <why>"}`, the body discovery answers for the same routes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use rustqueue_api::gateway::kodo::{CLEANUP_DISABLED, FORWARDING_DISABLED};
+use serde_json::Value;
 
 use super::stats;
-use crate::http::GatewayError;
-use crate::metrics::Metrics;
-use crate::pool::{Backend, Pools};
+use crate::core::{Health, Shared, probe_router};
+use crate::error::{ErrorAnswer, FetchError, read_capped};
+use crate::pool::Backend;
 
 /// A whole `/stats` call must finish within this (else 504 `E_STATS_TIMEOUT`).
 pub const STATS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the HTTP handlers share.
+/// What the stats handlers share.
 #[derive(Debug)]
 pub struct KodoHttp {
-    /// The broker pools.
-    pub pools: Arc<Pools>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// The node-wide in-flight byte budget.
-    pub budget: Arc<Semaphore>,
+    /// Pools, metrics and the in-flight byte budget.
+    pub shared: Shared,
     /// Client for the brokers' `/stats`.
     pub client: reqwest::Client,
 }
 
 impl KodoHttp {
     /// Handlers' state with its own broker client.
-    pub fn new(
-        pools: Arc<Pools>,
-        metrics: Metrics,
-        budget: Arc<Semaphore>,
-    ) -> reqwest::Result<Self> {
+    pub fn new(shared: Shared) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             // The whole call's 10 s (504) must fire before a single request's limit (503).
@@ -47,13 +40,24 @@ impl KodoHttp {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()?;
-        Ok(KodoHttp {
-            pools,
-            metrics,
-            budget,
-            client,
-        })
+        Ok(KodoHttp { shared, client })
     }
+}
+
+/// Why a shard's `/stats` could not be served whole.
+#[derive(Debug, thiserror::Error)]
+enum StatsError {
+    /// One broker's `/stats` could not be read.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// The brokers' answers together are above the limit.
+    #[error("the brokers' /stats add up to {total} bytes, more than {limit}")]
+    TooLarge {
+        /// Their size.
+        total: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// The router of stats shard `shard` (0..2).
@@ -69,50 +73,15 @@ pub fn shard_router(state: Arc<KodoHttp>, shard: usize) -> Router {
         )
         .route(
             "/channel/delete",
-            any(|| async { not_found("Kodo cleanup compatibility is disabled") }),
+            any(|| async { ErrorAnswer::not_found(CLEANUP_DISABLED) }),
         )
-        .fallback(|| async { not_found("Kodo Gateway HTTP forwarding is disabled") })
+        .fallback(|| async { ErrorAnswer::not_found(FORWARDING_DISABLED) })
         .with_state(state)
 }
 
 /// The router of the probe and metrics port.
-pub fn metrics_router(state: Arc<KodoHttp>) -> Router {
-    Router::new()
-        .route("/ping", get(|| async { "OK" }))
-        .route("/v1/health", get(health))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { not_found("this port serves /ping, /v1/health and /metrics") })
-        .with_state(state)
-}
-
-fn not_found(detail: &'static str) -> Response {
-    GatewayError::new(StatusCode::NOT_FOUND, "E_NOT_FOUND", detail).into_response()
-}
-
-async fn health(State(s): State<Arc<KodoHttp>>) -> Response {
-    let brokers = s.pools.publish_count();
-    if brokers > 0 {
-        (
-            StatusCode::OK,
-            axum::Json(json!({ "status": "ready", "brokers": brokers })),
-        )
-            .into_response()
-    } else {
-        let body = json!({
-            "status": "not_ready",
-            "brokers": 0,
-            "reason": "no publish-ready broker agreed on by the discovery replicas",
-        });
-        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-    }
-}
-
-async fn metrics(State(s): State<Arc<KodoHttp>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(),
-    )
-        .into_response()
+pub fn metrics_router(shared: Shared) -> Router {
+    probe_router(shared, Health::Brief).fallback(|| async { ErrorAnswer::not_found("NOT_FOUND") })
 }
 
 async fn shard_stats(
@@ -120,46 +89,38 @@ async fn shard_stats(
     Query(pairs): Query<Vec<(String, String)>>,
     shard: usize,
 ) -> Response {
-    let members = stats::shard_members(&s.pools.broker_backends(), shard);
+    let members = stats::shard_members(&s.shared.pools.broker_backends(), shard);
     if members.len() > stats::MAX_SHARD_BROKERS {
         let detail = format!(
             "stats shard {shard} has {} brokers, more than {}",
             members.len(),
             stats::MAX_SHARD_BROKERS
         );
-        return GatewayError::new(
+        return ErrorAnswer::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "E_STATS_UNAVAILABLE",
             detail,
         )
         .into_response();
     }
-    let Ok(_reserved) = s
-        .budget
-        .clone()
-        .try_acquire_many_owned(stats::STATS_RESERVATION_BYTES)
-    else {
-        s.metrics.http_throttled.inc();
-        return GatewayError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "E_THROTTLED",
-            "the gateway's in-flight byte budget is spent; retry after the Retry-After delay",
-        )
-        .retry_after()
-        .into_response();
+    let Some(_reserved) = s.shared.budget.try_reserve(stats::STATS_RESERVATION_BYTES) else {
+        s.shared.metrics.http_throttled.inc();
+        return ErrorAnswer::throttled().into_response();
     };
     let query = stats::broker_query(&pairs);
     match tokio::time::timeout(STATS_TIMEOUT, gather(&s.client, &members, &query)).await {
-        Err(_) => GatewayError::new(
+        Err(_) => ErrorAnswer::new(
             StatusCode::GATEWAY_TIMEOUT,
             "E_STATS_TIMEOUT",
             "the brokers' /stats did not all answer within 10 s",
         )
         .into_response(),
-        Ok(Err(why)) => {
-            GatewayError::new(StatusCode::SERVICE_UNAVAILABLE, "E_STATS_UNAVAILABLE", why)
-                .into_response()
-        }
+        Ok(Err(why)) => ErrorAnswer::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "E_STATS_UNAVAILABLE",
+            why.to_string(),
+        )
+        .into_response(),
         Ok(Ok(docs)) => axum::Json(stats::merge(&docs)).into_response(),
     }
 }
@@ -169,48 +130,44 @@ async fn gather(
     client: &reqwest::Client,
     members: &[Backend],
     query: &[(String, String)],
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, StatsError> {
     let calls = members.iter().map(|b| fetch(client, b, query));
     let bodies = futures::future::try_join_all(calls).await?;
-    let total: usize = bodies.iter().map(Vec::len).sum();
+    let total: usize = bodies.iter().map(|(_, body)| body.len()).sum();
     if total > stats::MAX_AGGREGATE_BYTES {
-        return Err(format!(
-            "the brokers' /stats add up to {total} bytes, more than {}",
-            stats::MAX_AGGREGATE_BYTES
-        ));
+        return Err(StatsError::TooLarge {
+            total,
+            limit: stats::MAX_AGGREGATE_BYTES,
+        });
     }
-    bodies
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).map_err(|e| format!("a broker's /stats is not JSON: {e}"))
-        })
-        .collect()
+    let parsed = bodies.into_iter().map(|(url, body)| {
+        serde_json::from_slice(&body).map_err(|source| FetchError::Json { url, source })
+    });
+    Ok(parsed.collect::<Result<_, _>>()?)
 }
 
+/// One broker's `/stats` body, with the URL it came from.
 async fn fetch(
     client: &reqwest::Client,
     b: &Backend,
     query: &[(String, String)],
-) -> Result<Vec<u8>, String> {
+) -> Result<(String, Vec<u8>), FetchError> {
     let url = format!("{}/stats", b.http_base());
-    let mut resp = client
+    let resp = client
         .get(&url)
         .query(query)
         .send()
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(|source| FetchError::Transport {
+            url: url.clone(),
+            source,
+        })?;
     if !resp.status().is_success() {
-        return Err(format!("{url} answered {}", resp.status()));
+        return Err(FetchError::Status {
+            status: resp.status(),
+            url,
+        });
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("{url}: {e}"))? {
-        if body.len() + chunk.len() > stats::MAX_BACKEND_BYTES {
-            return Err(format!(
-                "{url}: answer larger than {} bytes",
-                stats::MAX_BACKEND_BYTES
-            ));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+    let body = read_capped(&url, resp, stats::MAX_BACKEND_BYTES).await?;
+    Ok((url, body))
 }

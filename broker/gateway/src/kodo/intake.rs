@@ -7,16 +7,16 @@
 //! arrived). When the budget cannot hold it the connection is closed without an answer, so
 //! the producer fails over to another advertised gateway identity.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use rustqueue_protocol::{Command, Decoder, DecoderLimits, ProtocolError};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::config::MPUB_ENTRY_OVERHEAD;
+use crate::budget::ByteBudget;
 use crate::metrics::Metrics;
 
 /// A producer has this long to send each whole command.
@@ -87,7 +87,7 @@ pub async fn run(
     mut rd: OwnedReadHalf,
     mut buf: BytesMut,
     limits: DecoderLimits,
-    budget: Arc<Semaphore>,
+    budget: ByteBudget,
     metrics: Metrics,
     tx: mpsc::Sender<Intake>,
 ) {
@@ -111,7 +111,7 @@ async fn next_command(
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
     decoder: &mut Decoder,
-    budget: &Arc<Semaphore>,
+    budget: &ByteBudget,
     metrics: &Metrics,
 ) -> Result<Intake, Stop> {
     let mut kind = BodyKind::Plain;
@@ -152,12 +152,12 @@ fn body_len(cmd: &Command) -> Option<usize> {
 }
 
 fn reserve(
-    budget: &Arc<Semaphore>,
+    budget: &ByteBudget,
     bytes: u64,
     metrics: &Metrics,
 ) -> Result<OwnedSemaphorePermit, Stop> {
     let permits = u32::try_from(bytes).map_err(|_| Stop::Close)?;
-    budget.clone().try_acquire_many_owned(permits).map_err(|_| {
+    budget.try_reserve(permits).ok_or_else(|| {
         metrics.kodo_budget_closes.inc();
         tracing::info!(
             bytes,

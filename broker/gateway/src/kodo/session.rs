@@ -7,7 +7,6 @@
 //! none does, heartbeats are written at the negotiated interval. Shutdown lets the publish
 //! in progress finish and does not run a queued command.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -16,12 +15,13 @@ use rustqueue_protocol::{Command, DecoderLimits, ErrorCode, ProtocolError, frame
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::{BrokerConn, Wire};
 use super::intake::{self, Intake};
 use super::publish::{self, Outcome, PublishCtx};
+use crate::budget::ByteBudget;
 
 /// A producer has this long to send the magic.
 pub const MAGIC_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,7 +36,7 @@ pub struct SessionCtx {
     /// Brokers and counters for publishing.
     pub publish: PublishCtx,
     /// The node-wide in-flight byte budget.
-    pub budget: Arc<Semaphore>,
+    pub budget: ByteBudget,
     /// Codec limits (100 MiB message, 128 MiB body, 1 MiB IDENTIFY).
     pub limits: DecoderLimits,
     /// Cancelled at shutdown: no further command is started.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use clap::Parser;
-use rustqueue_gateway::config::Cli;
-use rustqueue_gateway::kodo::KodoGateway;
+use rustqueue_gateway::Cli;
+use rustqueue_gateway::{KodoGateway, KodoSettings};
 use rustqueue_protocol::Frame;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -278,15 +278,17 @@ pub async fn kodo_gateway(discovery: &FakeDiscovery, extra: &[&str]) -> KodoGate
         "5",
     ];
     args.extend_from_slice(extra);
-    let cfg = Cli::try_parse_from(args).unwrap().validate().unwrap();
-    let kodo = cfg.kodo.clone().unwrap();
-    KodoGateway::start(cfg, kodo).await.unwrap()
+    let cli = Cli::try_parse_from(args).unwrap();
+    let kodo = KodoSettings::from_cli(&cli).unwrap();
+    KodoGateway::start(cli.validate().unwrap(), kodo)
+        .await
+        .unwrap()
 }
 
 /// A metric's value from the gateway's exposition.
 pub fn metric(gw: &KodoGateway, name: &str) -> f64 {
-    gw.metrics
-        .render()
+    gw.observe()
+        .metrics_text()
         .lines()
         .find_map(|l| {
             l.strip_prefix(name)
@@ -311,124 +313,5 @@ pub fn payload(seed: u8, len: usize) -> Vec<u8> {
     out
 }
 
-/// A raw NSQ V2 client.
-pub struct Client {
-    pub io: TcpStream,
-    buf: BytesMut,
-}
-
-impl Client {
-    /// Connect and send the magic.
-    pub async fn connect(addr: SocketAddr) -> Client {
-        let mut c = Client::raw(addr).await;
-        c.send(b"  V2").await;
-        c
-    }
-
-    /// Connect without sending anything.
-    pub async fn raw(addr: SocketAddr) -> Client {
-        Client {
-            io: TcpStream::connect(addr).await.unwrap(),
-            buf: BytesMut::new(),
-        }
-    }
-
-    pub async fn send(&mut self, bytes: &[u8]) {
-        self.io.write_all(bytes).await.unwrap();
-    }
-
-    /// A command line and its `[u32 size][body]`.
-    pub async fn cmd_body(&mut self, line: &str, body: &[u8]) {
-        let mut out = format!("{line}\n").into_bytes();
-        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        out.extend_from_slice(body);
-        self.send(&out).await;
-    }
-
-    /// The next frame within `within`; `None` when the connection closed first.
-    pub async fn frame_within(&mut self, within: Duration) -> Option<Frame> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(f) = Frame::decode(&mut self.buf, 200 * MIB as u32).unwrap() {
-                return Some(f);
-            }
-            match tokio::time::timeout_at(deadline, self.io.read_buf(&mut self.buf)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return None,
-                Ok(Ok(_)) => {}
-                Err(_) => panic!("no frame within {within:?}"),
-            }
-        }
-    }
-
-    pub async fn frame(&mut self) -> Option<Frame> {
-        self.frame_within(Duration::from_secs(60)).await
-    }
-
-    /// The next frame that is not a heartbeat (answered with NOP).
-    pub async fn answer(&mut self) -> Option<Frame> {
-        loop {
-            match self.frame().await {
-                Some(Frame::Response(r)) if &r[..] == b"_heartbeat_" => self.send(b"NOP\n").await,
-                other => return other,
-            }
-        }
-    }
-
-    pub async fn expect_ok(&mut self) {
-        match self.answer().await {
-            Some(Frame::Response(r)) if &r[..] == b"OK" => {}
-            other => panic!("expected OK, got {other:?}"),
-        }
-    }
-
-    /// Expect an error frame starting with `code`; returns its text.
-    pub async fn expect_error(&mut self, code: &str) -> String {
-        match self.answer().await {
-            Some(Frame::Error(e)) if e.starts_with(code.as_bytes()) => {
-                String::from_utf8_lossy(&e).into_owned()
-            }
-            other => panic!("expected {code}, got {other:?}"),
-        }
-    }
-
-    /// Expect the connection to close with no frame.
-    pub async fn expect_closed(&mut self) {
-        match self.frame_within(Duration::from_secs(10)).await {
-            None => {}
-            Some(f) => panic!("expected the connection to close without an answer, got {f:?}"),
-        }
-    }
-
-    pub async fn identify(&mut self, json: &str) -> Frame {
-        self.cmd_body("IDENTIFY", json.as_bytes()).await;
-        self.answer().await.expect("an IDENTIFY answer")
-    }
-
-    /// SUB and RDY (for consuming straight from a broker).
-    pub async fn subscribe(&mut self, topic: &str, channel: &str, rdy: u32) {
-        self.send(format!("SUB {topic} {channel}\n").as_bytes())
-            .await;
-        self.expect_ok().await;
-        self.send(format!("RDY {rdy}\n").as_bytes()).await;
-    }
-
-    /// Every message body arriving within `quiet` of the previous one, FINed.
-    pub async fn drain_messages(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        loop {
-            let next = tokio::time::timeout(quiet, self.answer()).await;
-            match next {
-                Ok(Some(Frame::Message { id, body, .. })) => {
-                    out.push(body.to_vec());
-                    let mut fin = b"FIN ".to_vec();
-                    fin.extend_from_slice(&id);
-                    fin.push(b'\n');
-                    self.send(&fin).await;
-                }
-                Ok(other) if out.is_empty() && other.is_none() => return out,
-                Ok(Some(f)) => panic!("unexpected frame {f:?}"),
-                Ok(None) | Err(_) => return out,
-            }
-        }
-    }
-}
+/// The workspace's raw NSQ V2 test client.
+pub use rustqueue_test_client::Client;

@@ -12,8 +12,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use clap::Parser;
+use rustqueue_gateway::Cli;
 use rustqueue_gateway::Gateway;
-use rustqueue_gateway::config::Cli;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -261,8 +261,8 @@ pub async fn raw_http(gw: &Gateway, request: &[u8]) -> String {
 
 /// A metric's value from `/metrics` text.
 pub fn metric(gw: &Gateway, name: &str) -> f64 {
-    gw.metrics
-        .render()
+    gw.observe()
+        .metrics_text()
         .lines()
         .find_map(|l| {
             l.strip_prefix(name)

@@ -186,8 +186,9 @@ fn producer(shared: &Shared) -> Producer {
         tcp_port: shared.tcp_port(),
         http_port: shared.http_port(),
         version: VERSION.to_owned(),
-        topology_zone: String::new(),
-        topology_region: String::new(),
+        topology_zone: Some(String::new()),
+        topology_region: Some(String::new()),
+        node_id: None,
     }
 }
 

@@ -124,6 +124,65 @@ async function newTopic(l) {
   await l.waitAll(20000)
 }
 
+// One nsqjs Writer (one connection each) publishes through the gateway's TCP port.
+function gatewayWriter() {
+  const [host, port] = A['gateway-tcp'].split(':')
+  const w = new nsq.Writer(host, Number(port))
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('a Writer did not connect through the gateway')), 10000)
+    w.on('ready', () => {
+      clearTimeout(timer)
+      resolve(w)
+    })
+    w.on('error', () => {}) // a refused publish rejects its own callback below
+    w.connect()
+  })
+}
+
+// PUB (one body) or MPUB (an array) through a Writer; rejects unless the broker said OK.
+function writerPublish(w, topic, msgs) {
+  return new Promise((resolve, reject) => {
+    w.publish(topic, msgs, (err) => (err ? reject(new Error(`publish through the gateway: ${err}`)) : resolve()))
+  })
+}
+
+async function messageCount(web, topic) {
+  const r = await fetch(`http://${web}/stats?format=json&topic=${topic}`)
+  const doc = await r.json()
+  return doc.topics.filter((t) => t.topic_name === topic).reduce((n, t) => n + t.message_count, 0)
+}
+
+// Two nsqjs Writers publish through the gateway (PUB, MPUB), plus HTTP /pub through it; the
+// messages land on both brokers; a Reader via lookup receives all.
+async function gatewayPublish(l) {
+  const t = topicName('gateway')
+  const writers = []
+  try {
+    for (let i = 0; i < 2; i++) writers.push(await gatewayWriter())
+    for (const [i, w] of writers.entries()) {
+      for (let j = 0; j < 20; j++) {
+        const body = `${t}-tcp-${i}-${j}`
+        await writerPublish(w, t, body)
+        l.published.add(body)
+      }
+      const batch = [...Array(5).keys()].map((j) => `${t}-mpub-${i}-${j}`)
+      await writerPublish(w, t, batch)
+      batch.forEach((b) => l.published.add(b))
+    }
+  } finally {
+    writers.forEach((w) => w.close())
+  }
+  await l.publish(A['gateway-http'], t, 'http', 10)
+  const [n1, n2] = [await messageCount(A['b1-http'], t), await messageCount(A['b2-http'], t)]
+  console.log(`gateway spread: broker 1 holds ${n1}, broker 2 holds ${n2} of ${l.published.size}`)
+  if (n1 === 0 || n2 === 0 || n1 + n2 !== l.published.size) {
+    throw new Error(`brokers hold ${n1} and ${n2} of ${l.published.size} acknowledged`)
+  }
+  await waitProducers(t, [A['b1-tcp'], A['b2-tcp']], 10000)
+  reader(t, l)
+  await l.waitAll(15000)
+}
+
 // The topic lives on both brokers; broker 2 stops; /lookup drops it within LEAVE_BOUND and
 // the Reader keeps receiving from broker 1.
 async function brokerLeaves(l) {
@@ -142,7 +201,10 @@ async function brokerLeaves(l) {
 
 async function main() {
   let failed = false
-  const scenarios = [['discover', discover], ['new-topic', newTopic], ['broker-leaves', brokerLeaves]]
+  const scenarios = [['discover', discover], ['new-topic', newTopic]]
+  // Before broker-leaves, which stops broker 2.
+  if (A['gateway-tcp']) scenarios.push(['gateway-publish', gatewayPublish])
+  scenarios.push(['broker-leaves', brokerLeaves])
   for (const [name, fn] of scenarios) {
     const l = new Ledger()
     const start = Date.now()

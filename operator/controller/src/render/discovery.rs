@@ -5,6 +5,8 @@
 //! These are runtime objects: they are applied even while a broker rollout is blocked, with the
 //! image the brokers run (see `plan`), so lookups keep working whatever the target image does.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -14,31 +16,47 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
-use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, env};
+use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, DISCOVERY_PUBLISHER_MODE, env};
 
+use super::kodo::{self, KodoLayout};
 use super::pod;
 use super::{Owner, match_labels, names, pod_template, selector_labels};
 
 /// Where the registry token is mounted; the only key of the auth Secret discovery sees.
 const TOKEN_DIR: &str = "/run/secrets/rustqueue";
 const TOKEN_KEY: &str = "registry-token";
-/// Seconds a new discovery Pod must stay Ready before the rollout moves on.
-const MIN_READY_SECONDS: i32 = 30;
-
-/// The discovery Deployment, running `image`.
+/// The discovery Deployment, running `image` in the publisher mode and with the soak
+/// `layout` gives (the Pods carry the mode label; the selector stays the component's, it is
+/// immutable: only the Service selector tells the modes apart).
 pub fn discovery_deployment(
     owner: &Owner<'_>,
     spec: &RustQueueSpec,
     auth_secret: &str,
     image: &str,
+    layout: &KodoLayout,
 ) -> Deployment {
     let n = owner.name;
     let component = labels::COMPONENT_DISCOVERY;
+    let mut pod = pod_spec(spec, n, auth_secret, image);
+    if let Some(c) = pod.containers.first_mut() {
+        c.env
+            .get_or_insert_with(Vec::new)
+            .extend(kodo::discovery_env(owner, layout));
+    }
+    let mut template = pod_template(n, component, pod);
+    if let Some(m) = template.metadata.as_mut() {
+        m.labels.get_or_insert_with(BTreeMap::new).insert(
+            DISCOVERY_PUBLISHER_MODE.into(),
+            layout.discovery_mode.as_str().into(),
+        );
+    }
+    let (min_ready, progress_deadline) = kodo::discovery_soak(layout);
     Deployment {
         metadata: owner.metadata(&names::discovery(n), labels::COMPONENT_DISCOVERY),
         spec: DeploymentSpec {
             replicas: Some(spec.discovery_replicas.max(2)),
-            min_ready_seconds: Some(MIN_READY_SECONDS),
+            min_ready_seconds: Some(min_ready),
+            progress_deadline_seconds: Some(progress_deadline),
             selector: match_labels(selector_labels(n, component)),
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".into()),
@@ -47,7 +65,7 @@ pub fn discovery_deployment(
                     max_surge: Some(IntOrString::String("100%".into())),
                 }),
             }),
-            template: pod_template(n, component, pod_spec(spec, n, auth_secret, image)),
+            template,
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
@@ -108,11 +126,18 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
 }
 
 /// `<n>-discovery`: the lookupd address consumers are given.
-pub fn discovery_service(owner: &Owner<'_>) -> Service {
+///
+/// It selects the Pods of one publisher mode, `layout.route`, never both; with no route (the
+/// layout is still being adopted) it selects every discovery Pod.
+pub fn discovery_service(owner: &Owner<'_>, layout: &KodoLayout) -> Service {
+    let mut selector = selector_labels(owner.name, labels::COMPONENT_DISCOVERY);
+    if let Some(route) = layout.route {
+        selector.insert(DISCOVERY_PUBLISHER_MODE.into(), route.as_str().into());
+    }
     Service {
         metadata: owner.metadata(&names::discovery(owner.name), labels::COMPONENT_DISCOVERY),
         spec: Some(ServiceSpec {
-            selector: Some(selector_labels(owner.name, labels::COMPONENT_DISCOVERY)),
+            selector: Some(selector),
             ports: Some(vec![pod::service_port("http", DISCOVERY_HTTP_PORT)]),
             ..ServiceSpec::default()
         }),
@@ -141,7 +166,13 @@ mod tests {
     fn discovery_runs_at_least_two_replicas_of_the_given_image_with_only_the_registry_token() {
         let mut s = spec();
         s.discovery_replicas = 1; // refused by the CRD; the renderer still never goes below 2
-        let d = discovery_deployment(&owner(), &s, "queue-auth", "rustqueue:running");
+        let d = discovery_deployment(
+            &owner(),
+            &s,
+            "queue-auth",
+            "rustqueue:running",
+            &KodoLayout::default(),
+        );
         let spec = d.spec;
         assert_eq!(spec.replicas, Some(2));
         let roll = spec.strategy.unwrap().rolling_update.unwrap();
@@ -187,9 +218,21 @@ mod tests {
 
     #[test]
     fn the_service_and_pdb_select_the_discovery_pods_only() {
-        let d = discovery_deployment(&owner(), &spec(), "queue-auth", "img");
+        let d = discovery_deployment(
+            &owner(),
+            &spec(),
+            "queue-auth",
+            "img",
+            &KodoLayout::default(),
+        );
         let pod_labels = d.spec.template.metadata.unwrap().labels.unwrap();
-        let svc = discovery_service(&owner());
+        let svc = discovery_service(
+            &owner(),
+            &KodoLayout {
+                route: None,
+                ..KodoLayout::default()
+            },
+        );
         assert_eq!(svc.metadata.name.as_deref(), Some("queue-discovery"));
         let s = svc.spec.unwrap();
         assert_eq!(s.ports.unwrap()[0].port, 4161);

@@ -3,15 +3,21 @@
 //! docs/gateway.md) on every Node `proxyNodeSelector` selects, and its Service — the one
 //! address producers are given (TCP 4150, HTTP 4151).
 //!
+//! [`gateway_pod_spec`] is the gateway Pod both front-ends share: the Kodo Gateways
+//! (`kodo.rs`) give it their ports, switches and limits.
+//!
 //! Runtime objects, like discovery: applied even while a broker rollout is blocked, with the
 //! image the brokers run, so publishing keeps working whatever the target image does.
 
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
-use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, PodSpec, Probe, ResourceRequirements, Service, ServiceSpec,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::gateway::env as gateway_env;
 use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, GATEWAY_HTTP_PORT, GATEWAY_TCP_PORT, env};
 
 use super::pod;
@@ -44,65 +50,119 @@ pub fn gateway_daemon_set(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) 
     }
 }
 
-/// The gateway talks to discovery and the brokers only: no API token, nothing to write.
-fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
+/// What a gateway container differs in between the standard and the Kodo gateway; the rest
+/// (the binary, the listen addresses on the Pod IP, discovery, no API token, the security
+/// settings, `proxyNodeSelector`) [`gateway_pod_spec`] writes once for both.
+pub(super) struct GatewayContainer<'a> {
+    /// The cluster's spec (pull policy, node selector).
+    pub spec: &'a RustQueueSpec,
+    /// The image.
+    pub image: &'a str,
+    /// The container ports.
+    pub ports: Vec<ContainerPort>,
+    /// The producer TCP port (`$(POD_IP):<port>`).
+    pub tcp_port: u16,
+    /// The HTTP port (`$(POD_IP):<port>`).
+    pub http_port: u16,
+    /// `RUSTQUEUE_DISCOVERY_URLS`.
+    pub discovery_urls: String,
+    /// Field env before `POD_IP` (the Kodo gateway's `POD_NAME`).
+    pub identity_env: Vec<EnvVar>,
+    /// The mode's switches, before the listen addresses.
+    pub mode_env: Vec<EnvVar>,
+    /// Limits and grace, after the discovery URLs.
+    pub limits_env: Vec<EnvVar>,
+    /// Readiness and liveness.
+    pub probes: (Probe, Probe),
+    /// CPU and memory requests.
+    pub resources: ResourceRequirements,
+    /// The Pod's termination grace (the gateway's own grace plus time to exit).
+    pub termination_grace_seconds: i64,
+}
+
+/// The gateway Pod: talks to discovery and the brokers only, so no API token, nothing to
+/// write; its listeners bind the Pod IP, not 0.0.0.0: where Pods share a network namespace
+/// (the testbed) a wildcard bind would take the brokers' ports (docs/e2e.md).
+pub(super) fn gateway_pod_spec(c: GatewayContainer<'_>) -> PodSpec {
+    let mut env = c.identity_env;
+    env.push(pod::field_env(env::POD_IP, "status.podIP"));
+    env.extend(c.mode_env);
+    env.extend([
+        pod::env(
+            gateway_env::TCP_ADDRESS,
+            format!("$(POD_IP):{}", c.tcp_port),
+        ),
+        pod::env(
+            gateway_env::HTTP_ADDRESS,
+            format!("$(POD_IP):{}", c.http_port),
+        ),
+        pod::env(gateway_env::DISCOVERY_URLS, c.discovery_urls),
+    ]);
+    env.extend(c.limits_env);
+    let (readiness, liveness) = c.probes;
     PodSpec {
         automount_service_account_token: Some(false),
-        termination_grace_period_seconds: Some(SHUTDOWN_GRACE_SECONDS + 15),
-        node_selector: (!spec.proxy_node_selector.is_empty())
-            .then(|| spec.proxy_node_selector.clone()),
+        termination_grace_period_seconds: Some(c.termination_grace_seconds),
+        node_selector: (!c.spec.proxy_node_selector.is_empty())
+            .then(|| c.spec.proxy_node_selector.clone()),
         security_context: Some(pod::pod_security()),
         containers: vec![Container {
             name: "gateway".into(),
-            image: Some(image.into()),
-            image_pull_policy: Some(spec.image_pull_policy.clone()),
+            image: Some(c.image.into()),
+            image_pull_policy: Some(c.spec.image_pull_policy.clone()),
             command: Some(vec!["rustqueue-gateway".into()]),
-            ports: Some(vec![
-                pod::container_port("tcp", GATEWAY_TCP_PORT),
-                pod::container_port("http", GATEWAY_HTTP_PORT),
-            ]),
-            // the Pod IP, not 0.0.0.0: where Pods share a network namespace (the testbed) a
-            // wildcard bind would take the brokers' ports (docs/e2e.md)
-            env: Some(vec![
-                pod::field_env(env::POD_IP, "status.podIP"),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
-                    format!("$(POD_IP):{GATEWAY_TCP_PORT}"),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
-                    format!("$(POD_IP):{GATEWAY_HTTP_PORT}"),
-                ),
-                pod::env(
-                    "RUSTQUEUE_DISCOVERY_URLS",
-                    format!("http://{}:{DISCOVERY_HTTP_PORT}", names::discovery(n)),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_MAX_CONNECTION_AGE_SECONDS",
-                    spec.proxy_tcp_max_connection_age_seconds.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
-                    SHUTDOWN_GRACE_SECONDS.to_string(),
-                ),
-                // the brokers' own limits, so the gateway refuses what they would refuse
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
-                    spec.max_message_bytes.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
-                    EffectiveLimits::new(spec, 1).max_body_bytes.to_string(),
-                ),
-            ]),
-            readiness_probe: Some(pod::http_probe("/v1/health", 2, 2, 1)),
-            liveness_probe: Some(pod::http_probe("/ping", 10, 3, 2)),
-            resources: Some(pod::requests("50m", "64Mi")),
+            ports: Some(c.ports),
+            env: Some(env),
+            readiness_probe: Some(readiness),
+            liveness_probe: Some(liveness),
+            resources: Some(c.resources),
             security_context: Some(pod::container_security()),
             ..Container::default()
         }],
         ..PodSpec::default()
     }
+}
+
+/// The standard gateway: tunnels and forwarding, the brokers' own limits.
+fn pod_spec(spec: &RustQueueSpec, n: &str, image: &str) -> PodSpec {
+    gateway_pod_spec(GatewayContainer {
+        spec,
+        image,
+        ports: vec![
+            pod::container_port("tcp", GATEWAY_TCP_PORT),
+            pod::container_port("http", GATEWAY_HTTP_PORT),
+        ],
+        tcp_port: GATEWAY_TCP_PORT,
+        http_port: GATEWAY_HTTP_PORT,
+        discovery_urls: format!("http://{}:{DISCOVERY_HTTP_PORT}", names::discovery(n)),
+        identity_env: Vec::new(),
+        mode_env: Vec::new(),
+        limits_env: vec![
+            pod::env(
+                gateway_env::TCP_MAX_CONNECTION_AGE_SECONDS,
+                spec.proxy_tcp_max_connection_age_seconds.to_string(),
+            ),
+            pod::env(
+                gateway_env::SHUTDOWN_GRACE_SECONDS,
+                SHUTDOWN_GRACE_SECONDS.to_string(),
+            ),
+            // the brokers' own limits, so the gateway refuses what they would refuse
+            pod::env(
+                gateway_env::MAX_MESSAGE_BYTES,
+                spec.max_message_bytes.to_string(),
+            ),
+            pod::env(
+                gateway_env::MAX_BODY_BYTES,
+                EffectiveLimits::new(spec, 1).max_body_bytes.to_string(),
+            ),
+        ],
+        probes: (
+            pod::http_probe("/v1/health", 2, 2, 1),
+            pod::http_probe("/ping", 10, 3, 2),
+        ),
+        resources: pod::requests("50m", "64Mi"),
+        termination_grace_seconds: SHUTDOWN_GRACE_SECONDS + 15,
+    })
 }
 
 /// `<n>-gateway`: the producers' address (TCP 4150, HTTP 4151).

@@ -2,18 +2,18 @@
 //! `rustqueue-gateway` Pods in Kodo mode), the Services `<n>-kodo-publish` (the one address
 //! Kodo producers are given: three TCP identities and three stats shards) and
 //! `<n>-kodo-gateways` (headless), the PDB `<n>-kodo-gateway-pdb` and the NetworkPolicy
-//! `<n>-kodo-gateway-ingress`; and the discovery publisher mode: the mode label of the
-//! discovery Pods, their Kodo env, their soak (`minReadySeconds`) and the Service selector.
+//! `<n>-kodo-gateway-ingress`; and what the discovery publisher mode asks of discovery: its
+//! Kodo env ([`discovery_env`]) and its soak ([`discovery_soak`]), which `discovery.rs` builds
+//! into the Deployment with the mode label and the Service selector. The Gateway Pod is the
+//! shared gateway Pod of `gateway.rs` with Kodo's ports, switches and limits.
 //!
 //! What to render is decided by `plan` (the cutover) and handed over as a [`KodoLayout`];
 //! nothing here decides.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
-};
-use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{EnvVar, PodSpec, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
@@ -22,32 +22,19 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
-use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, DISCOVERY_PUBLISHER_MODE, env};
+use rustqueue_api::gateway::env as gateway_env;
+use rustqueue_api::labels::{self, DISCOVERY_HTTP_PORT, env};
 use sha2::{Digest, Sha256};
 
+use super::gateway::{GatewayContainer, gateway_pod_spec};
 use super::pod;
 use super::{Owner, match_labels, pod_template, selector_labels};
 
-/// Gateway Pods: one per shard.
-pub const GATEWAYS: i32 = 3;
-/// The Kodo message limit the Gateways enforce.
-pub const MAX_MESSAGE_BYTES: u64 = 104_857_600;
-/// The Kodo batch (MPUB body) limit.
-pub const MAX_BODY_BYTES: u64 = 134_217_728;
-/// The in-flight working set each Gateway reserves bodies against.
-pub const MAX_INFLIGHT_BYTES: u64 = 536_870_912;
-/// TCP producer port of a Gateway Pod.
-pub const TCP_PORT: u16 = 4150;
-/// Service ports of the second and third TCP identity (both forward to 4150).
-pub const TCP_IDENTITY_PORTS: [u16; 3] = [4150, 4152, 4153];
-/// `/stats` shard ports 0, 1, 2.
-pub const STATS_PORTS: [u16; 3] = [4151, 4154, 4155];
-/// `/ping`, `/metrics`, `/v1/health`: the probe port.
-pub const METRICS_PORT: u16 = 4160;
-/// Seconds a Gateway Pod gets to finish after SIGTERM.
-const TERMINATION_GRACE_SECONDS: i64 = 75;
-/// What the Gateway itself waits for open publishes on SIGTERM (inside the above).
-const SHUTDOWN_GRACE_SECONDS: i64 = 60;
+// The Gateways' ports, limits and grace are the contract's: the gateway checks the same ones.
+pub use rustqueue_api::gateway::kodo::{
+    GATEWAYS, MAX_BODY_BYTES, MAX_INFLIGHT_BYTES, MAX_MESSAGE_BYTES, METRICS_PORT,
+    SHUTDOWN_GRACE_SECONDS, STATS_PORTS, TCP_IDENTITY_PORTS, TCP_PORT, TERMINATION_GRACE_SECONDS,
+};
 /// How long a discovery rollout may make no progress beyond its soak before the Deployment
 /// reports it stalled.
 const PROGRESS_DEADLINE_SECONDS: i32 = 600;
@@ -180,7 +167,7 @@ fn component_labels(n: &str) -> BTreeMap<String, String> {
 /// The revision every Gateway Pod carries (annotation `rustqueue.io/revision`): a hash of its
 /// Pod spec, so `plan` knows a Ready Pod runs what was rendered now, not an older template.
 pub fn gateway_revision(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> String {
-    revision_of(&gateway_pod_spec(owner, spec, image))
+    revision_of(&kodo_gateway_pod_spec(owner, spec, image))
 }
 
 fn revision_of(pod: &PodSpec) -> String {
@@ -197,7 +184,7 @@ pub fn gateway_stateful_set(
     replicas: i32,
 ) -> StatefulSet {
     let n = owner.name;
-    let pod = gateway_pod_spec(owner, spec, image);
+    let pod = kodo_gateway_pod_spec(owner, spec, image);
     let mut template = pod_template(n, labels::COMPONENT_KODO_GATEWAY, pod.clone());
     if let Some(m) = template.metadata.as_mut() {
         m.annotations = Some(BTreeMap::from([(
@@ -236,9 +223,10 @@ fn metrics_probe(
     p
 }
 
-/// The Gateway talks to discovery and the brokers only: no API token.
-fn gateway_pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> PodSpec {
-    let n = owner.name;
+/// The Kodo Gateway Pod: the shared gateway Pod ([`gateway_pod_spec`]) with the three stats
+/// ports and the probe port, Kodo mode on, `POD_NAME` for the ordinal (the shard), and the
+/// contract's limits and grace.
+fn kodo_gateway_pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> PodSpec {
     let mut ports = vec![pod::container_port("tcp", TCP_PORT)];
     ports.extend(
         STATS_PORTS
@@ -247,66 +235,44 @@ fn gateway_pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, image: &str) -> Pod
             .map(|(k, p)| pod::container_port(&stats_port_name(k), *p)),
     );
     ports.push(pod::container_port("metrics", METRICS_PORT));
-    PodSpec {
-        automount_service_account_token: Some(false),
-        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-        node_selector: (!spec.proxy_node_selector.is_empty())
-            .then(|| spec.proxy_node_selector.clone()),
-        security_context: Some(pod::pod_security()),
-        containers: vec![Container {
-            name: "gateway".into(),
-            image: Some(image.into()),
-            image_pull_policy: Some(spec.image_pull_policy.clone()),
-            command: Some(vec!["rustqueue-gateway".into()]),
-            ports: Some(ports),
-            // POD_NAME gives the ordinal (the shard); the listeners bind the Pod IP, as the
-            // standard gateway's do (docs/e2e.md)
-            env: Some(vec![
-                pod::field_env(env::POD_NAME, "metadata.name"),
-                pod::field_env(env::POD_IP, "status.podIP"),
-                pod::env("RUSTQUEUE_KODO_COMPATIBILITY_ENABLED", "true"),
-                pod::env("RUSTQUEUE_KODO_CLEANUP_ENABLED", "false"),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_TCP_ADDRESS",
-                    format!("$(POD_IP):{TCP_PORT}"),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_HTTP_ADDRESS",
-                    format!("$(POD_IP):{}", STATS_PORTS[0]),
-                ),
-                pod::env(
-                    "RUSTQUEUE_DISCOVERY_URLS",
-                    format!(
-                        "http://{}.{}.svc:{DISCOVERY_HTTP_PORT}",
-                        super::names::discovery(n),
-                        owner.namespace
-                    ),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_MESSAGE_BYTES",
-                    MAX_MESSAGE_BYTES.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_BODY_BYTES",
-                    MAX_BODY_BYTES.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_MAX_INFLIGHT_BYTES",
-                    MAX_INFLIGHT_BYTES.to_string(),
-                ),
-                pod::env(
-                    "RUSTQUEUE_GATEWAY_SHUTDOWN_GRACE_SECONDS",
-                    SHUTDOWN_GRACE_SECONDS.to_string(),
-                ),
-            ]),
-            readiness_probe: Some(metrics_probe("/v1/health", 2, 2, 1)),
-            liveness_probe: Some(metrics_probe("/ping", 10, 3, 2)),
-            resources: Some(pod::requests("100m", "256Mi")),
-            security_context: Some(pod::container_security()),
-            ..Container::default()
-        }],
-        ..PodSpec::default()
-    }
+    gateway_pod_spec(GatewayContainer {
+        spec,
+        image,
+        ports,
+        tcp_port: TCP_PORT,
+        http_port: STATS_PORTS[0],
+        discovery_urls: format!(
+            "http://{}.{}.svc:{DISCOVERY_HTTP_PORT}",
+            super::names::discovery(owner.name),
+            owner.namespace
+        ),
+        identity_env: vec![pod::field_env(env::POD_NAME, "metadata.name")],
+        mode_env: vec![
+            pod::env(gateway_env::KODO_COMPATIBILITY_ENABLED, "true"),
+            pod::env(gateway_env::KODO_CLEANUP_ENABLED, "false"),
+        ],
+        limits_env: vec![
+            pod::env(
+                gateway_env::MAX_MESSAGE_BYTES,
+                MAX_MESSAGE_BYTES.to_string(),
+            ),
+            pod::env(gateway_env::MAX_BODY_BYTES, MAX_BODY_BYTES.to_string()),
+            pod::env(
+                gateway_env::MAX_INFLIGHT_BYTES,
+                MAX_INFLIGHT_BYTES.to_string(),
+            ),
+            pod::env(
+                gateway_env::SHUTDOWN_GRACE_SECONDS,
+                SHUTDOWN_GRACE_SECONDS.to_string(),
+            ),
+        ],
+        probes: (
+            metrics_probe("/v1/health", 2, 2, 1),
+            metrics_probe("/ping", 10, 3, 2),
+        ),
+        resources: pod::requests("100m", "256Mi"),
+        termination_grace_seconds: TERMINATION_GRACE_SECONDS,
+    })
 }
 
 fn stats_port_name(k: usize) -> String {
@@ -433,50 +399,27 @@ pub fn gateway_network_policy(owner: &Owner<'_>, spec: &RustQueueSpec) -> Networ
     }
 }
 
-/// Shape the discovery Deployment for `layout`: the mode label on its Pods, the Kodo env in
-/// Kodo mode, the soak. Its selector stays the component's (immutable); only the Service
-/// selector tells the modes apart.
-pub fn shape_discovery(owner: &Owner<'_>, layout: &KodoLayout, d: &mut Deployment) {
-    let spec = &mut d.spec;
-    spec.min_ready_seconds = Some(layout.discovery_min_ready_seconds);
-    // the API server refuses a progress deadline at or below minReadySeconds (default 600)
-    spec.progress_deadline_seconds = Some(
-        layout
-            .discovery_min_ready_seconds
-            .saturating_add(PROGRESS_DEADLINE_SECONDS),
-    );
-    if let Some(m) = spec.template.metadata.as_mut() {
-        m.labels.get_or_insert_with(BTreeMap::new).insert(
-            DISCOVERY_PUBLISHER_MODE.into(),
-            layout.discovery_mode.as_str().into(),
-        );
-    }
-    if layout.discovery_mode != DiscoveryMode::Kodo {
-        return;
-    }
-    if let Some(c) = spec
-        .template
-        .spec
-        .as_mut()
-        .and_then(|p| p.containers.first_mut())
-    {
-        let e = c.env.get_or_insert_with(Vec::new);
-        e.push(pod::env("RUSTQUEUE_KODO_COMPATIBILITY_ENABLED", "true"));
-        e.push(pod::env("RUSTQUEUE_KODO_CLEANUP_ENABLED", "false"));
-        e.push(pod::env(
-            "RUSTQUEUE_KODO_GATEWAY_ADDRESS",
-            names::gateway_address(owner.name, owner.namespace),
-        ));
-    }
+/// Discovery's soak for `layout`, and the progress deadline the API server then requires
+/// (above `minReadySeconds`).
+pub fn discovery_soak(layout: &KodoLayout) -> (i32, i32) {
+    let soak = layout.discovery_min_ready_seconds;
+    (soak, soak.saturating_add(PROGRESS_DEADLINE_SECONDS))
 }
 
-/// Shape the discovery Service for `layout`: select the Pods of one mode, never both.
-pub fn shape_discovery_service(layout: &KodoLayout, s: &mut Service) {
-    if let (Some(route), Some(spec)) = (layout.route, s.spec.as_mut()) {
-        spec.selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(DISCOVERY_PUBLISHER_MODE.into(), route.as_str().into());
+/// The env discovery's Pods get in `layout`: Kodo mode's switches and the address it
+/// advertises in `/nodes`, or nothing in direct mode.
+pub fn discovery_env(owner: &Owner<'_>, layout: &KodoLayout) -> Vec<EnvVar> {
+    if layout.discovery_mode != DiscoveryMode::Kodo {
+        return Vec::new();
     }
+    vec![
+        pod::env(gateway_env::KODO_COMPATIBILITY_ENABLED, "true"),
+        pod::env(gateway_env::KODO_CLEANUP_ENABLED, "false"),
+        pod::env(
+            gateway_env::KODO_GATEWAY_ADDRESS,
+            names::gateway_address(owner.name, owner.namespace),
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -484,6 +427,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::super::{discovery_deployment, discovery_service};
     use super::*;
+    use rustqueue_api::labels::DISCOVERY_PUBLISHER_MODE;
 
     fn env_of(s: &PodSpec) -> BTreeMap<String, String> {
         s.containers[0]
@@ -664,8 +608,7 @@ mod tests {
             route: Some(DiscoveryMode::Direct),
             discovery_min_ready_seconds: 660,
         };
-        let mut d = discovery_deployment(&owner(), &spec(), "queue-auth", "img");
-        shape_discovery(&owner(), &layout, &mut d);
+        let d = discovery_deployment(&owner(), &spec(), "queue-auth", "img", &layout);
         let s = d.spec;
         assert_eq!(s.min_ready_seconds, Some(660));
         assert_eq!(
@@ -691,16 +634,14 @@ mod tests {
             env["RUSTQUEUE_KODO_GATEWAY_ADDRESS"],
             "queue-kodo-publish.ns.svc"
         );
-        let mut svc = discovery_service(&owner());
-        shape_discovery_service(&layout, &mut svc);
+        let svc = discovery_service(&owner(), &layout);
         assert_eq!(
             svc.spec.unwrap().selector.unwrap()[DISCOVERY_PUBLISHER_MODE],
             "direct"
         );
 
         let direct = KodoLayout::default();
-        let mut d = discovery_deployment(&owner(), &spec(), "queue-auth", "img");
-        shape_discovery(&owner(), &direct, &mut d);
+        let d = discovery_deployment(&owner(), &spec(), "queue-auth", "img", &direct);
         let s = d.spec;
         assert_eq!(s.min_ready_seconds, Some(30));
         let env = env_of(&s.template.spec.unwrap());
@@ -709,8 +650,7 @@ mod tests {
             route: None,
             ..KodoLayout::default()
         };
-        let mut svc = discovery_service(&owner());
-        shape_discovery_service(&adopting, &mut svc);
+        let svc = discovery_service(&owner(), &adopting);
         assert!(
             !svc.spec
                 .unwrap()

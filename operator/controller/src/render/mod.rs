@@ -230,11 +230,9 @@ impl Children {
         layout: &KodoLayout,
     ) -> Self {
         let toml = broker_toml(owner, spec, inputs);
-        let mut discovery =
-            discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image);
-        kodo::shape_discovery(owner, layout, &mut discovery);
-        let mut discovery_svc = discovery_service(owner);
-        kodo::shape_discovery_service(layout, &mut discovery_svc);
+        let discovery =
+            discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image, layout);
+        let discovery_svc = discovery_service(owner, layout);
         Self {
             kodo: layout
                 .gateway_replicas

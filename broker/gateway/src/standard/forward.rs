@@ -11,6 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::Shared;
+use crate::error::ErrorAnswer;
+use crate::pool::Backend;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -18,11 +21,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use rand::seq::SliceRandom;
-use tokio::sync::Semaphore;
-
-use crate::http::GatewayError;
-use crate::metrics::Metrics;
-use crate::pool::{Backend, Pools};
 
 /// Largest broker answer passed back.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -43,12 +41,8 @@ const HOP_BY_HOP: [header::HeaderName; 8] = [
 /// What every forwarded request shares.
 #[derive(Debug)]
 pub struct Forwarder {
-    /// Where requests go.
-    pub pools: Arc<Pools>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// The node-wide in-flight byte budget (one permit per byte).
-    pub budget: Arc<Semaphore>,
+    /// The pools, the metrics and the in-flight byte budget.
+    pub shared: Shared,
     /// Body limit.
     pub max_body_bytes: u64,
     /// Body receive deadline.
@@ -59,11 +53,7 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// A forwarder with its own broker client.
-    pub fn new(
-        pools: Arc<Pools>,
-        metrics: Metrics,
-        cfg: &crate::config::Config,
-    ) -> reqwest::Result<Self> {
+    pub fn new(shared: Shared, cfg: &crate::config::Config) -> reqwest::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_secs(30))
@@ -71,9 +61,7 @@ impl Forwarder {
             .no_proxy()
             .build()?;
         Ok(Forwarder {
-            pools,
-            metrics,
-            budget: Arc::new(Semaphore::new(cfg.max_inflight_bytes as usize)),
+            shared,
             max_body_bytes: cfg.max_body_bytes,
             body_timeout: cfg.http_body_timeout,
             client,
@@ -99,30 +87,25 @@ pub async fn handle(State(fwd): State<Arc<Forwarder>>, req: Request) -> Response
     }
 }
 
-async fn forward(fwd: &Forwarder, req: Request) -> Result<Response, GatewayError> {
+async fn forward(fwd: &Forwarder, req: Request) -> Result<Response, ErrorAnswer> {
     let declared = declared_length(req.headers())?;
     if declared.is_some_and(|n| n > fwd.max_body_bytes) {
         return Err(too_large(fwd.max_body_bytes));
     }
-    if fwd.pools.publish_count() == 0 {
+    if fwd.shared.pools.publish_count() == 0 {
         return Err(no_broker());
     }
     let reserve = declared
         .unwrap_or(fwd.max_body_bytes)
         .min(u64::from(u32::MAX)) as u32;
-    let Ok(_reserved) = fwd.budget.clone().try_acquire_many_owned(reserve) else {
-        fwd.metrics.http_throttled.inc();
-        return Err(GatewayError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "E_THROTTLED",
-            "the gateway's in-flight byte budget is spent; retry after the Retry-After delay",
-        )
-        .retry_after());
+    let Some(_reserved) = fwd.shared.budget.try_reserve(reserve) else {
+        fwd.shared.metrics.http_throttled.inc();
+        return Err(ErrorAnswer::throttled());
     };
     let (parts, body) = req.into_parts();
     let body = read_body(fwd, body).await?;
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let mut backends = fwd.pools.publish_backends();
+    let mut backends = fwd.shared.pools.publish_backends();
     backends.shuffle(&mut rand::rng());
     backends.truncate(if idempotent { 2 } else { 1 });
     let target = parts
@@ -133,7 +116,7 @@ async fn forward(fwd: &Forwarder, req: Request) -> Result<Response, GatewayError
     let mut last = None;
     for (i, backend) in backends.iter().enumerate() {
         if i > 0 {
-            fwd.metrics.producer_retries.inc();
+            fwd.shared.metrics.producer_retries.inc();
         }
         match attempt(
             fwd,
@@ -149,9 +132,9 @@ async fn forward(fwd: &Forwarder, req: Request) -> Result<Response, GatewayError
                 return Ok(answer(status, &headers, bytes));
             }
             Attempt::Unknown(e) if !idempotent => {
-                fwd.metrics.ambiguous_failures.inc();
+                fwd.shared.metrics.ambiguous_failures.inc();
                 tracing::warn!(node_id = backend.node_id, error = %e, "ambiguous publish outcome");
-                return Err(GatewayError::new(
+                return Err(ErrorAnswer::new(
                     StatusCode::BAD_GATEWAY,
                     "E_AMBIGUOUS",
                     format!(
@@ -166,15 +149,15 @@ async fn forward(fwd: &Forwarder, req: Request) -> Result<Response, GatewayError
     if backends.is_empty() {
         return Err(no_broker());
     }
-    Err(GatewayError::new(
+    Err(ErrorAnswer::new(
         StatusCode::BAD_GATEWAY,
         "E_BAD_GATEWAY",
         format!("no broker answered ({why}); the request was not applied, retrying is safe"),
     ))
 }
 
-fn no_broker() -> GatewayError {
-    GatewayError::new(
+fn no_broker() -> ErrorAnswer {
+    ErrorAnswer::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "E_NO_BROKER",
         "no publish-ready broker",
@@ -182,8 +165,8 @@ fn no_broker() -> GatewayError {
     .retry_after()
 }
 
-fn too_large(max: u64) -> GatewayError {
-    GatewayError::new(
+fn too_large(max: u64) -> ErrorAnswer {
+    ErrorAnswer::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "E_BAD_BODY",
         format!("request body larger than the gateway's limit of {max} bytes"),
@@ -191,13 +174,13 @@ fn too_large(max: u64) -> GatewayError {
 }
 
 /// The request's `Content-Length`, if any (several or unparsable: 400).
-fn declared_length(headers: &HeaderMap) -> Result<Option<u64>, GatewayError> {
+fn declared_length(headers: &HeaderMap) -> Result<Option<u64>, ErrorAnswer> {
     let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
     let Some(first) = values.next() else {
         return Ok(None);
     };
     let bad = || {
-        GatewayError::new(
+        ErrorAnswer::new(
             StatusCode::BAD_REQUEST,
             "E_BAD_REQUEST",
             "invalid Content-Length header",
@@ -214,11 +197,11 @@ fn declared_length(headers: &HeaderMap) -> Result<Option<u64>, GatewayError> {
         .ok_or_else(bad)
 }
 
-async fn read_body(fwd: &Forwarder, body: Body) -> Result<Bytes, GatewayError> {
+async fn read_body(fwd: &Forwarder, body: Body) -> Result<Bytes, ErrorAnswer> {
     let limit = usize::try_from(fwd.max_body_bytes).unwrap_or(usize::MAX);
     let read = Limited::new(body, limit).collect();
     match tokio::time::timeout(fwd.body_timeout, read).await {
-        Err(_) => Err(GatewayError::new(
+        Err(_) => Err(ErrorAnswer::new(
             StatusCode::REQUEST_TIMEOUT,
             "E_BODY_TIMEOUT",
             format!(
@@ -227,7 +210,7 @@ async fn read_body(fwd: &Forwarder, body: Body) -> Result<Bytes, GatewayError> {
             ),
         )),
         Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large(fwd.max_body_bytes)),
-        Ok(Err(e)) => Err(GatewayError::new(
+        Ok(Err(e)) => Err(ErrorAnswer::new(
             StatusCode::BAD_REQUEST,
             "E_BAD_BODY",
             format!("request body could not be read: {e}"),
@@ -244,7 +227,7 @@ async fn attempt(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Attempt {
-    let _timer = fwd.metrics.backend_duration.start_timer();
+    let _timer = fwd.shared.metrics.backend_duration.start_timer();
     let mut out = HeaderMap::new();
     for (name, value) in headers.iter().filter(|(n, _)| !HOP_BY_HOP.contains(n)) {
         out.append(name.clone(), value.clone());

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::budget::Slots;
 use crate::metrics::Metrics;
 use crate::pool::{Placement, Pools};
 
@@ -37,7 +38,7 @@ pub struct TcpContext {
     /// Metrics.
     pub metrics: Metrics,
     /// The connection cap.
-    pub slots: Arc<Semaphore>,
+    pub slots: Slots,
     /// Base tunnel lifetime; `None`: no rotation by age.
     pub max_age: Option<Duration>,
     /// Cancelled when shutdown's grace is over: every tunnel closes.
@@ -51,32 +52,17 @@ pub async fn serve(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let client = match accepted {
-            Ok((client, _)) => client,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = ctx.slots.clone().try_acquire_owned() else {
-            ctx.metrics.tcp_refused.inc();
-            drop(client);
-            continue;
+    crate::core::accept_until(listener, stop, |client| {
+        let Some(slot) = ctx.slots.try_take() else {
+            return;
         };
         let Some(placement) = ctx.pools.place() else {
             ctx.metrics.tcp_refused.inc();
-            drop(client);
-            continue;
+            return;
         };
         tasks.spawn(tunnel(client, placement, slot, ctx.clone()));
-    }
+    })
+    .await;
 }
 
 /// Counts an open tunnel in the gauge for as long as it lives.
