@@ -15,7 +15,6 @@ use rustqueue_storage::{ChannelCommand, ChannelState, Entry, TopicLog};
 use tokio::sync::{Notify, mpsc};
 
 use crate::error::DeliveryError;
-use crate::lock::lock;
 use crate::types::{ClientInfo, ClientStats};
 
 mod wal;
@@ -36,14 +35,12 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    /// `n` more messages became visible: wakes up to `n` consumers waiting for one. A
-    /// consumer that takes a message while more remain wakes the next (see
-    /// `Consumer::next`), so a burst spreads without waking every idle consumer per publish.
-    pub fn announce(&self, n: u64) {
-        let consumers = lock(&self.st).consumers.len();
-        for _ in 0..n.min(consumers.max(1) as u64) {
-            self.arrivals.notify_one();
-        }
+    /// More messages became visible: wakes one consumer waiting for them. It takes a batch
+    /// (as many as its RDY and batch limit allow), and when more remain it wakes the next
+    /// (see `Consumer::next_batch`), so a burst spreads over as many consumers as it needs
+    /// and no consumer is woken to find nothing.
+    pub fn announce(&self) {
+        self.arrivals.notify_one();
     }
 }
 

@@ -114,7 +114,7 @@ impl Topic {
         });
         if moved_by > 0 {
             for c in self.channel_list() {
-                c.announce(moved_by);
+                c.announce();
             }
         }
     }
