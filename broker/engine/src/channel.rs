@@ -418,6 +418,15 @@ impl ChanState {
         }
     }
 
+    /// Whether a take could find a message now: one due again (requeued, timed out or
+    /// released), a deferral that came due, or a visible position not yet scanned. Call
+    /// [`ChanState::expire`] first.
+    pub fn has_due(&self, visible: u64, now_ms: i64) -> bool {
+        !self.ready.is_empty()
+            || self.cursor <= visible
+            || self.deferred.first().is_some_and(|(at, _)| *at <= now_ms)
+    }
+
     /// Whether messages may be waiting for a consumer (requeued ones, or visible positions
     /// not yet scanned).
     pub fn may_have_more(&self, visible: u64) -> bool {

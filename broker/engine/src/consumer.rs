@@ -327,6 +327,13 @@ impl Consumer {
     ) -> Vec<(Take, BodySource)> {
         let m = &self.inner.metrics;
         m.add(Counter::FetchRequests, 1);
+        // Sessions look again after every command they read: most looks find nothing, and
+        // they need not take the topic log lock to know it.
+        persist.extend(st.expire(rules.now));
+        if !st.has_due(rules.visible, rules.now_ms) {
+            m.add(Counter::FetchEmpty, 1);
+            return Vec::new();
+        }
         let waited = Instant::now();
         let log = lock(&self.topic.log);
         let held = Instant::now();
