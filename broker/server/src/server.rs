@@ -1,5 +1,6 @@
 //! Startup and graceful shutdown.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -81,6 +82,43 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
+/// The bound sockets, before anything serves them.
+struct Listeners {
+    tcp: TcpListener,
+    http: TcpListener,
+    https: Option<TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(cfg: &Config) -> Result<Listeners, StartError> {
+        let bind = |addr: String| async move {
+            TcpListener::bind(&addr)
+                .await
+                .map_err(|source| StartError::Bind { addr, source })
+        };
+        Ok(Listeners {
+            tcp: bind(cfg.network.tcp_address.clone()).await?,
+            http: bind(cfg.network.http_address.clone()).await?,
+            https: match &cfg.network.https_address {
+                Some(addr) => Some(bind(addr.clone()).await?),
+                None => None,
+            },
+        })
+    }
+
+    /// The bound addresses: TCP, HTTP, HTTPS.
+    fn addrs(&self) -> Result<(SocketAddr, SocketAddr, Option<SocketAddr>), StartError> {
+        let local = |l: &TcpListener, what: &str| {
+            l.local_addr().map_err(|source| StartError::Bind {
+                addr: what.into(),
+                source,
+            })
+        };
+        let https = self.https.as_ref().map(|l| local(l, "https")).transpose()?;
+        Ok((local(&self.tcp, "tcp")?, local(&self.http, "http")?, https))
+    }
+}
+
 /// Opens the engine, binds TCP and HTTP, and starts serving.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
     let tls = cfg
@@ -89,22 +127,13 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         .as_ref()
         .map(crate::tls::server_config)
         .transpose()?;
-    let bind = |addr: String| async move {
-        TcpListener::bind(&addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })
-    };
-    let tcp = bind(cfg.network.tcp_address.clone()).await?;
-    let http = bind(cfg.network.http_address.clone()).await?;
-    let https = match &cfg.network.https_address {
-        Some(addr) => Some(bind(addr.clone()).await?),
-        None => None,
-    };
+    let listeners = Listeners::bind(&cfg).await?;
     crate::control::preflight(&cfg).map_err(|e| StartError::Engine(e.to_string()))?;
     let engine = Engine::open(engine_config(&cfg))
         .await
         .map_err(|e| StartError::Engine(e.to_string()))?;
     let (tx, rx) = watch::channel(false);
+    let (tcp_addr, http_addr, https_addr) = listeners.addrs()?;
     let l = &cfg.limits;
     let auth = AuthClient::new(
         &cfg.security.auth_http_addresses,
@@ -112,22 +141,6 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         Duration::from_secs(l.auth_max_ttl_seconds),
         l.auth_response_bytes as usize,
     );
-    let tcp_addr = tcp.local_addr().map_err(|source| StartError::Bind {
-        addr: "tcp".into(),
-        source,
-    })?;
-    let http_addr = http.local_addr().map_err(|source| StartError::Bind {
-        addr: "http".into(),
-        source,
-    })?;
-    let https_addr = https
-        .as_ref()
-        .map(|l| l.local_addr())
-        .transpose()
-        .map_err(|source| StartError::Bind {
-            addr: "https".into(),
-            source,
-        })?;
     let control = Arc::new(crate::control::from_config(
         &cfg,
         engine.clone(),
@@ -150,31 +163,24 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         engine,
         cfg,
     });
+    let tasks = serve(&shared, listeners)?;
+    tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, https = ?shared.https_addr, "rustqueued listening");
+    Ok(Running {
+        shared,
+        shutdown: tx,
+        tasks,
+    })
+}
+
+/// Starts the TCP, HTTP and HTTPS servers and the lookupd registrations.
+fn serve(shared: &Arc<Shared>, listeners: Listeners) -> Result<JoinSet<()>, StartError> {
     let mut tasks = JoinSet::new();
-    let s = shared.clone();
-    tasks.spawn(async move {
-        let mut sessions = JoinSet::new();
-        crate::tcp::serve(s.clone(), tcp, &mut sessions).await;
-        let grace = Duration::from_secs(s.cfg.shutdown.grace_seconds)
-            .saturating_sub(Duration::from_millis(250));
-        if tokio::time::timeout(grace, async {
-            while sessions.join_next().await.is_some() {}
-        })
-        .await
-        .is_err()
-        {
-            tracing::warn!(
-                "{} sessions still open after the grace period; closing them",
-                sessions.len()
-            );
-            sessions.shutdown().await;
-        }
-    });
+    tasks.spawn(serve_tcp(shared.clone(), listeners.tcp));
     let s = shared.clone();
     tasks.spawn(async move {
         let mut stop = s.shutdown.clone();
         let app = crate::http::router(s);
-        let served = axum::serve(http, app)
+        let served = axum::serve(listeners.http, app)
             .with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|v| *v).await;
             })
@@ -183,7 +189,7 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
             tracing::error!("HTTP server failed: {e}");
         }
     });
-    if let (Some(https), Some(tls)) = (https, shared.tls.clone()) {
+    if let (Some(https), Some(tls)) = (listeners.https, shared.tls.clone()) {
         let s = shared.clone();
         let listener =
             crate::https::TlsListener::new(https, tls, s.shutdown.clone()).map_err(|source| {
@@ -207,12 +213,27 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
     for addr in &shared.cfg.network.lookupd_tcp_addresses {
         tasks.spawn(crate::lookupd::run(shared.clone(), addr.clone()));
     }
-    tracing::info!(tcp = %shared.tcp_addr, http = %shared.http_addr, https = ?shared.https_addr, "rustqueued listening");
-    Ok(Running {
-        shared,
-        shutdown: tx,
-        tasks,
+    Ok(tasks)
+}
+
+/// Serves NSQ TCP until shutdown, then gives open sessions the grace period to finish.
+async fn serve_tcp(s: Arc<Shared>, tcp: TcpListener) {
+    let mut sessions = JoinSet::new();
+    crate::tcp::serve(s.clone(), tcp, &mut sessions).await;
+    let grace = Duration::from_secs(s.cfg.shutdown.grace_seconds)
+        .saturating_sub(Duration::from_millis(250));
+    if tokio::time::timeout(grace, async {
+        while sessions.join_next().await.is_some() {}
     })
+    .await
+    .is_err()
+    {
+        tracing::warn!(
+            "{} sessions still open after the grace period; closing them",
+            sessions.len()
+        );
+        sessions.shutdown().await;
+    }
 }
 
 impl Running {
