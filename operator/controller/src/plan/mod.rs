@@ -7,7 +7,8 @@
 //! decides nothing. Nothing here does I/O, so every transition is a row in a table test.
 //!
 //! Decision order (first match wins; docs/operator.md draws it):
-//! 1. spec fails validation → `InvalidSpec` (Degraded), touch nothing;
+//! 1. spec fails validation (or lowers `storageFeatureLevel` below the active floor) →
+//!    `InvalidSpec` (Degraded), touch nothing;
 //! 2. the auth Secret is missing or broken → create it, or `InvalidSpec` when the user owns it;
 //! 3. preflight of the target image and the running brokers → `Preflight`/`PreflightBlocked`:
 //!    resume drains, runtime objects only;
@@ -81,6 +82,18 @@ pub fn feature_floor(obs: &Observed, previous: &RustQueueStatus) -> u32 {
         .max(1)
 }
 
+/// A `storageFeatureLevel` below the floor. The CRD refuses lowering it at `kubectl apply`;
+/// this catches an object written before that rule (or on a cluster whose CRD is older), which
+/// would otherwise read `Ready` while its request is silently not applied.
+fn below_floor(spec: &RustQueueSpec, floor: u32) -> Option<String> {
+    (spec.storage_feature_level < floor).then(|| {
+        format!(
+            "spec.storageFeatureLevel {} is below {floor}, the level the brokers have activated (status.activeStorageFeatureLevel): their PVCs may hold records a lower level cannot read, so levels are never lowered; the brokers keep level {floor}; set spec.storageFeatureLevel to {floor}",
+            spec.storage_feature_level
+        )
+    })
+}
+
 /// Decide what to do for the RustQueue whose desired set is `desired`, at unix time `now`.
 pub fn plan(
     spec: &RustQueueSpec,
@@ -123,7 +136,8 @@ pub fn plan(
         kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
     };
     let mut kodo_conditions = Vec::new();
-    let errors = validate(name, spec);
+    let mut errors = validate(name, spec);
+    errors.extend(below_floor(spec, out.active_feature_level));
     if !errors.is_empty() {
         out.phase = Phase::InvalidSpec;
         out.message = format!("invalid spec: {}", errors.join("; "));

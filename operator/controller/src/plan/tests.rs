@@ -14,6 +14,11 @@ fn spec() -> RustQueueSpec {
 
 /// The desired set of `spec` with target revision `revision`.
 fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
+    desired_over(spec, revision, 1)
+}
+
+/// [`desired_at`] over the feature-level floor `floor`.
+fn desired_over(spec: &RustQueueSpec, revision: &str, floor: u32) -> Desired {
     let owner = Owner {
         name: "q",
         namespace: "ns",
@@ -26,13 +31,13 @@ fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
             auth_secret_name: "q-auth".into(),
             auth_secret_revision: "7".into(),
             claim_template_size: None,
-            feature_level_floor: 1,
+            feature_level_floor: floor,
         },
     );
     d.revision = revision.into();
     d.config_map = format!("q-config-{revision}");
     d.probe_pod = "q-preflight-target".into();
-    d.feature_level = spec.storage_feature_level;
+    d.feature_level = spec.storage_feature_level.max(floor);
     d
 }
 
@@ -68,7 +73,8 @@ fn run(spec: &RustQueueSpec, obs: &Observed, previous: Option<OperationStatus>) 
         current_operation: previous,
         ..RustQueueStatus::default()
     };
-    plan(spec, obs, &desired_at(spec, "b"), &status, NOW)
+    let floor = feature_floor(obs, &status);
+    plan(spec, obs, &desired_over(spec, "b", floor), &status, NOW)
 }
 
 /// The actions that touch brokers, claims or sizes (not the always-applied objects).
@@ -399,7 +405,10 @@ fn preflight_transitions() {
                 .capabilities(CAPABLE, 2)
                 .probe(Some(("Succeeded", None, Some(LEVEL_ONE)))),
         )
-        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .spec(|s| {
+            s.storage_feature_level = 2;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
         .then(
             Phase::PreflightBlocked,
             Some((OperationKind::Rollback, Op::Blocked)),
@@ -409,7 +418,10 @@ fn preflight_transitions() {
             "rollbackToImage to a capable binary rolls",
             three_a().capabilities(CAPABLE, 2),
         )
-        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .spec(|s| {
+            s.storage_feature_level = 2;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
         .then(
             Phase::Rolling,
             Some((OperationKind::Rollback, Op::Draining)),
@@ -429,6 +441,15 @@ fn preflight_transitions() {
         .spec(|s| s.storage_feature_level = 2)
         .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
         .says("supports storage feature levels 1..=1, level 2 is needed (requested by spec.storageFeatureLevel"),
+        row(
+            "a level lowered below the one the brokers activated is refused, nothing moves",
+            Observed::test()
+                .brokers(3)
+                .at_revision("b")
+                .capabilities(CAPABLE, 2),
+        )
+        .then(Phase::InvalidSpec, None)
+        .says("spec.storageFeatureLevel 1 is below 2, the level the brokers have activated"),
         row(
             "raising the level once the binaries are capable rolls",
             three_a().capabilities(CAPABLE, 1),
@@ -890,6 +911,33 @@ fn the_feature_floor_comes_from_status_and_running_brokers() {
     });
     assert_eq!(feature_floor(&obs, &prev), 3);
     assert_eq!(feature_floor(&obs, &RustQueueStatus::default()), 3);
+}
+
+#[test]
+fn a_level_below_the_floor_in_status_is_refused_even_with_every_broker_down() {
+    let obs = Observed::test().brokers(3).at_revision("b").build();
+    let floor_two = RustQueueStatus {
+        active_storage_feature_level: Some(2),
+        ..RustQueueStatus::default()
+    };
+    let p = plan(&spec(), &obs, &desired_at(&spec(), "b"), &floor_two, NOW);
+    assert_eq!(p.phase, Phase::InvalidSpec, "{}", p.message);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.message.contains("set spec.storageFeatureLevel to 2"),
+        "{}",
+        p.message
+    );
+    let mut at_floor = spec();
+    at_floor.storage_feature_level = 2;
+    let p = plan(
+        &at_floor,
+        &obs,
+        &desired_at(&at_floor, "b"),
+        &floor_two,
+        NOW,
+    );
+    assert_eq!(p.phase, Phase::Ready, "{}", p.message);
 }
 
 fn runtime_image(p: &Plan) -> Option<&str> {
