@@ -4,7 +4,7 @@
 
 use rustqueue_api::crd::{Condition, ConditionStatus, RustQueueStatus};
 
-use crate::plan::{Phase, Plan};
+use crate::plan::{OperationChange, Phase, Plan};
 
 /// A phase change worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +82,11 @@ pub fn next_status(
                 .max(plan.active_feature_level),
         ),
         conditions,
-        current_operation: plan
-            .operation
-            .clone()
-            .or_else(|| previous.current_operation.clone()),
+        current_operation: match &plan.operation {
+            OperationChange::Keep => previous.current_operation.clone(),
+            OperationChange::Set(op) => Some(op.as_ref().clone()),
+            OperationChange::Clear => None,
+        },
         operation_history: plan.operation_history.clone(),
         orphaned_pvcs: if keep_counts {
             previous.orphaned_pvcs.clone()
@@ -125,7 +126,7 @@ pub fn error_status(
             })
             .collect(),
         actions: Vec::new(),
-        operation: None,
+        operation: OperationChange::Keep,
         operation_history: previous.operation_history.clone(),
         active_feature_level: previous.active_storage_feature_level.unwrap_or(1),
         orphaned_pvcs: previous.orphaned_pvcs.clone(),

@@ -1,10 +1,12 @@
 //! The operations engine: with a valid spec and Secret, choose the one thing to do now
 //! (storage, nodes, maintenance, scale-down, scale-up, rollout) and the StatefulSet size.
 
-use rustqueue_api::crd::{OperationKind, OperationPhase, RustQueueSpec, RustQueueStatus};
+use rustqueue_api::crd::{
+    OperationKind, OperationPhase, OperationStatus, RustQueueSpec, RustQueueStatus,
+};
 
-use super::model::{Action, BrokerPod, DrainGoal, Observed, Plan};
-use super::operation::{Step, advance, operation_id};
+use super::model::{Action, BrokerPod, DrainGoal, Observed, OperationChange, Plan};
+use super::operation::{Step, advance, operation_id, withdraw};
 use super::preflight::{self, Preflight};
 use super::{Phase, REQUEUE_ACTIVE, StorageState, desired_brokers, rollout};
 use crate::render::{Desired, names};
@@ -97,17 +99,50 @@ pub(super) fn decide(c: &Context<'_>, storage: &StorageState, out: &mut Plan) {
         out.requeue = REQUEUE_ACTIVE;
     }
     out.actions.extend(o.actions);
+    let now = crate::status::rfc3339(c.now);
+    let previous = c.previous.current_operation.as_ref();
     if let Some(step) = o.step {
-        let now = crate::status::rfc3339(c.now);
-        let (op, history) = advance(
-            c.previous.current_operation.as_ref(),
-            &c.previous.operation_history,
-            step,
-            &now,
-        );
-        out.operation = Some(op);
+        let (op, history) = advance(previous, &c.previous.operation_history, step, &now);
+        out.operation = OperationChange::Set(Box::new(op));
         out.operation_history = history;
+    } else if let Some(p) = previous.filter(|p| !p.phase.is_outcome())
+        && let Some(why) = withdrawn(c, p)
+    {
+        out.operation_history = withdraw(p, &c.previous.operation_history, &why, &now);
+        out.operation = OperationChange::Clear;
     }
+}
+
+/// Why the spec no longer asks for `op`, an operation that has not ended and that this
+/// reconcile did not continue; `None` while it still does (a rollout held by storage or the
+/// Kodo fences keeps its operation).
+fn withdrawn(c: &Context<'_>, op: &OperationStatus) -> Option<String> {
+    let asked = match op.kind {
+        OperationKind::Rollout | OperationKind::Rollback => rollout::identity(c.desired).1 == op.id,
+        OperationKind::Maintenance => c.spec.maintenance.as_ref().is_some_and(|m| {
+            m.enabled && operation_id(OperationKind::Maintenance, &[&m.broker, "enabled"]) == op.id
+        }),
+        OperationKind::ScaleUp => {
+            operation_id(OperationKind::ScaleUp, &[&c.desired_n().to_string()]) == op.id
+        }
+        OperationKind::ScaleDown => c.current() > c.desired_n(),
+    };
+    (!asked).then(|| match op.kind {
+        OperationKind::Rollout | OperationKind::Rollback => format!(
+            "withdrawn: the spec no longer asks for {} at revision {}",
+            op.target, op.revision
+        ),
+        OperationKind::Maintenance => {
+            format!(
+                "withdrawn: spec.maintenance no longer asks for {}",
+                op.target
+            )
+        }
+        OperationKind::ScaleUp | OperationKind::ScaleDown => format!(
+            "withdrawn: the desired broker count is {} now",
+            c.desired_n()
+        ),
+    })
 }
 
 /// The image of the runtime workloads: the one an outdated broker still runs, else the

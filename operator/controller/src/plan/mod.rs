@@ -41,9 +41,10 @@ use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 pub use conditions::{ConditionSpec, Phase};
 pub use model::{
     Action, AuthState, BrokerPod, Claim, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, Health,
-    KodoObserved, Observed, Plan, ProbePod, StorageClassState, StorageDamage, Workload,
+    KodoObserved, Observed, OperationChange, Plan, ProbePod, StorageClassState, StorageDamage,
+    Workload,
 };
-pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds};
+pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds, withdraw};
 pub use preflight::Preflight;
 pub use quantity::parse_bytes;
 pub use rollout::ordinal;
@@ -122,7 +123,7 @@ pub fn plan(
         ready_brokers: 0,
         conditions: Vec::new(),
         actions: Vec::new(),
-        operation: None,
+        operation: OperationChange::Keep,
         operation_history: previous.operation_history.clone(),
         active_feature_level: feature_floor(obs, previous),
         orphaned_pvcs: obs

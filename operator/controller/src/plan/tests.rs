@@ -172,7 +172,7 @@ impl Row {
         let what = self.what;
         assert_eq!(p.phase, self.phase, "{what}: {}", p.message);
         assert_eq!(
-            p.operation.as_ref().map(|o| (o.kind, o.phase)),
+            p.operation.set().map(|o| (o.kind, o.phase)),
             self.op,
             "{what}: {:?}",
             p.operation
@@ -699,6 +699,93 @@ fn invalid_spec_and_blocked_storage_apply_nothing_to_the_broker_set() {
 }
 
 #[test]
+fn an_operation_the_spec_no_longer_asks_for_is_withdrawn_into_the_history() {
+    let ready_b = || Observed::test().brokers(3).at_revision("b");
+    let mut broken = spec();
+    broken.image = "rustqueue:broken".into();
+    let blocked_image = rollout_op(&broken, Op::Blocked, 60);
+    let mut blocked_raise = rollout_op(&spec(), Op::Blocked, 60);
+    blocked_raise.id = operation_id(RO, &["rustqueue:b", "c:"]);
+    blocked_raise.revision = "c".into();
+    let mut draining_maintenance = rollout_op(&spec(), Op::Draining, 60);
+    draining_maintenance.kind = OperationKind::Maintenance;
+    draining_maintenance.id = operation_id(OperationKind::Maintenance, &["q-1", "enabled"]);
+    type Edit = fn(&mut RustQueueSpec);
+    // (what, spec edit, cluster, previous operation, withdrawn?, phase)
+    let rows: Vec<(&str, Edit, Observed, OperationStatus, bool, Phase)> = vec![
+        (
+            "a blocked rollout whose good image was restored",
+            |_| {},
+            ready_b().build(),
+            blocked_image,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "a blocked level raise taken back",
+            |_| {},
+            ready_b().build(),
+            blocked_raise,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "maintenance removed from the spec while its broker drained",
+            |_| {},
+            ready_b().build(),
+            draining_maintenance,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "a rollout the spec still asks for, held while claims grow, is kept",
+            |_| {},
+            Observed::test()
+                .brokers(3)
+                .at_revision("a")
+                .claims("local-path", "50Gi")
+                .build(),
+            rollout_op(&spec(), Op::Draining, 60),
+            false,
+            Phase::StorageResizing,
+        ),
+        (
+            "an operation that ended stays as the last finished one",
+            |_| {},
+            ready_b().build(),
+            rollout_op(&broken, Op::Failed, 60),
+            false,
+            Phase::Ready,
+        ),
+    ];
+    for (what, edit, obs, previous, withdrawn, phase) in rows {
+        let mut s = spec();
+        edit(&mut s);
+        let status = RustQueueStatus {
+            current_operation: Some(previous.clone()),
+            ..RustQueueStatus::default()
+        };
+        let p = plan(&s, &obs, &desired_at(&s, "b"), &status, NOW);
+        assert_eq!(p.phase, phase, "{what}: {}", p.message);
+        if withdrawn {
+            assert_eq!(p.operation, OperationChange::Clear, "{what}");
+            let last = p.operation_history.last().expect("history");
+            assert_eq!(
+                (&last.id, last.phase, last.completed_at.is_some()),
+                (&previous.id, Op::Withdrawn, true),
+                "{what}: {last:?}"
+            );
+            assert!(last.message.starts_with("withdrawn: "), "{what}: {last:?}");
+            let (written, _) = crate::status::next_status(&status, &p, Some(2), "T");
+            assert_eq!(written.current_operation, None, "{what}");
+        } else {
+            assert_ne!(p.operation, OperationChange::Clear, "{what}");
+            assert!(p.operation_history.is_empty(), "{what}");
+        }
+    }
+}
+
+#[test]
 fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
     let s = spec();
     let grown = run(
@@ -710,7 +797,7 @@ fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
             .build(),
         None,
     );
-    let op = grown.operation.clone();
+    let op = grown.operation.set().cloned();
     let waiting = Observed::test()
         .brokers(4)
         .at_revision("b")
@@ -722,10 +809,10 @@ fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
     let done = run(
         &s,
         &Observed::test().brokers(4).at_revision("b").build(),
-        p.operation,
+        p.operation.set().cloned(),
     );
     assert_eq!(done.phase, Phase::Ready);
-    assert_eq!(done.operation.unwrap().phase, Op::Completed);
+    assert_eq!(done.operation.set().unwrap().phase, Op::Completed);
 }
 
 #[test]
@@ -740,7 +827,7 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
             .build(),
         None,
     );
-    let op = draining.operation.clone().unwrap();
+    let op = draining.operation.set().cloned().unwrap();
     assert_eq!(
         (op.kind, op.phase),
         (OperationKind::ScaleDown, Op::Draining)
@@ -749,7 +836,7 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
     let shrunk = Observed::test().brokers(2).at_revision("b").build();
     let p = run(&s, &shrunk, Some(op.clone()));
     assert_eq!(p.phase, Phase::Ready, "{}", p.message);
-    let done = p.operation.unwrap();
+    let done = p.operation.set().cloned().unwrap();
     assert_eq!((done.id, done.phase), (op.id, Op::Completed));
     assert!(done.message.contains("q-2 removed"), "{}", done.message);
 }
@@ -758,9 +845,15 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
 fn the_operation_keeps_its_id_and_start_across_reconciles() {
     let s = spec();
     let three = Observed::test().brokers(3).at_revision("a");
-    let first = run(&s, &three.clone().build(), None).operation.unwrap();
+    let first = run(&s, &three.clone().build(), None)
+        .operation
+        .set()
+        .cloned()
+        .unwrap();
     let second = run(&s, &three.draining(2).build(), Some(first.clone()))
         .operation
+        .set()
+        .cloned()
         .unwrap();
     assert_eq!(first.id, second.id);
     assert_eq!(first.started_at, second.started_at);
