@@ -17,6 +17,9 @@ use super::model::Observed;
 use crate::render::kodo::{DEFAULT_MIN_READY_SECONDS, GATEWAYS};
 use crate::render::{DiscoveryMode, KodoLayout};
 
+/// Brokers the profile runs (`minBrokers` = `maxBrokers` = 3 while it is enabled).
+pub const BROKERS: i32 = 3;
+
 /// What the cutover reads.
 pub struct Input<'a> {
     /// The spec.
@@ -42,7 +45,7 @@ pub struct Input<'a> {
 pub struct Cutover {
     /// What to render.
     pub layout: KodoLayout,
-    /// Remove the Gateways (not wanted, not retained, owned by this RustQueue, still running).
+    /// Remove the Gateways (not wanted, not retained, owned by this RustQueue, still there).
     pub delete_gateways: bool,
     /// `spec.kodoCompatibility.enabled`.
     pub enabled: bool,
@@ -273,10 +276,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     } else {
         None
     };
-    // Removed = Services, PDB and NetworkPolicy deleted, the StatefulSet scaled to 0 (kept:
-    // the operator never deletes a StatefulSet); an empty one is inactive and stays so.
-    out.delete_gateways =
-        out.layout.gateway_replicas.is_none() && gw.is_some_and(|g| g.owned && g.replicas > 0);
+    // Removed = every object the operator created for them deleted, the StatefulSet last; an
+    // empty StatefulSet an older operator left behind goes the same way.
+    out.delete_gateways = out.layout.gateway_replicas.is_none() && gw.is_some_and(|g| g.owned);
     out.disruptions_allowed = if enabled {
         out.gates_hold()
     } else if gateways_active && out.direct_advertised {

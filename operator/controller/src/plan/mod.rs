@@ -178,7 +178,9 @@ pub fn plan(
                 });
                 out.kodo_baseline_nonce = cut.baseline.clone();
                 if cut.decommission_blocked {
-                    // Nothing changes: the runtime objects are kept as they run.
+                    // Nothing changes: the runtime objects are kept as they run, and so are the
+                    // profile's brokers, whatever the ordinary count would be.
+                    out.desired_brokers = out.desired_brokers.max(kodo::BROKERS);
                     out.phase = Phase::KodoDecommissionBlocked;
                     out.message = kodo::DECOMMISSION_BLOCKED.into();
                     out.actions.extend(

@@ -360,8 +360,8 @@ pub enum Action {
         /// The Kodo Gateways and the discovery mode and route (docs/kodo.md).
         kodo: KodoLayout,
     },
-    /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy and scale their
-    /// StatefulSet to 0 — each only when controller-owned by this RustQueue.
+    /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy, then their
+    /// StatefulSet — each only when controller-owned by this RustQueue.
     DeleteKodoGateways,
     /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
     /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.

@@ -101,7 +101,7 @@ fn kodo(spec: &RustQueueSpec) -> Vec<String> {
         }
     };
     need(
-        spec.min_brokers == 3 && spec.max_brokers == 3,
+        spec.min_brokers == super::kodo::BROKERS && spec.max_brokers == super::kodo::BROKERS,
         format!(
             "spec.minBrokers = spec.maxBrokers = 3 (got {} and {})",
             spec.min_brokers, spec.max_brokers
