@@ -12,10 +12,11 @@
 
 use rustqueue_api::crd::{ConditionStatus, RustQueueSpec, RustQueueStatus};
 
-use super::conditions::{ConditionSpec, Phase, cond};
+use super::conditions::{ConditionSpec, ConditionType, Phase, cond};
 use super::model::Observed;
 use crate::render::kodo::{DEFAULT_MIN_READY_SECONDS, GATEWAYS};
 use crate::render::{DiscoveryMode, KodoLayout};
+use ConditionType as C;
 
 /// Brokers the profile runs (`minBrokers` = `maxBrokers` = 3 while it is enabled).
 pub const BROKERS: i32 = 3;
@@ -93,8 +94,13 @@ impl Cutover {
 }
 
 /// Seconds condition `type_` has been True with `reason`, from its lastTransitionTime.
-fn held_for(previous: &RustQueueStatus, type_: &str, reason: &str, now: u64) -> Option<u64> {
-    let c = previous.condition(type_)?;
+fn held_for(
+    previous: &RustQueueStatus,
+    type_: ConditionType,
+    reason: &str,
+    now: u64,
+) -> Option<u64> {
+    let c = previous.condition(type_.as_str())?;
     if c.status != ConditionStatus::True || c.reason != reason {
         return None;
     }
@@ -134,9 +140,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     // previous status says it served while the Gateways run (Kodo mode advertised, or a
     // disable not yet advertising the brokers), so recovery neither drops an advertisement
     // nor skips the hold of a disable in progress.
-    let served = |t: &str| {
+    let served = |t: ConditionType| {
         i.previous
-            .condition(t)
+            .condition(t.as_str())
             .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
     };
     let current_mode = match kodo.discovery_template_mode {
@@ -144,9 +150,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         None if i.obs.discovery.is_none()
             && gateways_active
             && if enabled {
-                served("KodoGatewaysAdvertised")
+                served(C::KodoGatewaysAdvertised)
             } else {
-                !served("KodoDirectBrokersAdvertised")
+                !served(C::KodoDirectBrokersAdvertised)
             } =>
         {
             DiscoveryMode::Kodo
@@ -240,7 +246,7 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         && ready_in(DiscoveryMode::Kodo) >= need;
     if out.advertised {
         out.advertised_for =
-            held_for(i.previous, "KodoGatewaysAdvertised", "Advertised", i.now).unwrap_or(0);
+            held_for(i.previous, C::KodoGatewaysAdvertised, "Advertised", i.now).unwrap_or(0);
         let baseline = i
             .previous
             .kodo_producer_restart_baseline_nonce
@@ -255,7 +261,7 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     if out.direct_advertised {
         out.direct_for = held_for(
             i.previous,
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             "Advertised",
             i.now,
         )
@@ -358,13 +364,13 @@ pub const DECOMMISSION_BLOCKED: &str = "spec.kodoCompatibility.enabled is false 
 pub fn blocked_conditions() -> Vec<ConditionSpec> {
     vec![
         cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "RetainedForSafety",
             "the Kodo Gateways run until the decommission is confirmed",
         ),
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "ConfirmationRequired",
             DECOMMISSION_BLOCKED,
@@ -375,41 +381,41 @@ pub fn blocked_conditions() -> Vec<ConditionSpec> {
 /// The nine Kodo conditions.
 pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpec> {
     let on = c.enabled;
-    let disabled = |t: &'static str| cond(t, false, "Disabled", "the Kodo profile is off");
+    let disabled = |t: ConditionType| cond(t, false, "Disabled", "the Kodo profile is off");
     let mut out = Vec::new();
     out.push(match (on, c.gateways_active) {
         (true, true) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "Active",
             "the Kodo Gateways run",
         ),
         (true, false) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             false,
             "WaitingForBrokers",
             "the Kodo Gateways start once two brokers are Ready",
         ),
         (false, true) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "RetainedForSafety",
             "the profile is off; the Kodo Gateways are kept until direct advertisement",
         ),
-        (false, false) => disabled("KodoGatewaysActive"),
+        (false, false) => disabled(C::KodoGatewaysActive),
     });
     out.push(if !on && !c.gateways_active {
-        disabled("KodoGatewaysReady")
+        disabled(C::KodoGatewaysReady)
     } else if c.gateways_ready() {
         cond(
-            "KodoGatewaysReady",
+            C::KodoGatewaysReady,
             true,
             "AllReady",
             &format!("{GATEWAYS} of {GATEWAYS} Kodo Gateways Ready"),
         )
     } else {
         cond(
-            "KodoGatewaysReady",
+            C::KodoGatewaysReady,
             false,
             "PodsUnavailable",
             &format!(
@@ -419,58 +425,58 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
         )
     });
     out.push(if !on {
-        disabled("KodoGatewaysAdvertised")
+        disabled(C::KodoGatewaysAdvertised)
     } else if c.advertised {
         cond(
-            "KodoGatewaysAdvertised",
+            C::KodoGatewaysAdvertised,
             true,
             "Advertised",
             "discovery's /nodes lists the Kodo Gateways",
         )
     } else {
         cond(
-            "KodoGatewaysAdvertised",
+            C::KodoGatewaysAdvertised,
             false,
             "WaitingForGateways",
             "discovery still lists the brokers in /nodes",
         )
     });
     out.push(if !on {
-        disabled("KodoCutoverReady")
+        disabled(C::KodoCutoverReady)
     } else if c.grace_elapsed() {
         cond(
-            "KodoCutoverReady",
+            C::KodoCutoverReady,
             true,
             "DiscoveryGraceElapsed",
             &format!("the Kodo Gateways were advertised for {}s", c.grace),
         )
     } else {
         cond(
-            "KodoCutoverReady",
+            C::KodoCutoverReady,
             false,
             "WaitingForDiscoveryGrace",
             &format!("advertised for {}s of {}s", c.advertised_for, c.grace),
         )
     });
     out.push(if !on {
-        disabled("KodoProducerRestartConfirmed")
+        disabled(C::KodoProducerRestartConfirmed)
     } else if !c.advertised {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             false,
             "WaitingForAdvertisement",
             "a producer restart counts only after the Kodo Gateways are advertised",
         )
     } else if c.restart_confirmed {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             true,
             "NonceChangedAfterAdvertisement",
             "spec.kodoCompatibility.producerRestartNonce changed after advertisement",
         )
     } else {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             false,
             "WaitingForRestart",
             &format!(
@@ -481,21 +487,21 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
     });
     out.push(if on {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             false,
             "GatewayMode",
             "the Kodo profile is on",
         )
     } else if c.direct_advertised {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             true,
             "Advertised",
             "discovery's /nodes lists the brokers",
         )
     } else {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             false,
             "WaitingForSafeInventory",
             "discovery does not list the brokers yet",
@@ -503,31 +509,31 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
     });
     out.push(if on {
         cond(
-            "KodoCleanupActive",
+            C::KodoCleanupActive,
             false,
             "NotRequested",
             "Kodo channel cleanup is permanently off",
         )
     } else {
-        disabled("KodoCleanupActive")
+        disabled(C::KodoCleanupActive)
     });
     out.push(if on {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "CompatibilityActive",
             "the Kodo profile is on",
         )
     } else if c.gateways_active && decommission_confirmed {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             true,
             "Confirmed",
             "spec.kodoCompatibility.decommissionConfirmed is true",
         )
     } else {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "NotRequired",
             "no Kodo Gateway runs",

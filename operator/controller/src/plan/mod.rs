@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 
-pub use conditions::{ConditionSpec, Phase};
+pub use conditions::{ConditionSpec, ConditionType, Phase};
 pub use model::{
     Action, AuthState, BrokerPod, Claim, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, Health,
     KodoObserved, Observed, OperationChange, Plan, ProbePod, StorageClassState, StorageDamage,
@@ -226,7 +226,7 @@ pub fn plan(
     out.conditions = conditions::derive(&out, &storage, &unavailable, runtime, desired);
     out.conditions.push(conditions::storage_damage(obs));
     out.conditions.extend(kodo_conditions);
-    out.conditions.sort_by_key(|c| c.type_);
+    out.conditions.sort_by_key(|c| c.type_.as_str());
     out
 }
 

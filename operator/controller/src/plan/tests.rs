@@ -913,7 +913,7 @@ fn conditions_are_sorted_by_type() {
         &Observed::test().brokers(3).at_revision("b").build(),
         None,
     );
-    let types: Vec<&str> = p.conditions.iter().map(|c| c.type_).collect();
+    let types: Vec<&str> = p.conditions.iter().map(|c| c.type_.as_str()).collect();
     assert_eq!(
         types,
         [
