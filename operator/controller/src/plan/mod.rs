@@ -22,10 +22,10 @@
 //! 10. otherwise `Ready`, or `WaitingForBrokers` while a broker is not Ready.
 
 mod conditions;
-mod engine;
 pub mod kodo;
 mod model;
 mod operation;
+mod operations;
 mod preflight;
 mod quantity;
 mod rollout;
@@ -164,7 +164,7 @@ pub fn plan(
                 out.message = e.clone();
             }
             AuthState::Valid { .. } => {
-                let image = engine::runtime_image(obs, desired);
+                let image = operations::runtime_image(obs, desired);
                 let gateway_revision = desired.kodo_gateway_revision(&image);
                 let cut = kodo::cutover(&kodo::Input {
                     spec,
@@ -197,7 +197,7 @@ pub fn plan(
                     });
                     kodo_conditions = kodo::blocked_conditions();
                 } else {
-                    let ctx = engine::Context {
+                    let ctx = operations::Context {
                         spec,
                         obs,
                         desired,
@@ -206,7 +206,7 @@ pub fn plan(
                         disruptions_allowed: cut.disruptions_allowed,
                         kodo: &cut.layout,
                     };
-                    engine::decide(&ctx, &storage, &mut out);
+                    operations::decide(&ctx, &storage, &mut out);
                     if cut.delete_gateways {
                         out.actions.push(Action::DeleteKodoGateways);
                     }

@@ -9,7 +9,7 @@ use super::super::builder::CAPABLE;
 use super::super::model::{
     Action, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, KodoObserved, Observed, Plan,
 };
-use super::super::{Phase, engine, plan};
+use super::super::{Phase, operations, plan};
 use crate::render::{Desired, DesiredInputs, DiscoveryMode, KodoLayout, Owner};
 
 use DiscoveryMode::{Direct, Kodo};
@@ -74,7 +74,7 @@ fn brokers(rev: &str) -> super::super::builder::ObservedBuilder {
 /// Gateways: 3 replicas, `ready` of them Ready on the rendered template.
 fn gateways(obs: &Observed, spec: &RustQueueSpec, ready: usize) -> GatewaySet {
     let d = desired(spec);
-    let rev = d.kodo_gateway_revision(&engine::runtime_image(obs, &d));
+    let rev = d.kodo_gateway_revision(&operations::runtime_image(obs, &d));
     GatewaySet {
         replicas: 3,
         update_revision: Some("g1".into()),

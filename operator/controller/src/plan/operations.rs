@@ -1,5 +1,6 @@
-//! The operations engine: with a valid spec and Secret, choose the one thing to do now
-//! (storage, nodes, maintenance, scale-down, scale-up, rollout) and the StatefulSet size.
+//! The operations: with a valid spec and Secret, choose the one thing to do now (storage,
+//! nodes, maintenance, scale-down, scale-up, rollout) and the StatefulSet size. (Named for
+//! what it decides, not "engine", which is the broker's crate.)
 
 use rustqueue_api::crd::{
     OperationKind, OperationPhase, OperationStatus, RustQueueSpec, RustQueueStatus,
