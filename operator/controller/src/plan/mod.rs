@@ -136,90 +136,15 @@ pub fn plan(
         requeue: REQUEUE,
         kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
     };
-    let mut kodo_conditions = Vec::new();
-    let mut errors = validate(name, spec);
-    errors.extend(below_floor(spec, out.active_feature_level));
-    if !errors.is_empty() {
-        out.phase = Phase::InvalidSpec;
-        out.message = format!("invalid spec: {}", errors.join("; "));
-    } else {
-        match &obs.auth {
-            AuthState::GeneratedMissing => {
-                out.actions.push(Action::CreateAuthSecret {
-                    name: auth_secret_name(name, spec),
-                });
-                out.phase = Phase::Scaling;
-                out.message = "creating the auth Secret".into();
-                out.requeue = Duration::from_secs(1);
-            }
-            AuthState::UserMissing => {
-                out.phase = Phase::InvalidSpec;
-                out.message = format!(
-                    "Secret {} named by spec.registrySecretName does not exist: create it with admin-token, registry-token and console-token, or unset the field",
-                    auth_secret_name(name, spec)
-                );
-            }
-            AuthState::Invalid(e) => {
-                out.phase = Phase::InvalidSpec;
-                out.message = e.clone();
-            }
-            AuthState::Valid { .. } => {
-                let image = operations::runtime_image(obs, desired);
-                let gateway_revision = desired.kodo_gateway_revision(&image);
-                let cut = kodo::cutover(&kodo::Input {
-                    spec,
-                    obs,
-                    previous,
-                    now,
-                    grace: desired.kodo_grace_seconds,
-                    gateway_revision: &gateway_revision,
-                    target_brokers_ready: target_brokers_ready(obs, desired, desired_n),
-                    ready_brokers: ready_count(name, obs, current(obs)),
-                });
-                out.kodo_baseline_nonce = cut.baseline.clone();
-                if cut.decommission_blocked {
-                    // Nothing changes: the runtime objects are kept as they run, and so are the
-                    // profile's brokers, whatever the ordinary count would be.
-                    out.desired_brokers = out.desired_brokers.max(kodo::BROKERS);
-                    out.phase = Phase::KodoDecommissionBlocked;
-                    out.message = kodo::DECOMMISSION_BLOCKED.into();
-                    out.actions.extend(
-                        obs.brokers
-                            .iter()
-                            .filter(|b| b.is_draining() && !b.terminating)
-                            .map(|b| Action::Resume {
-                                pod: b.name.clone(),
-                            }),
-                    );
-                    out.actions.push(Action::ApplyRuntime {
-                        image,
-                        kodo: cut.layout.clone(),
-                    });
-                    kodo_conditions = kodo::blocked_conditions();
-                } else {
-                    let ctx = operations::Context {
-                        spec,
-                        obs,
-                        desired,
-                        previous,
-                        now,
-                        disruptions_allowed: cut.disruptions_allowed,
-                        kodo: &cut.layout,
-                    };
-                    operations::decide(&ctx, &storage, &mut out);
-                    if cut.delete_gateways {
-                        out.actions.push(Action::DeleteKodoGateways);
-                    }
-                    if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
-                        out.phase = phase;
-                        out.message = message;
-                    }
-                    kodo_conditions =
-                        kodo::conditions(&cut, spec.kodo_compatibility.decommission_confirmed);
-                }
-            }
-        }
-    }
+    let i = Inputs {
+        spec,
+        obs,
+        desired,
+        previous,
+        now,
+        desired_n,
+    };
+    let kodo_conditions = gates(&i, &storage, &mut out).unwrap_or_else(|Stopped(c)| c);
     let unavailable = unavailable(name, obs, out.desired_brokers.max(current(obs)));
     out.ready_brokers = ready_count(name, obs, out.desired_brokers.max(current(obs)));
     let runtime = conditions::runtime(obs);
@@ -228,6 +153,143 @@ pub fn plan(
     out.conditions.extend(kodo_conditions);
     out.conditions.sort_by_key(|c| c.type_.as_str());
     out
+}
+
+/// What every gate reads.
+struct Inputs<'a> {
+    spec: &'a RustQueueSpec,
+    obs: &'a Observed,
+    desired: &'a Desired,
+    previous: &'a RustQueueStatus,
+    now: u64,
+    desired_n: i32,
+}
+
+impl Inputs<'_> {
+    fn name(&self) -> &str {
+        &self.desired.name
+    }
+}
+
+/// A gate stopped the plan: the phase, message and actions are in the plan already; these
+/// are the conditions of its own it adds.
+struct Stopped(Vec<ConditionSpec>);
+
+/// The gates in order (docs/operator.md, "Decision order"): validate → auth → Kodo →
+/// (in [`operations`]) preflight → storage → nodes → the operations. Each lets the plan go on
+/// with what it established, or stops it with its phase, message and actions in `out`. A new
+/// fence is one more gate here. Returns the Kodo conditions.
+fn gates(
+    i: &Inputs<'_>,
+    storage: &StorageState,
+    out: &mut Plan,
+) -> Result<Vec<ConditionSpec>, Stopped> {
+    validate_gate(i, out)?;
+    auth_gate(i, out)?;
+    let cut = kodo_gate(i, out)?;
+    let ctx = operations::Context {
+        spec: i.spec,
+        obs: i.obs,
+        desired: i.desired,
+        previous: i.previous,
+        now: i.now,
+        disruptions_allowed: cut.disruptions_allowed,
+        kodo: &cut.layout,
+    };
+    operations::decide(&ctx, storage, out);
+    if cut.delete_gateways {
+        out.actions.push(Action::DeleteKodoGateways);
+    }
+    if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
+        out.phase = phase;
+        out.message = message;
+    }
+    Ok(kodo::conditions(
+        &cut,
+        i.spec.kodo_compatibility.decommission_confirmed,
+    ))
+}
+
+/// The spec must be usable, and must not lower the feature level below the floor:
+/// `InvalidSpec` (Degraded) otherwise, touching nothing.
+fn validate_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
+    let mut errors = validate(i.name(), i.spec);
+    errors.extend(below_floor(i.spec, out.active_feature_level));
+    if errors.is_empty() {
+        return Ok(());
+    }
+    out.phase = Phase::InvalidSpec;
+    out.message = format!("invalid spec: {}", errors.join("; "));
+    Err(Stopped(Vec::new()))
+}
+
+/// The auth Secret: created when the operator generates it; a user-named one that is missing
+/// or broken is `InvalidSpec`.
+fn auth_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
+    let secret = || auth_secret_name(i.name(), i.spec);
+    match &i.obs.auth {
+        AuthState::Valid { .. } => return Ok(()),
+        AuthState::GeneratedMissing => {
+            out.actions
+                .push(Action::CreateAuthSecret { name: secret() });
+            out.phase = Phase::Scaling;
+            out.message = "creating the auth Secret".into();
+            out.requeue = Duration::from_secs(1);
+        }
+        AuthState::UserMissing => {
+            out.phase = Phase::InvalidSpec;
+            out.message = format!(
+                "Secret {} named by spec.registrySecretName does not exist: create it with admin-token, registry-token and console-token, or unset the field",
+                secret()
+            );
+        }
+        AuthState::Invalid(e) => {
+            out.phase = Phase::InvalidSpec;
+            out.message = e.clone();
+        }
+    }
+    Err(Stopped(Vec::new()))
+}
+
+/// The Kodo cutover (docs/kodo.md): its fences go on to the operations; a disable without
+/// `decommissionConfirmed` while the Gateways run stops everything as it runs
+/// (`KodoDecommissionBlocked`).
+fn kodo_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<kodo::Cutover, Stopped> {
+    let (name, obs) = (i.name(), i.obs);
+    let image = operations::runtime_image(obs, i.desired);
+    let gateway_revision = i.desired.kodo_gateway_revision(&image);
+    let cut = kodo::cutover(&kodo::Input {
+        spec: i.spec,
+        obs,
+        previous: i.previous,
+        now: i.now,
+        grace: i.desired.kodo_grace_seconds,
+        gateway_revision: &gateway_revision,
+        target_brokers_ready: target_brokers_ready(obs, i.desired, i.desired_n),
+        ready_brokers: ready_count(name, obs, current(obs)),
+    });
+    out.kodo_baseline_nonce = cut.baseline.clone();
+    if !cut.decommission_blocked {
+        return Ok(cut);
+    }
+    // Nothing changes: the runtime objects are kept as they run, and so are the profile's
+    // brokers, whatever the ordinary count would be.
+    out.desired_brokers = out.desired_brokers.max(kodo::BROKERS);
+    out.phase = Phase::KodoDecommissionBlocked;
+    out.message = kodo::DECOMMISSION_BLOCKED.into();
+    out.actions.extend(
+        obs.brokers
+            .iter()
+            .filter(|b| b.is_draining() && !b.terminating)
+            .map(|b| Action::Resume {
+                pod: b.name.clone(),
+            }),
+    );
+    out.actions.push(Action::ApplyRuntime {
+        image,
+        kodo: cut.layout,
+    });
+    Err(Stopped(kodo::blocked_conditions()))
 }
 
 /// Exactly the brokers `0..n`, each Ready on the target revision, and no more.
