@@ -32,6 +32,7 @@ mod rollout;
 mod storage;
 mod validate;
 
+#[cfg(any(test, feature = "test-support"))]
 pub mod builder;
 
 use std::time::Duration;
