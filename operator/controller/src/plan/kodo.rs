@@ -109,57 +109,14 @@ fn held_for(
     Some(now.saturating_sub(since))
 }
 
-/// Decide the cutover.
+/// Decide the cutover: what runs now, then (unless the decommission gate holds everything)
+/// discovery's mode and route, the fences they open, and the Gateways' fate.
 pub fn cutover(i: &Input<'_>) -> Cutover {
     let k = &i.spec.kodo_compatibility;
-    let enabled = k.enabled;
-    let kodo = &i.obs.kodo;
-    let gw = kodo.gateways.as_ref();
+    let gw = i.obs.kodo.gateways.as_ref();
     let gateways_active = gw.is_some_and(|g| g.replicas > 0);
-    let gateways_ready_count = gw.map_or(0, |g| {
-        g.pods
-            .iter()
-            .filter(|p| {
-                p.ready
-                    && p.controller_revision.is_some()
-                    && p.controller_revision == g.update_revision
-                    && p.revision.as_deref() == Some(i.gateway_revision)
-            })
-            .count()
-    });
-    let need = i.spec.discovery_replicas.max(2);
-    let ready_in = |m: DiscoveryMode| {
-        let n = kodo
-            .discovery_pods
-            .iter()
-            .filter(|p| p.ready && p.mode == Some(m))
-            .count();
-        i32::try_from(n).unwrap_or(i32::MAX)
-    };
-    // The mode discovery serves: its template's label; when the Deployment vanished, what the
-    // previous status says it served while the Gateways run (Kodo mode advertised, or a
-    // disable not yet advertising the brokers), so recovery neither drops an advertisement
-    // nor skips the hold of a disable in progress.
-    let served = |t: ConditionType| {
-        i.previous
-            .condition(t.as_str())
-            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
-    };
-    let current_mode = match kodo.discovery_template_mode {
-        Some(m) => m,
-        None if i.obs.discovery.is_none()
-            && gateways_active
-            && if enabled {
-                served(C::KodoGatewaysAdvertised)
-            } else {
-                !served(C::KodoDirectBrokersAdvertised)
-            } =>
-        {
-            DiscoveryMode::Kodo
-        }
-        None => DiscoveryMode::Direct,
-    };
-    let soak = if enabled || gateways_active {
+    let current_mode = served_mode(i, gateways_active);
+    let soak = if k.enabled || gateways_active {
         i32::try_from(i.grace + 30).unwrap_or(i32::MAX)
     } else {
         DEFAULT_MIN_READY_SECONDS
@@ -168,13 +125,13 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         layout: KodoLayout {
             gateway_replicas: None,
             discovery_mode: current_mode,
-            route: kodo.discovery_route,
+            route: i.obs.kodo.discovery_route,
             discovery_min_ready_seconds: soak,
         },
         delete_gateways: false,
-        enabled,
+        enabled: k.enabled,
         gateways_active,
-        gateways_ready_count,
+        gateways_ready_count: ready_gateways(i),
         advertised: false,
         advertised_for: 0,
         grace: i.grace,
@@ -187,19 +144,86 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         disruptions_allowed: false,
         holding_discovery: false,
     };
-
-    if gateways_active && !enabled && !k.decommission_confirmed {
+    if gateways_active && !k.enabled && !k.decommission_confirmed {
         // The gate: hold everything exactly as it runs.
         out.decommission_blocked = true;
         out.retained = true;
         out.layout.gateway_replicas = gw.map(|g| g.replicas);
         return out;
     }
+    route_discovery(i, current_mode, &mut out);
+    advertisement_fences(i, &mut out);
+    gateways_fate(i, &mut out);
+    out
+}
 
+/// Gateway Pods Ready on the StatefulSet's latest revision and the template rendered now.
+fn ready_gateways(i: &Input<'_>) -> usize {
+    i.obs.kodo.gateways.as_ref().map_or(0, |g| {
+        g.pods
+            .iter()
+            .filter(|p| {
+                p.ready
+                    && p.controller_revision.is_some()
+                    && p.controller_revision == g.update_revision
+                    && p.revision.as_deref() == Some(i.gateway_revision)
+            })
+            .count()
+    })
+}
+
+/// Discovery Pods Ready in mode `m`.
+fn ready_in(i: &Input<'_>, m: DiscoveryMode) -> i32 {
+    let n = i
+        .obs
+        .kodo
+        .discovery_pods
+        .iter()
+        .filter(|p| p.ready && p.mode == Some(m))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Discovery Pods a mode needs Ready before the Service selects it.
+fn needed(i: &Input<'_>) -> i32 {
+    i.spec.discovery_replicas.max(2)
+}
+
+/// The mode discovery serves: its template's label; when the Deployment vanished, what the
+/// previous status says it served while the Gateways run (Kodo mode advertised, or a disable
+/// not yet advertising the brokers), so recovery neither drops an advertisement nor skips the
+/// hold of a disable in progress.
+fn served_mode(i: &Input<'_>, gateways_active: bool) -> DiscoveryMode {
+    let served = |t: ConditionType| {
+        i.previous
+            .condition(t.as_str())
+            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
+    };
+    match i.obs.kodo.discovery_template_mode {
+        Some(m) => m,
+        None if i.obs.discovery.is_none()
+            && gateways_active
+            && if i.spec.kodo_compatibility.enabled {
+                served(C::KodoGatewaysAdvertised)
+            } else {
+                !served(C::KodoDirectBrokersAdvertised)
+            } =>
+        {
+            DiscoveryMode::Kodo
+        }
+        None => DiscoveryMode::Direct,
+    }
+}
+
+/// The mode discovery should run and the one its Service selects. Legacy unlabeled discovery
+/// Pods (or a selector without a mode) are labelled in their current mode first, the
+/// selector kept broad while they roll and pinned to that mode once every Pod carries the
+/// label — before any mode change.
+fn route_discovery(i: &Input<'_>, current_mode: DiscoveryMode, out: &mut Cutover) {
+    let kodo = &i.obs.kodo;
+    let enabled = out.enabled;
+    let need = needed(i);
     let deployment = i.obs.discovery.as_ref();
-    // Legacy unlabeled discovery Pods (or a selector without a mode): label them in their
-    // current mode first, keep the selector broad while they roll, and pin the selector to
-    // that mode once every Pod carries the label — before any mode change.
     let adopting = deployment.is_some() && kodo.discovery_route.is_none();
     let adopted = kodo.discovery_template_mode.is_some()
         && deployment.is_some_and(|d| d.unavailable().is_none())
@@ -207,9 +231,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
             .discovery_pods
             .iter()
             .all(|p| p.mode == kodo.discovery_template_mode)
-        && ready_in(current_mode) >= need;
+        && ready_in(i, current_mode) >= need;
     out.holding_discovery = !enabled
-        && gateways_active
+        && out.gateways_active
         && current_mode == DiscoveryMode::Kodo
         && !i.target_brokers_ready;
     let target = if adopting {
@@ -229,9 +253,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         Some(target)
     } else if adopting {
         adopted.then_some(current_mode)
-    } else if ready_in(target) >= need {
+    } else if ready_in(i, target) >= need {
         Some(target)
-    } else if kodo.discovery_route == Some(target) && ready_in(target.other()) >= need {
+    } else if kodo.discovery_route == Some(target) && ready_in(i, target.other()) >= need {
         // the new mode failed its soak: back to the Pods that still serve the old one
         Some(target.other())
     } else {
@@ -239,11 +263,17 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     };
     out.layout.discovery_mode = target;
     out.layout.route = route;
+}
 
-    out.advertised = enabled
+/// Which mode is advertised, since when, and the producer-restart baseline.
+fn advertisement_fences(i: &Input<'_>, out: &mut Cutover) {
+    let k = &i.spec.kodo_compatibility;
+    let need = needed(i);
+    let (target, route) = (out.layout.discovery_mode, out.layout.route);
+    out.advertised = out.enabled
         && target == DiscoveryMode::Kodo
         && route == Some(DiscoveryMode::Kodo)
-        && ready_in(DiscoveryMode::Kodo) >= need;
+        && ready_in(i, DiscoveryMode::Kodo) >= need;
     if out.advertised {
         out.advertised_for =
             held_for(i.previous, C::KodoGatewaysAdvertised, "Advertised", i.now).unwrap_or(0);
@@ -257,7 +287,7 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     }
     out.direct_advertised = target == DiscoveryMode::Direct
         && route == Some(DiscoveryMode::Direct)
-        && ready_in(DiscoveryMode::Direct) >= need;
+        && ready_in(i, DiscoveryMode::Direct) >= need;
     if out.direct_advertised {
         out.direct_for = held_for(
             i.previous,
@@ -267,7 +297,13 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         )
         .unwrap_or(0);
     }
+}
 
+/// Whether the Gateways run, are retained or go, and whether brokers may be disrupted.
+fn gateways_fate(i: &Input<'_>, out: &mut Cutover) {
+    let k = &i.spec.kodo_compatibility;
+    let (enabled, gateways_active) = (out.enabled, out.gateways_active);
+    let gw = i.obs.kodo.gateways.as_ref();
     let current_brokers = i.obs.statefulset_replicas.unwrap_or(0);
     let wanted = enabled && (gateways_active || (current_brokers >= 2 && i.ready_brokers >= 2));
     // Confirmation lets the decommission start; the Gateways still stay until the direct
@@ -292,7 +328,6 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     } else {
         true
     };
-    out
 }
 
 /// The phase when the operations engine found nothing to do (`Ready`) or waited for the fences
@@ -378,12 +413,28 @@ pub fn blocked_conditions() -> Vec<ConditionSpec> {
     ]
 }
 
-/// The nine Kodo conditions.
+/// The eight Kodo conditions.
 pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpec> {
+    vec![
+        gateways_active(c),
+        gateways_ready(c),
+        gateways_advertised(c),
+        cutover_ready(c),
+        producer_restart(c),
+        direct_advertised(c),
+        cleanup(c),
+        decommission(c, decommission_confirmed),
+    ]
+}
+
+fn disabled(t: ConditionType) -> ConditionSpec {
+    cond(t, false, "Disabled", "the Kodo profile is off")
+}
+
+/// `KodoGatewaysActive`: the Gateways run (or are retained while disabling).
+fn gateways_active(c: &Cutover) -> ConditionSpec {
     let on = c.enabled;
-    let disabled = |t: ConditionType| cond(t, false, "Disabled", "the Kodo profile is off");
-    let mut out = Vec::new();
-    out.push(match (on, c.gateways_active) {
+    match (on, c.gateways_active) {
         (true, true) => cond(
             C::KodoGatewaysActive,
             true,
@@ -403,8 +454,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
             "the profile is off; the Kodo Gateways are kept until direct advertisement",
         ),
         (false, false) => disabled(C::KodoGatewaysActive),
-    });
-    out.push(if !on && !c.gateways_active {
+    }
+}
+
+/// `KodoGatewaysReady`: all three Gateways Ready on the rendered template.
+fn gateways_ready(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on && !c.gateways_active {
         disabled(C::KodoGatewaysReady)
     } else if c.gateways_ready() {
         cond(
@@ -423,8 +479,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
                 c.gateways_ready_count
             ),
         )
-    });
-    out.push(if !on {
+    }
+}
+
+/// `KodoGatewaysAdvertised`: discovery lists the Gateways in `/nodes`.
+fn gateways_advertised(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
         disabled(C::KodoGatewaysAdvertised)
     } else if c.advertised {
         cond(
@@ -440,8 +501,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
             "WaitingForGateways",
             "discovery still lists the brokers in /nodes",
         )
-    });
-    out.push(if !on {
+    }
+}
+
+/// `KodoCutoverReady`: the advertisement held for the grace.
+fn cutover_ready(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
         disabled(C::KodoCutoverReady)
     } else if c.grace_elapsed() {
         cond(
@@ -457,8 +523,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
             "WaitingForDiscoveryGrace",
             &format!("advertised for {}s of {}s", c.advertised_for, c.grace),
         )
-    });
-    out.push(if !on {
+    }
+}
+
+/// `KodoProducerRestartConfirmed`: the nonce changed after the advertisement.
+fn producer_restart(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
         disabled(C::KodoProducerRestartConfirmed)
     } else if !c.advertised {
         cond(
@@ -484,8 +555,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
                 c.baseline.as_deref().unwrap_or_default()
             ),
         )
-    });
-    out.push(if on {
+    }
+}
+
+/// `KodoDirectBrokersAdvertised`: discovery lists the brokers again.
+fn direct_advertised(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
             C::KodoDirectBrokersAdvertised,
             false,
@@ -506,8 +582,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
             "WaitingForSafeInventory",
             "discovery does not list the brokers yet",
         )
-    });
-    out.push(if on {
+    }
+}
+
+/// `KodoCleanupActive`: never (cleanup is off for good).
+fn cleanup(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
             C::KodoCleanupActive,
             false,
@@ -516,8 +597,13 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
         )
     } else {
         disabled(C::KodoCleanupActive)
-    });
-    out.push(if on {
+    }
+}
+
+/// `KodoDecommissionConfirmed`: disabling was confirmed.
+fn decommission(c: &Cutover, decommission_confirmed: bool) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
             C::KodoDecommissionConfirmed,
             false,
@@ -538,8 +624,7 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
             "NotRequired",
             "no Kodo Gateway runs",
         )
-    });
-    out
+    }
 }
 
 #[cfg(test)]
