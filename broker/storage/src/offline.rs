@@ -164,6 +164,7 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
     })
 }
 
+/// Verifies one topic directory: its manifest, its segments (and their indexes), its channels.
 fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), StorageError> {
     let mpath = dir.join("manifest");
     match meta::read_manifest(fs, &mpath) {
@@ -175,10 +176,15 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         ),
         Err(e) => r.add(&mpath, "manifest", FileStatus::Damaged, e.to_string()),
     }
-    let sdir = dir.join("segments");
+    verify_segments(fs, r, &dir.join("segments"))?;
+    verify_channels(fs, r, &dir.join("channels"))
+}
+
+/// Every segment of a topic in log order, each with its index.
+fn verify_segments(fs: &dyn Fs, r: &mut Reporter<'_>, sdir: &Path) -> Result<(), StorageError> {
     let mut segs: BTreeMap<u64, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
-    if fs.exists(&sdir) {
-        for n in fs.list(&sdir).map_err(io_err("list", &sdir))? {
+    if fs.exists(sdir) {
+        for n in fs.list(sdir).map_err(io_err("list", sdir))? {
             let Some((base, ext)) = n
                 .strip_prefix("segment-")
                 .and_then(|rest| rest.split_once('.'))
@@ -206,60 +212,7 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         let len = file.len().map_err(io_err("stat", log))?;
         let is_last = Some(*base) == last;
         let w = walk(file.as_ref(), log, *base, len, is_last, prev, &mut |_| {})?;
-        let lost: Vec<u64> = w
-            .damages
-            .iter()
-            .flat_map(|d| d.positions.iter().copied())
-            .collect();
-        let (status, detail) = if !w.damages.is_empty() {
-            let ranges: Vec<String> = w
-                .damages
-                .iter()
-                .map(|d| {
-                    format!(
-                        "bytes {}..{}{}",
-                        d.range.0,
-                        d.range.1,
-                        if d.recovered {
-                            " (length field only: read whole)"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .collect();
-            let file = r.relative(log);
-            let known = w
-                .damages
-                .iter()
-                .all(|d| r.known.contains(&(file.clone(), d.range.0)));
-            (
-                if known {
-                    FileStatus::Quarantined
-                } else {
-                    FileStatus::Damaged
-                },
-                format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
-            )
-        } else if w.end < len {
-            let what = if w.zero_tail {
-                "zeros written ahead of the tail"
-            } else {
-                "partial record"
-            };
-            (
-                FileStatus::TornTail,
-                format!(
-                    "{} whole records; {what} from offset {} to {len} (cut off at start)",
-                    w.records, w.end
-                ),
-            )
-        } else {
-            (
-                FileStatus::Ok,
-                format!("{} records, every CRC matches", w.records),
-            )
-        };
+        let (status, detail, lost) = segment_verdict(r, log, &w, len);
         r.add_lost(log, "segment", status, detail, lost);
         if let Some(p) = w.entries.last().map(|e| e.position) {
             prev = Some(p);
@@ -276,11 +229,80 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
             );
         }
     }
-    let cdir = dir.join("channels");
-    if fs.exists(&cdir) {
+    Ok(())
+}
+
+/// What verify says of one walked segment: its status, the detail, and the positions lost
+/// to damage.
+fn segment_verdict(
+    r: &Reporter<'_>,
+    log: &Path,
+    w: &crate::log::scan::Walk,
+    len: u64,
+) -> (FileStatus, String, Vec<u64>) {
+    let lost: Vec<u64> = w
+        .damages
+        .iter()
+        .flat_map(|d| d.positions.iter().copied())
+        .collect();
+    let (status, detail) = if !w.damages.is_empty() {
+        let ranges: Vec<String> = w
+            .damages
+            .iter()
+            .map(|d| {
+                format!(
+                    "bytes {}..{}{}",
+                    d.range.0,
+                    d.range.1,
+                    if d.recovered {
+                        " (length field only: read whole)"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        let file = r.relative(log);
+        let known = w
+            .damages
+            .iter()
+            .all(|d| r.known.contains(&(file.clone(), d.range.0)));
+        (
+            if known {
+                FileStatus::Quarantined
+            } else {
+                FileStatus::Damaged
+            },
+            format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
+        )
+    } else if w.end < len {
+        let what = if w.zero_tail {
+            "zeros written ahead of the tail"
+        } else {
+            "partial record"
+        };
+        (
+            FileStatus::TornTail,
+            format!(
+                "{} whole records; {what} from offset {} to {len} (cut off at start)",
+                w.records, w.end
+            ),
+        )
+    } else {
+        (
+            FileStatus::Ok,
+            format!("{} records, every CRC matches", w.records),
+        )
+    };
+    (status, detail, lost)
+}
+
+/// Every channel's checkpoint and WAL.
+fn verify_channels(fs: &dyn Fs, r: &mut Reporter<'_>, cdir: &Path) -> Result<(), StorageError> {
+    if fs.exists(cdir) {
         let mut stems: Vec<String> = fs
-            .list(&cdir)
-            .map_err(io_err("list", &cdir))?
+            .list(cdir)
+            .map_err(io_err("list", cdir))?
             .into_iter()
             .filter_map(|n| n.rsplit_once('.').map(|(s, _)| s.to_string()))
             .collect();
@@ -288,7 +310,7 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         stems.dedup();
         for stem in stems {
             let Some(name) = unhex(&stem) else { continue };
-            let (w, c) = wal::paths(&cdir, &name);
+            let (w, c) = wal::paths(cdir, &name);
             if fs.exists(&c) {
                 let (status, detail) = match wal::verify_checkpoint(fs, &c, &name) {
                     Ok(()) => (FileStatus::Ok, "CRC matches".to_string()),
