@@ -250,12 +250,30 @@ pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
 }
 
 /// Ready, Progressing, Degraded, BrokersAvailable, StorageReady and `runtime` (see
-/// [`runtime`]) for `plan`, sorted by type.
+/// [`runtime`]) for `plan`, sorted by type. Under `InvalidSpec` only the first three: the
+/// others keep their last values.
 pub(super) fn derive(
     plan: &Plan,
     storage: &StorageState,
     unavailable: &[String],
     runtime: ConditionSpec,
+    desired: &Desired,
+) -> Vec<ConditionSpec> {
+    let mut out = summary(plan, storage, unavailable, &runtime, desired);
+    if plan.phase != Phase::InvalidSpec {
+        out.extend(details(plan, storage, unavailable));
+        out.push(runtime);
+    }
+    out.sort_by_key(|c| c.type_.as_str());
+    out
+}
+
+/// Ready, Progressing and Degraded.
+fn summary(
+    plan: &Plan,
+    storage: &StorageState,
+    unavailable: &[String],
+    runtime: &ConditionSpec,
     desired: &Desired,
 ) -> Vec<ConditionSpec> {
     let phase = plan.phase;
@@ -284,7 +302,7 @@ pub(super) fn derive(
         _ if phase == Phase::Ready => ("WaitingForBrokers", unavailable.join("; ")),
         _ => (p, plan.message.clone()),
     };
-    let mut out = vec![
+    vec![
         cond(C::Ready, ready, reason, &ready_message),
         cond(
             C::Progressing,
@@ -293,75 +311,75 @@ pub(super) fn derive(
             &ready_message,
         ),
         cond(C::Degraded, degraded, p, &plan.message),
-    ];
-    if phase != Phase::InvalidSpec {
-        out.push(match phase {
-            Phase::Preflight => cond(C::Upgradeable, false, "Preflight", &plan.message),
-            Phase::PreflightBlocked => {
-                cond(C::Upgradeable, false, "PreflightBlocked", &plan.message)
-            }
-            _ => cond(
-                C::Upgradeable,
-                true,
-                "PreflightPassed",
-                "the target image and every running broker support the desired set",
+    ]
+}
+
+/// Upgradeable, OrphanedPVCs, Maintenance, BrokersAvailable and StorageReady.
+fn details(plan: &Plan, storage: &StorageState, unavailable: &[String]) -> Vec<ConditionSpec> {
+    let phase = plan.phase;
+    let mut out = Vec::new();
+    out.push(match phase {
+        Phase::Preflight => cond(C::Upgradeable, false, "Preflight", &plan.message),
+        Phase::PreflightBlocked => cond(C::Upgradeable, false, "PreflightBlocked", &plan.message),
+        _ => cond(
+            C::Upgradeable,
+            true,
+            "PreflightPassed",
+            "the target image and every running broker support the desired set",
+        ),
+    });
+    out.push(if plan.orphaned_pvcs.is_empty() {
+        cond(C::OrphanedPVCs, false, "None", "no retained broker PVCs")
+    } else {
+        cond(
+            C::OrphanedPVCs,
+            true,
+            "RetainedAfterScaleDown",
+            &format!(
+                "kept after scale-down (delete them yourself once their data is not needed): {}",
+                plan.orphaned_pvcs.join(", ")
             ),
-        });
-        out.push(if plan.orphaned_pvcs.is_empty() {
-            cond(C::OrphanedPVCs, false, "None", "no retained broker PVCs")
-        } else {
-            cond(
-                C::OrphanedPVCs,
-                true,
-                "RetainedAfterScaleDown",
-                &format!(
-                    "kept after scale-down (delete them yourself once their data is not needed): {}",
-                    plan.orphaned_pvcs.join(", ")
-                ),
-            )
-        });
-        out.push(match phase {
-            Phase::Maintenance | Phase::MaintenanceBlocked => {
-                cond(C::Maintenance, true, "Requested", &plan.message)
-            }
-            _ => cond(
-                C::Maintenance,
-                false,
-                "NotRequested",
-                "no broker is in maintenance",
-            ),
-        });
-        out.push(if unavailable.is_empty() {
-            cond(
-                C::BrokersAvailable,
-                true,
-                "AllReady",
-                &format!("{} brokers ready", plan.ready_brokers),
-            )
-        } else {
-            cond(
-                C::BrokersAvailable,
-                false,
-                "PodsUnavailable",
-                &unavailable.join("; "),
-            )
-        });
-        out.push(match storage {
-            StorageState::Ready => cond(
-                C::StorageReady,
-                true,
-                "CapacityReady",
-                "all PVCs satisfy the requested capacity",
-            ),
-            StorageState::Pending(m) => cond(C::StorageReady, false, "StorageProvisioning", m),
-            StorageState::Resizing { message, .. } => {
-                cond(C::StorageReady, false, "StorageResizing", message)
-            }
-            StorageState::Blocked(m) => cond(C::StorageReady, false, "StorageBlocked", m),
-        });
-        out.push(runtime);
-    }
-    out.sort_by_key(|c| c.type_.as_str());
+        )
+    });
+    out.push(match phase {
+        Phase::Maintenance | Phase::MaintenanceBlocked => {
+            cond(C::Maintenance, true, "Requested", &plan.message)
+        }
+        _ => cond(
+            C::Maintenance,
+            false,
+            "NotRequested",
+            "no broker is in maintenance",
+        ),
+    });
+    out.push(if unavailable.is_empty() {
+        cond(
+            C::BrokersAvailable,
+            true,
+            "AllReady",
+            &format!("{} brokers ready", plan.ready_brokers),
+        )
+    } else {
+        cond(
+            C::BrokersAvailable,
+            false,
+            "PodsUnavailable",
+            &unavailable.join("; "),
+        )
+    });
+    out.push(match storage {
+        StorageState::Ready => cond(
+            C::StorageReady,
+            true,
+            "CapacityReady",
+            "all PVCs satisfy the requested capacity",
+        ),
+        StorageState::Pending(m) => cond(C::StorageReady, false, "StorageProvisioning", m),
+        StorageState::Resizing { message, .. } => {
+            cond(C::StorageReady, false, "StorageResizing", message)
+        }
+        StorageState::Blocked(m) => cond(C::StorageReady, false, "StorageBlocked", m),
+    });
     out
 }
 
