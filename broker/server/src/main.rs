@@ -64,12 +64,14 @@ enum StorageCmd {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
-        /// First rewrite a damaged `COMPATIBILITY` with this feature level as the active
-        /// writer and minimum reader level: the level the broker last ran with (never guessed).
-        #[arg(long = "rebuild-compatibility", requires = "feature_level")]
+        /// First rewrite a damaged or missing `COMPATIBILITY` with a feature level as the
+        /// active writer and minimum reader level: --feature-level (the level the broker last
+        /// ran with; refused when the stored records need more), or without it the lowest
+        /// level the stored records need.
+        #[arg(long = "rebuild-compatibility")]
         rebuild_compatibility: bool,
         /// The level for --rebuild-compatibility.
-        #[arg(long)]
+        #[arg(long, requires = "rebuild_compatibility")]
         feature_level: Option<u8>,
         /// First rewrite a damaged or missing `broker.meta` for this node (refused when a
         /// stored message id belongs to another node); ids resume past the highest stored one.
@@ -130,8 +132,8 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
             node_id,
         } => {
             let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
-            if let (true, Some(level)) = (rebuild_compatibility, feature_level) {
-                let done = offline::rebuild_compatibility(fs.clone(), &root, level)
+            if rebuild_compatibility {
+                let done = offline::rebuild_compatibility(fs.clone(), &root, feature_level)
                     .with_context(|| format!("rebuilding COMPATIBILITY in {}", root.display()))?;
                 eprintln!("{done}");
             }

@@ -2,8 +2,9 @@
 //! "Damage to FORMAT, COMPATIBILITY and broker.meta"): a damaged `FORMAT` is rewritten from
 //! the other two; a damaged `broker.meta` or `COMPATIBILITY` refuses the start with a message
 //! naming the repair, `storage verify` reports it, and `storage repair` rebuilds it only when
-//! told the node id / feature level, never for another node. Afterwards every message is
-//! served and new ids are above every stored one.
+//! told the node id (never for another node) and the feature level, or the lowest level the
+//! stored records need; a missing `COMPATIBILITY` beside data is refused the same way.
+//! Afterwards every message is served and new ids are above every stored one.
 
 mod common;
 
@@ -169,6 +170,41 @@ async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repai
         &["repair", "--rebuild-compatibility", "--feature-level", "1"],
     );
     assert_eq!(code, Some(0), "{text}");
+    let (code, text) = tool(dir, &["verify"]);
+    assert_eq!(code, Some(0), "{text}");
+
+    // COMPATIBILITY missing beside data: never recreated at level 1; without --feature-level
+    // repair writes the lowest level the stored records need (these small ones need 1).
+    std::fs::remove_file(dir.join("COMPATIBILITY")).unwrap();
+    let err = refused_start(dir);
+    assert!(
+        err.contains("COMPATIBILITY is missing while the directory holds data")
+            && err.contains("storage repair --rebuild-compatibility --feature-level <L>"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("COMPATIBILITY").exists(),
+        "the start recreated it"
+    );
+    let (code, text) = tool(dir, &["verify"]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("damaged") && l.contains("COMPATIBILITY is missing")),
+        "{text}"
+    );
+    let (code, text) = tool(dir, &["repair", "--feature-level", "1"]);
+    assert_eq!(
+        code,
+        Some(2),
+        "--feature-level alone is a flag error: {text}"
+    );
+    let (code, text) = tool(dir, &["repair", "--rebuild-compatibility"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("with feature level 1") && text.contains("every stored record fits level 1"),
+        "{text}"
+    );
     let (code, text) = tool(dir, &["verify"]);
     assert_eq!(code, Some(0), "{text}");
 

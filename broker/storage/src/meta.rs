@@ -158,9 +158,38 @@ pub fn compatibility_damaged(path: &Path, detail: &str) -> String {
          read, and it is not derivable from the data. Restore the file from a backup, or stop \
          every broker on this directory and run `rustqueued storage repair \
          --rebuild-compatibility --feature-level <L>` with L the feature level the broker last \
-         ran with (storage.feature_level; 1 unless it was raised). See docs/operations.md",
+         ran with (storage.feature_level; 1 unless it was raised; without --feature-level, \
+         repair writes the lowest level the stored records need). See docs/operations.md",
         path.display()
     )
+}
+
+/// The refusal when `COMPATIBILITY` is missing from a directory that holds data.
+pub fn compatibility_missing(path: &Path) -> String {
+    format!(
+        "{} is missing while the directory holds data (broker.meta, topics): the feature-level \
+         fence is not recreated at level 1, since the stored records may need level 2. Restore \
+         the file from a backup, or stop every broker on this directory and run `rustqueued \
+         storage repair --rebuild-compatibility --feature-level <L>` with L the feature level \
+         the broker last ran with (without --feature-level, repair writes the lowest level the \
+         stored records need). See docs/operations.md",
+        path.display()
+    )
+}
+
+/// Whether `root` already holds a broker's data: `broker.meta` (or its temp, both written
+/// after `COMPATIBILITY` at the first start) or a topic.
+pub fn holds_data(fs: &dyn Fs, root: &Path) -> Result<bool, StorageError> {
+    let bm = root.join("broker.meta");
+    if fs.exists(&bm) || fs.exists(&temp_sibling(&bm)) {
+        return Ok(true);
+    }
+    let topics = root.join("topics");
+    Ok(fs.exists(&topics)
+        && !fs
+            .list(&topics)
+            .map_err(crate::io_err("list", &topics))?
+            .is_empty())
 }
 
 /// The refusal when `broker.meta` is damaged or missing with nothing whole to replace it.

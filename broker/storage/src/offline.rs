@@ -131,7 +131,16 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
             .collect(),
     };
     check_meta::<FormatFile>(fs, &mut r, &root.join("FORMAT"), "format")?;
-    check_meta::<Compatibility>(fs, &mut r, &root.join("COMPATIBILITY"), "compatibility")?;
+    let compatibility = root.join("COMPATIBILITY");
+    check_meta::<Compatibility>(fs, &mut r, &compatibility, "compatibility")?;
+    if !r.files.iter().any(|f| f.kind == "compatibility") && meta::holds_data(fs, root)? {
+        r.add(
+            &compatibility,
+            "compatibility",
+            FileStatus::Damaged,
+            meta::compatibility_missing(&compatibility),
+        );
+    }
     check_meta::<BrokerMeta>(fs, &mut r, &root.join("broker.meta"), "broker_meta")?;
     let topics = root.join("topics");
     let mut names = if fs.exists(&topics) {
@@ -155,6 +164,7 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
     })
 }
 
+/// Verifies one topic directory: its manifest, its segments (and their indexes), its channels.
 fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), StorageError> {
     let mpath = dir.join("manifest");
     match meta::read_manifest(fs, &mpath) {
@@ -166,10 +176,15 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         ),
         Err(e) => r.add(&mpath, "manifest", FileStatus::Damaged, e.to_string()),
     }
-    let sdir = dir.join("segments");
+    verify_segments(fs, r, &dir.join("segments"))?;
+    verify_channels(fs, r, &dir.join("channels"))
+}
+
+/// Every segment of a topic in log order, each with its index.
+fn verify_segments(fs: &dyn Fs, r: &mut Reporter<'_>, sdir: &Path) -> Result<(), StorageError> {
     let mut segs: BTreeMap<u64, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
-    if fs.exists(&sdir) {
-        for n in fs.list(&sdir).map_err(io_err("list", &sdir))? {
+    if fs.exists(sdir) {
+        for n in fs.list(sdir).map_err(io_err("list", sdir))? {
             let Some((base, ext)) = n
                 .strip_prefix("segment-")
                 .and_then(|rest| rest.split_once('.'))
@@ -197,60 +212,7 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         let len = file.len().map_err(io_err("stat", log))?;
         let is_last = Some(*base) == last;
         let w = walk(file.as_ref(), log, *base, len, is_last, prev, &mut |_| {})?;
-        let lost: Vec<u64> = w
-            .damages
-            .iter()
-            .flat_map(|d| d.positions.iter().copied())
-            .collect();
-        let (status, detail) = if !w.damages.is_empty() {
-            let ranges: Vec<String> = w
-                .damages
-                .iter()
-                .map(|d| {
-                    format!(
-                        "bytes {}..{}{}",
-                        d.range.0,
-                        d.range.1,
-                        if d.recovered {
-                            " (length field only: read whole)"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .collect();
-            let file = r.relative(log);
-            let known = w
-                .damages
-                .iter()
-                .all(|d| r.known.contains(&(file.clone(), d.range.0)));
-            (
-                if known {
-                    FileStatus::Quarantined
-                } else {
-                    FileStatus::Damaged
-                },
-                format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
-            )
-        } else if w.end < len {
-            let what = if w.zero_tail {
-                "zeros written ahead of the tail"
-            } else {
-                "partial record"
-            };
-            (
-                FileStatus::TornTail,
-                format!(
-                    "{} whole records; {what} from offset {} to {len} (cut off at start)",
-                    w.records, w.end
-                ),
-            )
-        } else {
-            (
-                FileStatus::Ok,
-                format!("{} records, every CRC matches", w.records),
-            )
-        };
+        let (status, detail, lost) = segment_verdict(r, log, &w, len);
         r.add_lost(log, "segment", status, detail, lost);
         if let Some(p) = w.entries.last().map(|e| e.position) {
             prev = Some(p);
@@ -267,11 +229,80 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
             );
         }
     }
-    let cdir = dir.join("channels");
-    if fs.exists(&cdir) {
+    Ok(())
+}
+
+/// What verify says of one walked segment: its status, the detail, and the positions lost
+/// to damage.
+fn segment_verdict(
+    r: &Reporter<'_>,
+    log: &Path,
+    w: &crate::log::scan::Walk,
+    len: u64,
+) -> (FileStatus, String, Vec<u64>) {
+    let lost: Vec<u64> = w
+        .damages
+        .iter()
+        .flat_map(|d| d.positions.iter().copied())
+        .collect();
+    let (status, detail) = if !w.damages.is_empty() {
+        let ranges: Vec<String> = w
+            .damages
+            .iter()
+            .map(|d| {
+                format!(
+                    "bytes {}..{}{}",
+                    d.range.0,
+                    d.range.1,
+                    if d.recovered {
+                        " (length field only: read whole)"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        let file = r.relative(log);
+        let known = w
+            .damages
+            .iter()
+            .all(|d| r.known.contains(&(file.clone(), d.range.0)));
+        (
+            if known {
+                FileStatus::Quarantined
+            } else {
+                FileStatus::Damaged
+            },
+            format!("{} whole records; damaged {}", w.records, ranges.join(", ")),
+        )
+    } else if w.end < len {
+        let what = if w.zero_tail {
+            "zeros written ahead of the tail"
+        } else {
+            "partial record"
+        };
+        (
+            FileStatus::TornTail,
+            format!(
+                "{} whole records; {what} from offset {} to {len} (cut off at start)",
+                w.records, w.end
+            ),
+        )
+    } else {
+        (
+            FileStatus::Ok,
+            format!("{} records, every CRC matches", w.records),
+        )
+    };
+    (status, detail, lost)
+}
+
+/// Every channel's checkpoint and WAL.
+fn verify_channels(fs: &dyn Fs, r: &mut Reporter<'_>, cdir: &Path) -> Result<(), StorageError> {
+    if fs.exists(cdir) {
         let mut stems: Vec<String> = fs
-            .list(&cdir)
-            .map_err(io_err("list", &cdir))?
+            .list(cdir)
+            .map_err(io_err("list", cdir))?
             .into_iter()
             .filter_map(|n| n.rsplit_once('.').map(|(s, _)| s.to_string()))
             .collect();
@@ -279,7 +310,7 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         stems.dedup();
         for stem in stems {
             let Some(name) = unhex(&stem) else { continue };
-            let (w, c) = wal::paths(&cdir, &name);
+            let (w, c) = wal::paths(cdir, &name);
             if fs.exists(&c) {
                 let (status, detail) = match wal::verify_checkpoint(fs, &c, &name) {
                     Ok(()) => (FileStatus::Ok, "CRC matches".to_string()),
@@ -460,16 +491,53 @@ pub fn repair(fs: Arc<dyn Fs>, root: &Path) -> Result<RepairReport, StorageError
 /// `limits.max_body_bytes`), and 2^32 of the 2^48 sequences is a small price for a rare repair.
 pub const REBUILT_SEQUENCE_SKIP: u64 = 1 << 32;
 
-/// Rewrites a damaged `COMPATIBILITY` with `level` as the active writer and minimum reader
-/// level (the only states a broker ever writes have them equal). Refuses to overwrite a whole
-/// file. Returns what it wrote.
+/// Largest record payload a level-1 directory holds: the legacy v7 record bound (72 MiB). A
+/// larger record (a message above 71 MiB, or an MPUB batch that large) needs level 2.
+pub const LEVEL_ONE_MAX_RECORD_PAYLOAD: u64 = 72 << 20;
+/// Largest message body a broker stores at level 1 (the engine's message cap at that level):
+/// a larger body was stored at level 2.
+pub const LEVEL_ONE_MAX_MESSAGE_BYTES: u64 = 20 << 20;
+
+/// The lowest feature level the records stored in `root` need, with the first record that
+/// needs more than level 1 (file and why); `(1, None)` when every record fits level 1.
+pub fn lowest_safe_level(fs: &dyn Fs, root: &Path) -> Result<(u8, Option<String>), StorageError> {
+    let mut evidence = None;
+    walk_stored(fs, root, &mut |log, w, largest_payload| {
+        if evidence.is_some() {
+            return Ok(());
+        }
+        let largest_body = w.entries.iter().map(|e| u64::from(e.body_len)).max();
+        evidence = if largest_payload > LEVEL_ONE_MAX_RECORD_PAYLOAD {
+            Some(format!(
+                "{} holds a record of {largest_payload} bytes, above level 1's {LEVEL_ONE_MAX_RECORD_PAYLOAD}",
+                log.display()
+            ))
+        } else {
+            largest_body
+                .filter(|b| *b > LEVEL_ONE_MAX_MESSAGE_BYTES)
+                .map(|b| {
+                    format!(
+                        "{} holds a message of {b} bytes, above level 1's {LEVEL_ONE_MAX_MESSAGE_BYTES}",
+                        log.display()
+                    )
+                })
+        };
+        Ok(())
+    })?;
+    Ok((if evidence.is_some() { 2 } else { 1 }, evidence))
+}
+
+/// Rewrites a damaged or missing `COMPATIBILITY` with `level` as the active writer and minimum
+/// reader level (the only states a broker ever writes have them equal): the level given, which
+/// must be at least what the stored records need, or else the lowest level they need. Refuses
+/// to overwrite a whole file. Returns what it wrote.
 pub fn rebuild_compatibility(
     fs: Arc<dyn Fs>,
     root: &Path,
-    level: u8,
+    level: Option<u8>,
 ) -> Result<String, StorageError> {
     let path = root.join("COMPATIBILITY");
-    if !(1..=crate::MAX_FEATURE_LEVEL).contains(&level) {
+    if let Some(level) = level.filter(|l| !(1..=crate::MAX_FEATURE_LEVEL).contains(l)) {
         return Err(StorageError::Incompatible(format!(
             "feature level {level} is outside 1..={}",
             crate::MAX_FEATURE_LEVEL
@@ -484,6 +552,26 @@ pub fn rebuild_compatibility(
             )));
         }
     }
+    let (needed, evidence) = lowest_safe_level(fs.as_ref(), root)?;
+    let why = evidence
+        .as_deref()
+        .unwrap_or("every stored record fits level 1");
+    let level = match level {
+        Some(level) if level < needed => {
+            return Err(StorageError::Incompatible(format!(
+                "feature level {level} is below what the stored records need ({needed}: {why}); \
+                 COMPATIBILITY not rebuilt"
+            )));
+        }
+        Some(level) => level,
+        None if needed > crate::MAX_FEATURE_LEVEL => {
+            return Err(StorageError::Incompatible(format!(
+                "the stored records need feature level {needed} ({why}), above this binary's {}",
+                crate::MAX_FEATURE_LEVEL
+            )));
+        }
+        None => needed,
+    };
     let c = Compatibility {
         data_format: meta::FORMAT_VERSION,
         active_writer_feature_level: level,
@@ -493,7 +581,8 @@ pub fn rebuild_compatibility(
     let damaged_len = fs.read(&path).map_or(0, |b| b.len() as u64);
     meta::write_checked(fs.as_ref(), &path, &c)?;
     let done = format!(
-        "rewrote {} with feature level {level} (active writer and minimum reader)",
+        "rewrote {} with feature level {level} (active writer and minimum reader; the stored \
+         records need {needed}: {why})",
         path.display()
     );
     record_rebuild(fs, root, &path, damaged_len, &done)?;
@@ -573,11 +662,59 @@ fn highest_stored_sequence(
     root: &Path,
     node_id: u16,
 ) -> Result<(u64, u64), StorageError> {
-    let topics = root.join("topics");
     let mut highest = 0;
     let mut count = 0;
+    walk_stored(fs, root, &mut |log, w, _| {
+        for e in &w.entries {
+            let node = (e.id >> 48) as u16;
+            if node != node_id {
+                return Err(StorageError::Incompatible(format!(
+                    "{} holds message id {:016x} of node {node}, not node {node_id}: this \
+                     directory is not node {node_id}'s; broker.meta not rebuilt",
+                    log.display(),
+                    e.id
+                )));
+            }
+            highest = highest.max(e.id & meta::MAX_SEQUENCE);
+            count += 1;
+        }
+        Ok(())
+    })?;
+    Ok((highest, count))
+}
+
+/// Bytes of an item header inside a publish-batch payload: position, id, body length.
+const ITEM_HEADER: u64 = 20;
+
+/// The largest record payload among whole records' `entries`: the items of one record lie
+/// back to back (an item header between two bodies), while two records are further apart (a
+/// record header and the count as well), so each record's payload is its count field plus its
+/// items.
+fn largest_record_payload(entries: &[crate::log::Entry]) -> u64 {
+    let mut largest = 0;
+    let mut current = 0;
+    let mut end = None;
+    for e in entries {
+        if end != Some(e.body_offset.saturating_sub(ITEM_HEADER)) {
+            current = 4;
+        }
+        current += ITEM_HEADER + u64::from(e.body_len);
+        largest = largest.max(current);
+        end = Some(e.body_offset + u64::from(e.body_len));
+    }
+    largest
+}
+
+/// What [`walk_stored`] hands each segment's visitor: the segment file, its walk, and the
+/// largest record payload in it.
+type SegmentVisit<'a> =
+    dyn FnMut(&Path, &crate::log::scan::Walk, u64) -> Result<(), StorageError> + 'a;
+
+/// Walks every segment of every topic in log order, handing each to `visit`.
+fn walk_stored(fs: &dyn Fs, root: &Path, visit: &mut SegmentVisit<'_>) -> Result<(), StorageError> {
+    let topics = root.join("topics");
     if !fs.exists(&topics) {
-        return Ok((0, 0));
+        return Ok(());
     }
     for t in fs.list(&topics).map_err(io_err("list", &topics))? {
         let sdir = topics.join(&t).join("segments");
@@ -612,23 +749,11 @@ fn highest_stored_sequence(
                 prev,
                 &mut |_| {},
             )?;
-            for e in &w.entries {
-                let node = (e.id >> 48) as u16;
-                if node != node_id {
-                    return Err(StorageError::Incompatible(format!(
-                        "{} holds message id {:016x} of node {node}, not node {node_id}: this \
-                         directory is not node {node_id}'s; broker.meta not rebuilt",
-                        log.display(),
-                        e.id
-                    )));
-                }
-                highest = highest.max(e.id & meta::MAX_SEQUENCE);
-                count += 1;
-            }
+            visit(&log, &w, largest_record_payload(&w.entries))?;
             if let Some(p) = w.entries.last().map(|e| e.position) {
                 prev = Some(p);
             }
         }
     }
-    Ok((highest, count))
+    Ok(())
 }

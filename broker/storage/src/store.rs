@@ -316,6 +316,11 @@ impl Store {
             MetaRead::Damaged(detail) => {
                 return Err(incompatible(meta::compatibility_damaged(&path, &detail)));
             }
+            MetaRead::Missing if meta::holds_data(fs, root)? => {
+                // Never recreated at level 1 beside data: that would drop the rollback fence
+                // of a directory holding level-2 records.
+                return Err(incompatible(meta::compatibility_missing(&path)));
+            }
             MetaRead::Missing => {
                 let c = Compatibility {
                     data_format: FORMAT_VERSION,

@@ -386,10 +386,10 @@ fn a_bit_flipped_in_compatibility_refuses_until_repair_rebuilds_it_at_the_given_
         refused += 1;
         // The capability preflight reads the same file and refuses the same way.
         assert!(rustqueue_storage::read_compatibility(&fs, Path::new("/d")).is_err());
-        offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), 1).unwrap();
+        offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), Some(1)).unwrap();
         check(&fs, &oracle, &what);
         assert!(
-            offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), 1).is_err(),
+            offline::rebuild_compatibility(Arc::new(fs.clone()), Path::new("/d"), Some(1)).is_err(),
             "{what}: a whole file is never overwritten"
         );
     }

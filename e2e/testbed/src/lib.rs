@@ -189,6 +189,23 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> 
     kube::Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
 }
 
+/// The registry, with `opts.registry_images` pushed: it runs whenever crane is installed;
+/// images to push require it.
+async fn start_registry(
+    opts: &TestbedOptions,
+    dir: &Path,
+    groups: &ProcessGroups,
+) -> Result<Option<registry::Registry>, Error> {
+    if opts.registry_images.is_empty() && !registry::crane_path().exists() {
+        return Ok(None);
+    }
+    let r = registry::Registry::start(dir, groups).await?;
+    for (reference, archive) in &opts.registry_images {
+        r.push(archive, reference).await?;
+    }
+    Ok(Some(r))
+}
+
 impl Testbed {
     /// Starts the control plane, the kubelet for `opts.nodes` and the provisioner, and returns
     /// once the Nodes are Ready and schedulable and the `default` ServiceAccount exists.
@@ -219,26 +236,13 @@ impl Testbed {
                 return Err(e);
             }
         };
-        // The registry runs whenever crane is installed; images to push require it.
-        let registry = if opts.registry_images.is_empty() && !registry::crane_path().exists() {
-            None
-        } else {
-            match registry::Registry::start(&dir_path, &groups).await {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    groups.kill_all();
-                    return Err(e);
-                }
+        let registry = match start_registry(&opts, &dir_path, &groups).await {
+            Ok(r) => r,
+            Err(e) => {
+                groups.kill_all();
+                return Err(e);
             }
         };
-        if let Some(r) = &registry {
-            for (reference, archive) in &opts.registry_images {
-                if let Err(e) = r.push(archive, reference).await {
-                    groups.kill_all();
-                    return Err(e);
-                }
-            }
-        }
         let kubeconfig = control_plane.admin_kubeconfig.clone();
         // Service routing and cluster DNS run whenever CoreDNS is installed (started once the
         // Nodes exist: kube-proxy reads its Node).

@@ -152,3 +152,52 @@ fn storage_can_grow_but_never_shrink_or_change_class() {
     let e = update_errors(spec(), other);
     assert!(e.contains("storageClassName cannot change"), "{e}");
 }
+
+/// A RustQueue whose status says the brokers have activated `active`.
+fn at_level(level: u32, active: Option<u32>) -> RustQueue {
+    let mut s = spec();
+    s.storage_feature_level = level;
+    let mut r = rq(s);
+    r.status = active.map(|a| rustqueue_api::crd::RustQueueStatus {
+        active_storage_feature_level: Some(a),
+        ..Default::default()
+    });
+    r
+}
+
+fn level_change(old: RustQueue, new: RustQueue) -> String {
+    match new.validate_cel_update(&old) {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+#[test]
+fn the_feature_level_cannot_be_lowered_below_the_active_floor() {
+    let e = level_change(at_level(2, Some(2)), at_level(1, Some(2)));
+    assert!(
+        e.contains(
+            "spec.storageFeatureLevel cannot be lowered below status.activeStorageFeatureLevel, the floor"
+        ),
+        "{e}"
+    );
+    assert_eq!(level_change(at_level(1, Some(1)), at_level(2, Some(1))), "");
+    assert_eq!(level_change(at_level(2, Some(2)), at_level(2, Some(2))), "");
+}
+
+#[test]
+fn a_raise_that_never_activated_can_be_taken_back() {
+    // Level 2 requested under a level-1 binary: preflight blocked it, the floor is still 1.
+    assert_eq!(level_change(at_level(2, Some(1)), at_level(1, Some(1))), "");
+    // No status yet (nothing observed): nothing to protect.
+    assert_eq!(level_change(at_level(2, None), at_level(1, None)), "");
+}
+
+#[test]
+fn an_object_already_below_its_floor_can_still_change_other_fields() {
+    // Written before the rule existed: the level stays as it is, other edits pass; the
+    // operator reports the level itself (docs/operator.md).
+    let mut new = at_level(1, Some(2));
+    new.spec.image = "rustqueue:next".into();
+    assert_eq!(level_change(at_level(1, Some(2)), new), "");
+}

@@ -134,40 +134,55 @@ where
     }
 }
 
-/// Remove the Kodo Gateways of RustQueue `n` (only objects it controls): delete the Services,
-/// the PDB and the NetworkPolicy, then scale the StatefulSet to 0 — last, so while it still
-/// has replicas the next reconcile sees what is left and finishes. The empty StatefulSet stays
-/// (the operator never deletes a StatefulSet); it goes with the RustQueue.
+/// A kind of object [`delete_kodo_gateways`] removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KodoObjectKind {
+    /// A Service.
+    Service,
+    /// A PodDisruptionBudget.
+    Pdb,
+    /// A NetworkPolicy.
+    NetworkPolicy,
+    /// A StatefulSet.
+    StatefulSet,
+}
+
+/// What [`delete_kodo_gateways`] deletes for RustQueue `n`, in order: the Services, the PDB
+/// and the NetworkPolicy, then the Gateway StatefulSet last, so while it exists the next
+/// reconcile sees what is left and finishes. Never a broker object.
+pub fn kodo_gateway_objects(n: &str) -> [(KodoObjectKind, String); 5] {
+    use crate::render::kodo::names;
+    [
+        (KodoObjectKind::Service, names::publish(n)),
+        (KodoObjectKind::Pdb, names::pdb(n)),
+        (KodoObjectKind::NetworkPolicy, names::network_policy(n)),
+        (KodoObjectKind::Service, names::gateways(n)),
+        (KodoObjectKind::StatefulSet, names::gateway(n)),
+    ]
+}
+
+/// Remove the Kodo Gateways of RustQueue `n`: delete each of [`kodo_gateway_objects`] that
+/// this RustQueue controls (the StatefulSet's Pods go with it).
 pub async fn delete_kodo_gateways(
     client: &kube::Client,
     ns: &str,
     n: &str,
     uid: &str,
 ) -> Result<(), Error> {
-    use crate::render::kodo::names;
-    delete_owned::<Service>(client, ns, &names::publish(n), uid).await?;
-    delete_owned::<PodDisruptionBudget>(client, ns, &names::pdb(n), uid).await?;
-    delete_owned::<NetworkPolicy>(client, ns, &names::network_policy(n), uid).await?;
-    delete_owned::<Service>(client, ns, &names::gateways(n), uid).await?;
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    let name = names::gateway(n);
-    let Some(sts) = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| Error::kube(&format!("get StatefulSet {name}"), e))?
-    else {
-        return Ok(());
-    };
-    if !controlled_by(sts.meta(), uid) {
-        tracing::warn!(object = %name, "not scaled down: not controlled by this RustQueue");
-        return Ok(());
+    for (kind, name) in kodo_gateway_objects(n) {
+        match kind {
+            KodoObjectKind::Service => delete_owned::<Service>(client, ns, &name, uid).await?,
+            KodoObjectKind::Pdb => {
+                delete_owned::<PodDisruptionBudget>(client, ns, &name, uid).await?;
+            }
+            KodoObjectKind::NetworkPolicy => {
+                delete_owned::<NetworkPolicy>(client, ns, &name, uid).await?;
+            }
+            KodoObjectKind::StatefulSet => {
+                delete_owned::<StatefulSet>(client, ns, &name, uid).await?;
+            }
+        }
     }
-    // a merge patch, not an apply: an apply of replicas alone would drop the template the
-    // operator's earlier applies own
-    let body = serde_json::json!({"spec": {"replicas": 0}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
-        .await
-        .map_err(|e| Error::kube(&format!("scale StatefulSet {name} to 0"), e))?;
     Ok(())
 }
 
@@ -324,5 +339,34 @@ pub async fn record_transition(recorder: &Recorder, rq: &RustQueue, t: &Transiti
     };
     if let Err(e) = recorder.publish(&event, &rq.object_ref(&())).await {
         tracing::warn!(error = %e, "could not record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removing_the_kodo_gateways_deletes_only_their_objects_and_the_statefulset_last() {
+        let objects = kodo_gateway_objects("q");
+        let names: Vec<&str> = objects.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "q-kodo-publish",
+                "q-kodo-gateway-pdb",
+                "q-kodo-gateway-ingress",
+                "q-kodo-gateways",
+                "q-kodo-gateway"
+            ]
+        );
+        let sets: Vec<&str> = objects
+            .iter()
+            .filter(|(k, _)| *k == KodoObjectKind::StatefulSet)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        assert_eq!(sets, ["q-kodo-gateway"], "the only StatefulSet deleted");
+        assert!(!names.contains(&crate::render::names::stateful_set("q").as_str()));
+        assert!(!names.contains(&crate::render::names::pdb("q").as_str()));
     }
 }

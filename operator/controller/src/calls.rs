@@ -28,11 +28,12 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
     // apply: ApplyRuntime (SSA).
     ("", "serviceaccounts", &["create", "patch"]),
     // observe: get (brokers, Kodo Gateways); controller: owns; apply: ApplyBrokerSet and
-    // ApplyRuntime (SSA), DeleteKodoGateways (scales the Gateways to 0: never a delete).
+    // ApplyRuntime (SSA), DeleteKodoGateways (get, then delete: only the Gateways', never the
+    // brokers'; `apply::kodo_gateway_objects`).
     (
         "apps",
         "statefulsets",
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     // observe: get (is the runtime available); controller: owns; apply: ApplyRuntime, the
     // discovery Deployment and the gateway DaemonSet (SSA).

@@ -2,7 +2,7 @@
 //! observe → plan → render → apply for one RustQueue.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -147,15 +147,18 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<&str>) {
     .await;
 }
 
-fn error_policy(_rq: Arc<RustQueue>, _e: &Error, _ctx: Arc<Context>) -> Requeue {
-    Requeue::requeue(Duration::from_secs(10))
+/// Back off by what failed (`Error::retry_after`), not by a flat interval.
+fn error_policy(_rq: Arc<RustQueue>, e: &Error, _ctx: Arc<Context>) -> Requeue {
+    Requeue::requeue(e.retry_after())
 }
 
 async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&rq, &ctx).await;
-    ctx.metrics
-        .observe_reconcile(result.is_ok(), started.elapsed());
+    ctx.metrics.observe_reconcile(
+        result.as_ref().err().map(Error::metric_label),
+        started.elapsed(),
+    );
     if let Err(e) = &result {
         tracing::warn!(rustqueue = %rq.name_any(), error = %e, "reconcile failed");
         let previous = rq.status.clone().unwrap_or_default();

@@ -54,4 +54,74 @@ impl Error {
             source,
         }
     }
+
+    /// What kind of failure this is: the `reason` of
+    /// `rustqueue_operator_reconcile_errors_total` and what [`Error::retry_after`] decides by.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Kube {
+                source: kube::Error::Api(e),
+                ..
+            } => match e.code {
+                409 => "api_conflict",
+                429 => "api_throttled",
+                500.. => "api_unavailable",
+                _ => "api_refused",
+            },
+            Self::Kube { .. } => "api_unreachable",
+            Self::Broker { .. } => "broker",
+            Self::MissingMetadata(_) => "missing_metadata",
+        }
+    }
+
+    /// How long to wait before reconciling again after this failure: at once for a write that
+    /// lost a race, soon for a broker (they restart in seconds and a rollout waits on them),
+    /// longer for an API server that is unavailable or throttles us, and a minute for a
+    /// refusal (RBAC, an invalid object) that only a person fixes.
+    pub fn retry_after(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(match self.metric_label() {
+            "api_conflict" => 1,
+            "broker" => 5,
+            "api_unreachable" | "api_unavailable" => 10,
+            "api_throttled" => 20,
+            "api_refused" => 60,
+            _ => 300,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> Error {
+        Error::kube(
+            "apply StatefulSet q",
+            kube::Error::Api(
+                kube::core::Status::failure("no", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        )
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_label_and_back_off() {
+        let broker = Error::Broker {
+            pod: "q-0".into(),
+            detail: "connection refused".into(),
+        };
+        let cases = [
+            (api(409), "api_conflict", 1),
+            (broker, "broker", 5),
+            (api(503), "api_unavailable", 10),
+            (api(429), "api_throttled", 20),
+            (api(403), "api_refused", 60),
+            (Error::MissingMetadata("q".into()), "missing_metadata", 300),
+        ];
+        for (e, label, secs) in cases {
+            assert_eq!(e.metric_label(), label, "{e}");
+            assert_eq!(e.retry_after().as_secs(), secs, "{e}");
+        }
+    }
 }

@@ -29,6 +29,8 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Reconciles by result (`ok`, `error`).
     pub reconciles: IntCounterVec,
+    /// Failed reconciles by what failed (`Error::metric_label`).
+    pub reconcile_errors: IntCounterVec,
     /// Reconcile duration.
     pub reconcile_duration: Histogram,
     status: StatusGauges,
@@ -168,16 +170,25 @@ impl Metrics {
             &["result"],
         )
         .expect("valid metric");
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new(
+                "rustqueue_operator_reconcile_errors_total",
+                "Failed reconciles by what failed (api_conflict, api_unavailable, api_unreachable, api_throttled, api_refused, broker, missing_metadata)",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
         let reconcile_duration = Histogram::with_opts(HistogramOpts::new(
             "rustqueue_operator_reconcile_duration_seconds",
             "Time to observe, plan and apply one RustQueue",
         ))
         .expect("valid metric");
         let status = StatusGauges::new();
-        let process: [Box<dyn prometheus::core::Collector>; 4] = [
+        let process: [Box<dyn prometheus::core::Collector>; 5] = [
             Box::new(up),
             Box::new(leader.clone()),
             Box::new(reconciles.clone()),
+            Box::new(reconcile_errors.clone()),
             Box::new(reconcile_duration.clone()),
         ];
         for c in process.into_iter().chain(status.collectors()) {
@@ -187,6 +198,7 @@ impl Metrics {
             registry,
             leader,
             reconciles,
+            reconcile_errors,
             reconcile_duration,
             status,
         }
@@ -202,11 +214,15 @@ impl Metrics {
         self.status.forget(namespace, name);
     }
 
-    /// Count one reconcile.
-    pub fn observe_reconcile(&self, ok: bool, took: Duration) {
+    /// Count one reconcile: `failed` is the failure's `Error::metric_label`, `None` when it
+    /// succeeded.
+    pub fn observe_reconcile(&self, failed: Option<&str>, took: Duration) {
         self.reconciles
-            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .with_label_values(&[if failed.is_none() { "ok" } else { "error" }])
             .inc();
+        if let Some(reason) = failed {
+            self.reconcile_errors.with_label_values(&[reason]).inc();
+        }
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
@@ -247,8 +263,8 @@ mod tests {
     async fn health_and_metrics_are_served_over_http() {
         let m = Metrics::new();
         m.leader.set(1);
-        m.observe_reconcile(true, Duration::from_millis(20));
-        m.observe_reconcile(false, Duration::from_millis(5));
+        m.observe_reconcile(None, Duration::from_millis(20));
+        m.observe_reconcile(Some("api_conflict"), Duration::from_millis(5));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move { axum::serve(listener, router(m)).await });
@@ -265,6 +281,10 @@ mod tests {
         );
         assert!(
             text.contains("rustqueue_operator_reconciles_total{result=\"error\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rustqueue_operator_reconcile_errors_total{reason=\"api_conflict\"} 1"),
             "{text}"
         );
         assert!(

@@ -4,7 +4,7 @@
 
 use rustqueue_api::crd::{Condition, ConditionStatus, RustQueueStatus};
 
-use crate::plan::{Phase, Plan};
+use crate::plan::{ConditionType, OperationChange, Phase, Plan};
 
 /// A phase change worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,11 +30,11 @@ pub fn next_status(
         .map(|c| {
             let status = ConditionStatus::from(c.status);
             let kept = previous
-                .condition(c.type_)
+                .condition(c.type_.as_str())
                 .filter(|p| p.status == status && p.reason == c.reason)
                 .map(|p| p.last_transition_time.clone());
             Condition {
-                type_: c.type_.to_string(),
+                type_: c.type_.as_str().to_string(),
                 status,
                 reason: c.reason.clone(),
                 message: c.message.clone(),
@@ -48,7 +48,7 @@ pub fn next_status(
             previous
                 .conditions
                 .iter()
-                .filter(|p| !plan.conditions.iter().any(|c| c.type_ == p.type_))
+                .filter(|p| !plan.conditions.iter().any(|c| c.type_ == p.type_.as_str()))
                 .cloned(),
         );
     let mut conditions: Vec<Condition> = conditions.collect();
@@ -82,10 +82,11 @@ pub fn next_status(
                 .max(plan.active_feature_level),
         ),
         conditions,
-        current_operation: plan
-            .operation
-            .clone()
-            .or_else(|| previous.current_operation.clone()),
+        current_operation: match &plan.operation {
+            OperationChange::Keep => previous.current_operation.clone(),
+            OperationChange::Set(op) => Some(op.as_ref().clone()),
+            OperationChange::Clear => None,
+        },
         operation_history: plan.operation_history.clone(),
         orphaned_pvcs: if keep_counts {
             previous.orphaned_pvcs.clone()
@@ -115,17 +116,21 @@ pub fn error_status(
         message: message.clone(),
         desired_brokers: previous.desired_brokers.unwrap_or(0),
         ready_brokers: previous.ready_brokers.unwrap_or(0),
-        conditions: ["Degraded", "Progressing", "Ready"]
-            .into_iter()
-            .map(|t| crate::plan::ConditionSpec {
-                type_: t,
-                status: t == "Degraded",
-                reason: "ReconcileError".into(),
-                message: message.clone(),
-            })
-            .collect(),
+        conditions: [
+            ConditionType::Degraded,
+            ConditionType::Progressing,
+            ConditionType::Ready,
+        ]
+        .into_iter()
+        .map(|t| crate::plan::ConditionSpec {
+            type_: t,
+            status: t == ConditionType::Degraded,
+            reason: "ReconcileError".into(),
+            message: message.clone(),
+        })
+        .collect(),
         actions: Vec::new(),
-        operation: None,
+        operation: OperationChange::Keep,
         operation_history: previous.operation_history.clone(),
         active_feature_level: previous.active_storage_feature_level.unwrap_or(1),
         orphaned_pvcs: previous.orphaned_pvcs.clone(),

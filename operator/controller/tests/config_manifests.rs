@@ -87,16 +87,25 @@ fn the_namespaced_role_grants_exactly_the_lease_calls() {
 fn the_operator_never_deletes_claims_or_secrets() {
     use rustqueue_operator::calls::NAMESPACED;
     let called = calls(&[NAMESPACED]);
-    for res in ["persistentvolumeclaims", "secrets", "statefulsets"] {
+    for res in ["persistentvolumeclaims", "secrets"] {
         assert!(
-            !called.contains(&(
-                if res == "statefulsets" { "apps" } else { "" }.to_string(),
-                res.to_string(),
-                "delete".to_string()
-            )),
+            !called.contains(&(String::new(), res.to_string(), "delete".to_string())),
             "{res}"
         );
     }
+}
+
+/// StatefulSets may be deleted (RBAC cannot name them) only as the Kodo Gateways' removal:
+/// the one StatefulSet it deletes is `<n>-kodo-gateway`, never the brokers' `<n>`.
+#[test]
+fn the_only_statefulset_the_operator_deletes_is_the_kodo_gateways() {
+    use rustqueue_operator::apply::{KodoObjectKind, kodo_gateway_objects};
+    let sets: Vec<String> = kodo_gateway_objects("q")
+        .into_iter()
+        .filter(|(k, _)| *k == KodoObjectKind::StatefulSet)
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(sets, ["q-kodo-gateway"]);
 }
 
 #[test]

@@ -8,7 +8,8 @@ use crate::cluster::{BROKEN, Cluster, FLAKY, FLAKY_FIXED, LONG, NS, RQ};
 use rustqueue_e2e::{Poll, eventually};
 
 use crate::rollout::{
-    argocd_health_at, brokers, no_broker_touched_for, operation, pod_revisions, rolled_to, template,
+    argocd_health_at, assert_withdrawn, brokers, no_broker_touched_for, operation, pod_revisions,
+    rolled_to, template,
 };
 
 /// An image whose binary cannot start -> `PreflightBlocked` (Degraded), no broker Pod touched;
@@ -34,10 +35,18 @@ pub async fn an_image_that_cannot_start_is_blocked_by_preflight(c: &Cluster, goo
     );
     no_broker_touched_for(c, Duration::from_secs(5), "while preflight is blocked").await;
     assert_eq!(revs, pod_revisions(c).await, "a broker changed revision");
+    let blocked = c.rq().await.expect("RustQueue").operation().clone();
+    assert_eq!(
+        (&blocked["kind"], &blocked["phase"]),
+        (&"Rollout".into(), &"Blocked".into()),
+        "{blocked}"
+    );
 
+    // Restoring the image withdraws the blocked rollout: Ready, and no operation current.
     c.patch_spec_ok(&format!(r#"{{"image":"{good}"}}"#));
-    c.ready(3).await;
+    let rq = c.ready(3).await;
     assert_eq!(revs, pod_revisions(c).await, "going back rolled a broker");
+    assert_withdrawn(&rq, &blocked, "the good image restored");
 }
 
 /// The leader's `/metrics` says `phase` for the RustQueue (what the RustQueueRolloutFailed

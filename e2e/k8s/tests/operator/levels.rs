@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::cluster::{Cluster, LEVEL1, LONG, NEXT};
 use crate::rollout::{
-    brokers, no_broker_touched_for, operation, rolled_to, template, template_applied,
+    assert_withdrawn, brokers, no_broker_touched_for, operation, rolled_to, template,
+    template_applied,
 };
 
 async fn roll_image(c: &Cluster, image: &str) {
@@ -34,10 +35,13 @@ pub async fn a_feature_level_activates_only_after_a_capable_binary(c: &Cluster, 
         rq.message()
     );
     no_broker_touched_for(c, Duration::from_secs(3), "while level 2 is blocked").await;
+    let blocked = rq.operation().clone();
 
-    // Step one: back to level 1 and a capable binary; step two: level 2.
+    // Step one: back to level 1 (the raise never activated, so the CRD lets it be taken back,
+    // and the blocked rollout is withdrawn) and a capable binary; step two: level 2.
     c.patch_spec_ok(r#"{"storageFeatureLevel":1}"#);
-    c.ready(3).await;
+    let rq = c.ready(3).await;
+    assert_withdrawn(&rq, &blocked, "the level raise taken back");
     roll_image(c, capable).await;
     c.patch_spec_ok(r#"{"storageFeatureLevel":2}"#);
     let rq = c

@@ -109,7 +109,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
 
 /// The sample's storage and its brokers changed one at a time, on a cluster of its own (so
 /// `make test` runs it beside the first scenario): a feature level raised only after a capable
-/// binary, the rollback fence it sets, a rollout finished by the standby after the leader dies,
+/// binary, the rollback fence it sets and a lowering refused, a rollout finished by the standby after the leader dies,
 /// maintenance, claims that grow and never shrink, and a drained scale-down.
 #[test]
 fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
@@ -122,6 +122,7 @@ fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
         ))
         .await;
         step!(a_rollback_is_fenced_by_the_active_level(&c)).await;
+        step!(the_feature_level_is_never_lowered_below_the_active_one(&c)).await;
         step!(a_standby_continues_the_leaders_rollout(&c, &DEV)).await;
         step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
         if c.storage_class_expands().await {

@@ -80,6 +80,22 @@ pub fn operation(rq: &Rq, kind: &str, revision: &str) -> Option<Value> {
         .find(|o| o["kind"] == kind && o["revision"] == revision)
 }
 
+/// Asserts that the operation `blocked` (taken from `status.currentOperation` while it was
+/// blocked) is no longer current and was moved to the history as `Withdrawn`.
+pub fn assert_withdrawn(rq: &Rq, blocked: &Value, why: &str) {
+    assert!(
+        rq.operation().is_null(),
+        "{why}: status.currentOperation should be empty once the spec withdrew {}: {rq:?}",
+        blocked["id"]
+    );
+    let last = rq.history().pop().unwrap_or_default();
+    assert!(
+        last["id"] == blocked["id"] && last["phase"] == "Withdrawn",
+        "{why}: the newest history entry should be {} Withdrawn: {rq:?}",
+        blocked["id"]
+    );
+}
+
 /// Waits until the StatefulSet's template carries `image`; returns how long that took from
 /// `since`.
 pub async fn template_applied(c: &Cluster, image: &str, since: Instant) -> Duration {

@@ -65,6 +65,32 @@ pub async fn claims_grow_with_storage_size_and_never_shrink(c: &Cluster) {
     c.ready(3).await;
 }
 
+/// With level 2 active, `storageFeatureLevel` 2 -> 1 is refused at `kubectl patch` time by
+/// the CRD's CEL rule, with a message naming the floor; the brokers stay at level 2 and the
+/// cluster stays Ready. (Taking back a raise that never activated is allowed: the levels step
+/// does it.)
+pub async fn the_feature_level_is_never_lowered_below_the_active_one(c: &Cluster) {
+    let rq = c.ready(3).await;
+    assert_eq!(rq.status()["activeStorageFeatureLevel"], 2, "{rq:?}");
+    let refused = c.patch_spec(r#"{"storageFeatureLevel":1}"#);
+    assert!(!refused.success, "storageFeatureLevel 2 -> 1 was accepted");
+    assert!(
+        refused
+            .stderr
+            .contains("spec.storageFeatureLevel cannot be lowered below status.activeStorageFeatureLevel, the floor"),
+        "the lowering was refused without the CEL message naming the floor: {}",
+        refused.stderr
+    );
+    c.ready(3).await;
+    for b in brokers() {
+        let caps = c.broker_get(&b, "/v1/capabilities").await;
+        assert_eq!(
+            caps["storage"]["active_writer_feature_level"], 2,
+            "{b}: {caps}"
+        );
+    }
+}
+
 /// `maxBrokers` 3 -> 2: the highest ordinal is drained (publishing refused, consumers still
 /// served) and stays until empty, then the StatefulSet shrinks; its PVC is retained and listed.
 pub async fn a_scale_down_drains_the_highest_broker_to_empty_and_keeps_its_claim(c: &Cluster) {

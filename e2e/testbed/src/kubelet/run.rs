@@ -170,67 +170,8 @@ impl Ctr {
     }
 
     pub(crate) async fn start(&mut self, ctx: &StartCtx<'_>) {
-        let client = &ctx.k.cfg.client;
-        let env = match env::resolve(
-            client,
-            ctx.pod,
-            ctx.ip,
-            &self.spec,
-            ctx.k.cfg.apiserver_port,
-        )
-        .await
-        {
-            Ok(e) => e,
-            Err(m) => {
-                return self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2));
-            }
-        };
-        let expand = |v: &Option<Vec<String>>| -> Vec<String> {
-            v.iter().flatten().map(|s| env::expand(s, &env)).collect()
-        };
-        let image = self.spec.image.clone().unwrap_or_default();
-        let (command, args) = (expand(&self.spec.command), expand(&self.spec.args));
-        let plan = if ctx.k.cfg.images.get(&image).is_some() {
-            match ctx.k.cfg.images.resolve(&image, &command, &args) {
-                Ok(a) => Prepared::Host(a),
-                Err(e) => return self.fail_start(e.reason, e.message, Duration::from_secs(5)),
-            }
-        } else {
-            let policy = self
-                .spec
-                .image_pull_policy
-                .clone()
-                .unwrap_or_else(|| crate::oci::default_pull_policy(&image).to_string());
-            let pulled = match ctx.k.pulled.get(&image, &policy).await {
-                Ok(p) => p,
-                Err(e) => return self.fail_pull(e.reason, e.message),
-            };
-            self.pull_failures = 0;
-            self.pull_failed_at = None;
-            let id = match security::identity(ctx.pod, &self.spec, &pulled) {
-                Ok(id) => id,
-                Err(m) => {
-                    return self.fail_start(
-                        "CreateContainerConfigError",
-                        m,
-                        Duration::from_secs(2),
-                    );
-                }
-            };
-            let mut image_env = env::image_env(&pulled.config);
-            image_env.extend(env.clone());
-            let argv = match image_argv(&pulled, &command, &args, &image_env) {
-                Ok(a) => a,
-                Err(m) => {
-                    return self.fail_start("CreateContainerError", m, Duration::from_secs(2));
-                }
-            };
-            Prepared::Image {
-                pulled: Box::new(pulled),
-                id,
-                argv,
-                env: image_env,
-            }
+        let Some((plan, env)) = self.prepare(ctx).await else {
+            return;
         };
         let n = self.runs;
         let term_file = ctx
@@ -238,59 +179,7 @@ impl Ctr {
             .join("termination")
             .join(format!("{}-{n}", self.spec.name));
         let log_file = ctx.log_dir.join(format!("{}-{n}.log", self.spec.name));
-        let prepared = (|| -> Result<_, String> {
-            for d in [term_file.parent(), log_file.parent()]
-                .into_iter()
-                .flatten()
-            {
-                std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
-            }
-            std::fs::write(&term_file, b"").map_err(|e| format!("termination file: {e}"))?;
-            // World-writable, as the kubelet makes it: a non-root container writes its message.
-            std::fs::set_permissions(&term_file, std::fs::Permissions::from_mode(0o666))
-                .map_err(|e| format!("termination file: {e}"))?;
-            let mut mounts = container::mounts(&self.spec, ctx.sources, &term_file)?;
-            mounts.extend(resolv_conf(ctx)?);
-            let log = std::fs::File::create(&log_file).map_err(|e| format!("log file: {e}"))?;
-            match &plan {
-                Prepared::Host(argv) => {
-                    for m in &mounts {
-                        ctx.k
-                            .ensure_mountpoint(&m.dst, m.src.is_file())
-                            .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
-                    }
-                    container::command(
-                        ctx.hostname,
-                        &mounts,
-                        argv,
-                        &env,
-                        self.spec.working_dir.as_deref(),
-                        log,
-                    )
-                }
-                Prepared::Image {
-                    pulled,
-                    id,
-                    argv,
-                    env,
-                } => {
-                    mounts.extend(etc_files(ctx)?);
-                    let rootfs = container::RootFs {
-                        image: pulled.rootfs.clone(),
-                        run_dir: ctx
-                            .dir
-                            .join("rootfs")
-                            .join(format!("{}-{n}", self.spec.name)),
-                        read_only: id.read_only_root,
-                    };
-                    let mut exec = id.setpriv_args();
-                    exec.extend(id.chroot_args(&rootfs.root()));
-                    exec.extend(argv.iter().cloned());
-                    container::image_command(ctx.hostname, &rootfs, &mounts, &exec, env, log)
-                }
-            }
-        })();
-        let mut cmd = match prepared {
+        let mut cmd = match self.command(ctx, &plan, &env, &term_file, &log_file) {
             Ok(c) => c,
             Err(m) => return self.fail_start("CreateContainerError", m, Duration::from_secs(2)),
         };
@@ -304,6 +193,158 @@ impl Ctr {
                 );
             }
         };
+        self.started(ctx, child, plan, env, term_file, log_file);
+    }
+
+    /// Resolves the environment and what the container runs: a program from the image table
+    /// (host root), or a pulled image's entrypoint under its identity. `None` once it recorded
+    /// why the container cannot start.
+    async fn prepare(
+        &mut self,
+        ctx: &StartCtx<'_>,
+    ) -> Option<(Prepared, BTreeMap<String, String>)> {
+        let client = &ctx.k.cfg.client;
+        let env = match env::resolve(
+            client,
+            ctx.pod,
+            ctx.ip,
+            &self.spec,
+            ctx.k.cfg.apiserver_port,
+        )
+        .await
+        {
+            Ok(e) => e,
+            Err(m) => {
+                self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2));
+                return None;
+            }
+        };
+        let expand = |v: &Option<Vec<String>>| -> Vec<String> {
+            v.iter().flatten().map(|s| env::expand(s, &env)).collect()
+        };
+        let image = self.spec.image.clone().unwrap_or_default();
+        let (command, args) = (expand(&self.spec.command), expand(&self.spec.args));
+        if ctx.k.cfg.images.get(&image).is_some() {
+            return match ctx.k.cfg.images.resolve(&image, &command, &args) {
+                Ok(a) => Some((Prepared::Host(a), env)),
+                Err(e) => {
+                    self.fail_start(e.reason, e.message, Duration::from_secs(5));
+                    None
+                }
+            };
+        }
+        let policy = self
+            .spec
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| crate::oci::default_pull_policy(&image).to_string());
+        let pulled = match ctx.k.pulled.get(&image, &policy).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail_pull(e.reason, e.message);
+                return None;
+            }
+        };
+        self.pull_failures = 0;
+        self.pull_failed_at = None;
+        let id = match security::identity(ctx.pod, &self.spec, &pulled) {
+            Ok(id) => id,
+            Err(m) => {
+                self.fail_start("CreateContainerConfigError", m, Duration::from_secs(2));
+                return None;
+            }
+        };
+        let mut image_env = env::image_env(&pulled.config);
+        image_env.extend(env.clone());
+        let argv = match image_argv(&pulled, &command, &args, &image_env) {
+            Ok(a) => a,
+            Err(m) => {
+                self.fail_start("CreateContainerError", m, Duration::from_secs(2));
+                return None;
+            }
+        };
+        let plan = Prepared::Image {
+            pulled: Box::new(pulled),
+            id,
+            argv,
+            env: image_env,
+        };
+        Some((plan, env))
+    }
+
+    /// The command of run `term_file`/`log_file`: its termination-message file (world
+    /// writable, as the kubelet makes it), its log, its mounts, and either the host program
+    /// or the image's root file system under the container's identity.
+    fn command(
+        &self,
+        ctx: &StartCtx<'_>,
+        plan: &Prepared,
+        env: &BTreeMap<String, String>,
+        term_file: &Path,
+        log_file: &Path,
+    ) -> Result<tokio::process::Command, String> {
+        for d in [term_file.parent(), log_file.parent()]
+            .into_iter()
+            .flatten()
+        {
+            std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        std::fs::write(term_file, b"").map_err(|e| format!("termination file: {e}"))?;
+        // World-writable, as the kubelet makes it: a non-root container writes its message.
+        std::fs::set_permissions(term_file, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| format!("termination file: {e}"))?;
+        let mut mounts = container::mounts(&self.spec, ctx.sources, term_file)?;
+        mounts.extend(resolv_conf(ctx)?);
+        let log = std::fs::File::create(log_file).map_err(|e| format!("log file: {e}"))?;
+        match plan {
+            Prepared::Host(argv) => {
+                for m in &mounts {
+                    ctx.k
+                        .ensure_mountpoint(&m.dst, m.src.is_file())
+                        .map_err(|e| format!("mountpoint {}: {e}", m.dst.display()))?;
+                }
+                container::command(
+                    ctx.hostname,
+                    &mounts,
+                    argv,
+                    env,
+                    self.spec.working_dir.as_deref(),
+                    log,
+                )
+            }
+            Prepared::Image {
+                pulled,
+                id,
+                argv,
+                env,
+            } => {
+                mounts.extend(etc_files(ctx)?);
+                let rootfs = container::RootFs {
+                    image: pulled.rootfs.clone(),
+                    run_dir: ctx
+                        .dir
+                        .join("rootfs")
+                        .join(format!("{}-{}", self.spec.name, self.runs)),
+                    read_only: id.read_only_root,
+                };
+                let mut exec = id.setpriv_args();
+                exec.extend(id.chroot_args(&rootfs.root()));
+                exec.extend(argv.iter().cloned());
+                container::image_command(ctx.hostname, &rootfs, &mounts, &exec, env, log)
+            }
+        }
+    }
+
+    /// Records a spawned run: its process group, its log, what it runs, and fresh probes.
+    fn started(
+        &mut self,
+        ctx: &StartCtx<'_>,
+        child: tokio::process::Child,
+        plan: Prepared,
+        env: BTreeMap<String, String>,
+        term_file: PathBuf,
+        log_file: PathBuf,
+    ) {
         let pid = child.id().unwrap_or(0);
         ctx.k.cfg.groups.add(pid);
         let ns = ctx.pod.metadata.namespace.clone().unwrap_or_default();

@@ -26,6 +26,15 @@ use super::status::RustQueueStatus;
     derive = "PartialEq",
     doc = "A RustQueue cluster: durable NSQ-compatible brokers managed by rustqueue-operator",
     cel,
+    // On the whole object, since the floor lives in status: lowering the level is refused once
+    // the brokers have activated the old one; taking back a raise that never activated (one
+    // preflight blocked) stays possible. A status write leaves spec alone, so it always passes.
+    validation = Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.activeStorageFeatureLevel) || self.spec.storageFeatureLevel >= oldSelf.spec.storageFeatureLevel || self.spec.storageFeatureLevel >= oldSelf.status.activeStorageFeatureLevel"
+    )
+    // A static message: a messageExpression that prints the level (string(int)) is costed
+    // as an unbounded string, and the API server refuses the CRD for it.
+    .message("spec.storageFeatureLevel cannot be lowered below status.activeStorageFeatureLevel, the floor: the brokers have activated that level and their PVCs may hold records a lower level cannot read, so it is never lowered (a raise that never activated can still be taken back)"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Desired",
@@ -91,7 +100,8 @@ pub struct RustQueueSpec {
     #[serde(default = "d::storage_size")]
     #[schemars(length(max = 64), regex(pattern = r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$"))]
     pub storage_size: String,
-    /// Storage feature level to activate (only ever raised).
+    /// Storage feature level to activate. It is a floor: once the brokers have activated a
+    /// level (`status.activeStorageFeatureLevel`) it is never lowered (the CRD refuses it).
     #[serde(default = "d::one_u32")]
     #[schemars(range(min = 1))]
     pub storage_feature_level: u32,

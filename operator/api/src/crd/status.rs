@@ -29,7 +29,7 @@ pub struct RustQueueStatus {
     /// Standard conditions, sorted by type.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// The operation in progress or last finished.
+    /// The operation in progress or last finished (cleared when the spec withdraws it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_operation: Option<OperationStatus>,
     /// Earlier operations, newest last.
@@ -141,6 +141,11 @@ pub enum OperationPhase {
     Failed,
     /// Done.
     Completed,
+    /// The spec stopped asking for it before it finished (the previous image restored, a
+    /// level raise taken back, maintenance removed): closed and moved to the history.
+    Withdrawn,
+    /// A newer operation took its place before it finished: moved to the history.
+    Superseded,
 }
 
 impl OperationPhase {
@@ -153,12 +158,25 @@ impl OperationPhase {
                 | Self::Blocked
                 | Self::Failed
                 | Self::Completed
+                | Self::Withdrawn
+                | Self::Superseded
         )
     }
 
-    /// Completed, Failed or Blocked: `completedAt` is stamped.
+    /// Completed, Failed, Blocked, Withdrawn or Superseded: `completedAt` is stamped.
     pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Blocked)
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Blocked | Self::Withdrawn | Self::Superseded
+        )
+    }
+
+    /// How it ended, when it has (Blocked has not: it waits for the spec or the cluster).
+    pub fn is_outcome(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Withdrawn | Self::Superseded
+        )
     }
 }
 

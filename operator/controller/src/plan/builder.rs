@@ -1,6 +1,7 @@
 //! `Observed::test()`: a readable way to build the cluster a table row starts from, e.g.
-//! `Observed::test().brokers(3).at_revision("a").quiesced(2)`. Test support, public so the
-//! integration tests (the Argo CD health check) build their clusters the same way.
+//! `Observed::test().brokers(3).at_revision("a").quiesced(2)`. Test support only (compiled
+//! for this crate's tests and under the `test-support` feature, which the integration tests
+//! such as the Argo CD health check turn on), never part of the operator binary.
 
 use rustqueue_api::contract::{DrainStatus, NotReadyReason};
 

@@ -2,6 +2,7 @@
 
 use super::{Observed, Plan, StorageState, Workload};
 use crate::render::Desired;
+use ConditionType as C;
 
 /// Summary phase of a RustQueue (`status.phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +113,85 @@ impl Phase {
     }
 }
 
+/// The type of a condition the operator writes (`status.conditions[].type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// The whole cluster runs the target revision and serves (what `kubectl wait` reads).
+    Ready,
+    /// The operator is moving the cluster towards the spec.
+    Progressing,
+    /// The cluster needs a person: the message says why and what to do.
+    Degraded,
+    /// The target image and every running broker passed preflight.
+    Upgradeable,
+    /// Broker claims kept after a scale-down.
+    OrphanedPVCs,
+    /// A broker is drained for maintenance.
+    Maintenance,
+    /// Every broker of the set is Ready.
+    BrokersAvailable,
+    /// Every claim is bound with the requested class and size.
+    StorageReady,
+    /// Discovery and the gateway run their latest template, every Pod Ready.
+    RuntimeAvailable,
+    /// A broker has quarantined damage at rest on record.
+    StorageDamage,
+    /// The Kodo Gateways run (docs/kodo.md).
+    KodoGatewaysActive,
+    /// All three Kodo Gateways are Ready on the rendered template.
+    KodoGatewaysReady,
+    /// Discovery advertises the Kodo Gateways.
+    KodoGatewaysAdvertised,
+    /// The advertisement held for the cutover grace.
+    KodoCutoverReady,
+    /// The producers were confirmed restarted since the advertisement.
+    KodoProducerRestartConfirmed,
+    /// Discovery advertises the brokers directly.
+    KodoDirectBrokersAdvertised,
+    /// Kodo channel cleanup (never: it is off for good).
+    KodoCleanupActive,
+    /// Disabling the profile was confirmed.
+    KodoDecommissionConfirmed,
+}
+
+impl ConditionType {
+    /// The `type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "Ready",
+            Self::Progressing => "Progressing",
+            Self::Degraded => "Degraded",
+            Self::Upgradeable => "Upgradeable",
+            Self::OrphanedPVCs => "OrphanedPVCs",
+            Self::Maintenance => "Maintenance",
+            Self::BrokersAvailable => "BrokersAvailable",
+            Self::StorageReady => "StorageReady",
+            Self::RuntimeAvailable => "RuntimeAvailable",
+            Self::StorageDamage => "StorageDamage",
+            Self::KodoGatewaysActive => "KodoGatewaysActive",
+            Self::KodoGatewaysReady => "KodoGatewaysReady",
+            Self::KodoGatewaysAdvertised => "KodoGatewaysAdvertised",
+            Self::KodoCutoverReady => "KodoCutoverReady",
+            Self::KodoProducerRestartConfirmed => "KodoProducerRestartConfirmed",
+            Self::KodoDirectBrokersAdvertised => "KodoDirectBrokersAdvertised",
+            Self::KodoCleanupActive => "KodoCleanupActive",
+            Self::KodoDecommissionConfirmed => "KodoDecommissionConfirmed",
+        }
+    }
+}
+
+/// Tests and readers compare with the `type` string.
+impl PartialEq<&str> for ConditionType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A condition as decided, before transition times are merged in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConditionSpec {
     /// Condition type.
-    pub type_: &'static str,
+    pub type_: ConditionType,
     /// Whether it holds.
     pub status: bool,
     /// CamelCase reason.
@@ -126,7 +201,7 @@ pub struct ConditionSpec {
 }
 
 pub(super) fn cond(
-    type_: &'static str,
+    type_: ConditionType,
     status: bool,
     reason: &str,
     message: &str,
@@ -153,7 +228,7 @@ pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
         (None, None) => {
             let pods = |w: Option<&Workload>| w.map_or(0, |w| w.ready);
             cond(
-                "RuntimeAvailable",
+                C::RuntimeAvailable,
                 true,
                 "AllReady",
                 &format!(
@@ -163,10 +238,10 @@ pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
                 ),
             )
         }
-        (Some(d), None) => cond("RuntimeAvailable", false, "DiscoveryUnavailable", &d),
-        (None, Some(g)) => cond("RuntimeAvailable", false, "GatewayUnavailable", &g),
+        (Some(d), None) => cond(C::RuntimeAvailable, false, "DiscoveryUnavailable", &d),
+        (None, Some(g)) => cond(C::RuntimeAvailable, false, "GatewayUnavailable", &g),
         (Some(d), Some(g)) => cond(
-            "RuntimeAvailable",
+            C::RuntimeAvailable,
             false,
             "RuntimeUnavailable",
             &format!("{d}; {g}"),
@@ -175,12 +250,30 @@ pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
 }
 
 /// Ready, Progressing, Degraded, BrokersAvailable, StorageReady and `runtime` (see
-/// [`runtime`]) for `plan`, sorted by type.
+/// [`runtime`]) for `plan`, sorted by type. Under `InvalidSpec` only the first three: the
+/// others keep their last values.
 pub(super) fn derive(
     plan: &Plan,
     storage: &StorageState,
     unavailable: &[String],
     runtime: ConditionSpec,
+    desired: &Desired,
+) -> Vec<ConditionSpec> {
+    let mut out = summary(plan, storage, unavailable, &runtime, desired);
+    if plan.phase != Phase::InvalidSpec {
+        out.extend(details(plan, storage, unavailable));
+        out.push(runtime);
+    }
+    out.sort_by_key(|c| c.type_.as_str());
+    out
+}
+
+/// Ready, Progressing and Degraded.
+fn summary(
+    plan: &Plan,
+    storage: &StorageState,
+    unavailable: &[String],
+    runtime: &ConditionSpec,
     desired: &Desired,
 ) -> Vec<ConditionSpec> {
     let phase = plan.phase;
@@ -209,84 +302,84 @@ pub(super) fn derive(
         _ if phase == Phase::Ready => ("WaitingForBrokers", unavailable.join("; ")),
         _ => (p, plan.message.clone()),
     };
-    let mut out = vec![
-        cond("Ready", ready, reason, &ready_message),
+    vec![
+        cond(C::Ready, ready, reason, &ready_message),
         cond(
-            "Progressing",
+            C::Progressing,
             !ready && !degraded && !phase.is_held(),
             reason,
             &ready_message,
         ),
-        cond("Degraded", degraded, p, &plan.message),
-    ];
-    if phase != Phase::InvalidSpec {
-        out.push(match phase {
-            Phase::Preflight => cond("Upgradeable", false, "Preflight", &plan.message),
-            Phase::PreflightBlocked => {
-                cond("Upgradeable", false, "PreflightBlocked", &plan.message)
-            }
-            _ => cond(
-                "Upgradeable",
-                true,
-                "PreflightPassed",
-                "the target image and every running broker support the desired set",
+        cond(C::Degraded, degraded, p, &plan.message),
+    ]
+}
+
+/// Upgradeable, OrphanedPVCs, Maintenance, BrokersAvailable and StorageReady.
+fn details(plan: &Plan, storage: &StorageState, unavailable: &[String]) -> Vec<ConditionSpec> {
+    let phase = plan.phase;
+    let mut out = Vec::new();
+    out.push(match phase {
+        Phase::Preflight => cond(C::Upgradeable, false, "Preflight", &plan.message),
+        Phase::PreflightBlocked => cond(C::Upgradeable, false, "PreflightBlocked", &plan.message),
+        _ => cond(
+            C::Upgradeable,
+            true,
+            "PreflightPassed",
+            "the target image and every running broker support the desired set",
+        ),
+    });
+    out.push(if plan.orphaned_pvcs.is_empty() {
+        cond(C::OrphanedPVCs, false, "None", "no retained broker PVCs")
+    } else {
+        cond(
+            C::OrphanedPVCs,
+            true,
+            "RetainedAfterScaleDown",
+            &format!(
+                "kept after scale-down (delete them yourself once their data is not needed): {}",
+                plan.orphaned_pvcs.join(", ")
             ),
-        });
-        out.push(if plan.orphaned_pvcs.is_empty() {
-            cond("OrphanedPVCs", false, "None", "no retained broker PVCs")
-        } else {
-            cond(
-                "OrphanedPVCs",
-                true,
-                "RetainedAfterScaleDown",
-                &format!(
-                    "kept after scale-down (delete them yourself once their data is not needed): {}",
-                    plan.orphaned_pvcs.join(", ")
-                ),
-            )
-        });
-        out.push(match phase {
-            Phase::Maintenance | Phase::MaintenanceBlocked => {
-                cond("Maintenance", true, "Requested", &plan.message)
-            }
-            _ => cond(
-                "Maintenance",
-                false,
-                "NotRequested",
-                "no broker is in maintenance",
-            ),
-        });
-        out.push(if unavailable.is_empty() {
-            cond(
-                "BrokersAvailable",
-                true,
-                "AllReady",
-                &format!("{} brokers ready", plan.ready_brokers),
-            )
-        } else {
-            cond(
-                "BrokersAvailable",
-                false,
-                "PodsUnavailable",
-                &unavailable.join("; "),
-            )
-        });
-        out.push(match storage {
-            StorageState::Ready => cond(
-                "StorageReady",
-                true,
-                "CapacityReady",
-                "all PVCs satisfy the requested capacity",
-            ),
-            StorageState::Pending(m) => cond("StorageReady", false, "StorageProvisioning", m),
-            StorageState::Resizing { message, .. } => {
-                cond("StorageReady", false, "StorageResizing", message)
-            }
-            StorageState::Blocked(m) => cond("StorageReady", false, "StorageBlocked", m),
-        });
-        out.push(runtime);
-    }
-    out.sort_by_key(|c| c.type_);
+        )
+    });
+    out.push(match phase {
+        Phase::Maintenance | Phase::MaintenanceBlocked => {
+            cond(C::Maintenance, true, "Requested", &plan.message)
+        }
+        _ => cond(
+            C::Maintenance,
+            false,
+            "NotRequested",
+            "no broker is in maintenance",
+        ),
+    });
+    out.push(if unavailable.is_empty() {
+        cond(
+            C::BrokersAvailable,
+            true,
+            "AllReady",
+            &format!("{} brokers ready", plan.ready_brokers),
+        )
+    } else {
+        cond(
+            C::BrokersAvailable,
+            false,
+            "PodsUnavailable",
+            &unavailable.join("; "),
+        )
+    });
+    out.push(match storage {
+        StorageState::Ready => cond(
+            C::StorageReady,
+            true,
+            "CapacityReady",
+            "all PVCs satisfy the requested capacity",
+        ),
+        StorageState::Pending(m) => cond(C::StorageReady, false, "StorageProvisioning", m),
+        StorageState::Resizing { message, .. } => {
+            cond(C::StorageReady, false, "StorageResizing", message)
+        }
+        StorageState::Blocked(m) => cond(C::StorageReady, false, "StorageBlocked", m),
+    });
     out
 }
 
@@ -313,14 +406,14 @@ pub(super) fn storage_damage(obs: &Observed) -> ConditionSpec {
         .collect();
     if damaged.is_empty() {
         cond(
-            "StorageDamage",
+            C::StorageDamage,
             false,
             "NoneRecorded",
             "no broker has quarantined damage at rest",
         )
     } else {
         cond(
-            "StorageDamage",
+            C::StorageDamage,
             true,
             "Quarantined",
             &format!(

@@ -12,10 +12,14 @@
 
 use rustqueue_api::crd::{ConditionStatus, RustQueueSpec, RustQueueStatus};
 
-use super::conditions::{ConditionSpec, Phase, cond};
+use super::conditions::{ConditionSpec, ConditionType, Phase, cond};
 use super::model::Observed;
 use crate::render::kodo::{DEFAULT_MIN_READY_SECONDS, GATEWAYS};
 use crate::render::{DiscoveryMode, KodoLayout};
+use ConditionType as C;
+
+/// Brokers the profile runs (`minBrokers` = `maxBrokers` = 3 while it is enabled).
+pub const BROKERS: i32 = 3;
 
 /// What the cutover reads.
 pub struct Input<'a> {
@@ -42,7 +46,7 @@ pub struct Input<'a> {
 pub struct Cutover {
     /// What to render.
     pub layout: KodoLayout,
-    /// Remove the Gateways (not wanted, not retained, owned by this RustQueue, still running).
+    /// Remove the Gateways (not wanted, not retained, owned by this RustQueue, still there).
     pub delete_gateways: bool,
     /// `spec.kodoCompatibility.enabled`.
     pub enabled: bool,
@@ -90,8 +94,13 @@ impl Cutover {
 }
 
 /// Seconds condition `type_` has been True with `reason`, from its lastTransitionTime.
-fn held_for(previous: &RustQueueStatus, type_: &str, reason: &str, now: u64) -> Option<u64> {
-    let c = previous.condition(type_)?;
+fn held_for(
+    previous: &RustQueueStatus,
+    type_: ConditionType,
+    reason: &str,
+    now: u64,
+) -> Option<u64> {
+    let c = previous.condition(type_.as_str())?;
     if c.status != ConditionStatus::True || c.reason != reason {
         return None;
     }
@@ -100,57 +109,14 @@ fn held_for(previous: &RustQueueStatus, type_: &str, reason: &str, now: u64) -> 
     Some(now.saturating_sub(since))
 }
 
-/// Decide the cutover.
+/// Decide the cutover: what runs now, then (unless the decommission gate holds everything)
+/// discovery's mode and route, the fences they open, and the Gateways' fate.
 pub fn cutover(i: &Input<'_>) -> Cutover {
     let k = &i.spec.kodo_compatibility;
-    let enabled = k.enabled;
-    let kodo = &i.obs.kodo;
-    let gw = kodo.gateways.as_ref();
+    let gw = i.obs.kodo.gateways.as_ref();
     let gateways_active = gw.is_some_and(|g| g.replicas > 0);
-    let gateways_ready_count = gw.map_or(0, |g| {
-        g.pods
-            .iter()
-            .filter(|p| {
-                p.ready
-                    && p.controller_revision.is_some()
-                    && p.controller_revision == g.update_revision
-                    && p.revision.as_deref() == Some(i.gateway_revision)
-            })
-            .count()
-    });
-    let need = i.spec.discovery_replicas.max(2);
-    let ready_in = |m: DiscoveryMode| {
-        let n = kodo
-            .discovery_pods
-            .iter()
-            .filter(|p| p.ready && p.mode == Some(m))
-            .count();
-        i32::try_from(n).unwrap_or(i32::MAX)
-    };
-    // The mode discovery serves: its template's label; when the Deployment vanished, what the
-    // previous status says it served while the Gateways run (Kodo mode advertised, or a
-    // disable not yet advertising the brokers), so recovery neither drops an advertisement
-    // nor skips the hold of a disable in progress.
-    let served = |t: &str| {
-        i.previous
-            .condition(t)
-            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
-    };
-    let current_mode = match kodo.discovery_template_mode {
-        Some(m) => m,
-        None if i.obs.discovery.is_none()
-            && gateways_active
-            && if enabled {
-                served("KodoGatewaysAdvertised")
-            } else {
-                !served("KodoDirectBrokersAdvertised")
-            } =>
-        {
-            DiscoveryMode::Kodo
-        }
-        None => DiscoveryMode::Direct,
-    };
-    let soak = if enabled || gateways_active {
+    let current_mode = served_mode(i, gateways_active);
+    let soak = if k.enabled || gateways_active {
         i32::try_from(i.grace + 30).unwrap_or(i32::MAX)
     } else {
         DEFAULT_MIN_READY_SECONDS
@@ -159,13 +125,13 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         layout: KodoLayout {
             gateway_replicas: None,
             discovery_mode: current_mode,
-            route: kodo.discovery_route,
+            route: i.obs.kodo.discovery_route,
             discovery_min_ready_seconds: soak,
         },
         delete_gateways: false,
-        enabled,
+        enabled: k.enabled,
         gateways_active,
-        gateways_ready_count,
+        gateways_ready_count: ready_gateways(i),
         advertised: false,
         advertised_for: 0,
         grace: i.grace,
@@ -178,19 +144,86 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         disruptions_allowed: false,
         holding_discovery: false,
     };
-
-    if gateways_active && !enabled && !k.decommission_confirmed {
+    if gateways_active && !k.enabled && !k.decommission_confirmed {
         // The gate: hold everything exactly as it runs.
         out.decommission_blocked = true;
         out.retained = true;
         out.layout.gateway_replicas = gw.map(|g| g.replicas);
         return out;
     }
+    route_discovery(i, current_mode, &mut out);
+    advertisement_fences(i, &mut out);
+    gateways_fate(i, &mut out);
+    out
+}
 
+/// Gateway Pods Ready on the StatefulSet's latest revision and the template rendered now.
+fn ready_gateways(i: &Input<'_>) -> usize {
+    i.obs.kodo.gateways.as_ref().map_or(0, |g| {
+        g.pods
+            .iter()
+            .filter(|p| {
+                p.ready
+                    && p.controller_revision.is_some()
+                    && p.controller_revision == g.update_revision
+                    && p.revision.as_deref() == Some(i.gateway_revision)
+            })
+            .count()
+    })
+}
+
+/// Discovery Pods Ready in mode `m`.
+fn ready_in(i: &Input<'_>, m: DiscoveryMode) -> i32 {
+    let n = i
+        .obs
+        .kodo
+        .discovery_pods
+        .iter()
+        .filter(|p| p.ready && p.mode == Some(m))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Discovery Pods a mode needs Ready before the Service selects it.
+fn needed(i: &Input<'_>) -> i32 {
+    i.spec.discovery_replicas.max(2)
+}
+
+/// The mode discovery serves: its template's label; when the Deployment vanished, what the
+/// previous status says it served while the Gateways run (Kodo mode advertised, or a disable
+/// not yet advertising the brokers), so recovery neither drops an advertisement nor skips the
+/// hold of a disable in progress.
+fn served_mode(i: &Input<'_>, gateways_active: bool) -> DiscoveryMode {
+    let served = |t: ConditionType| {
+        i.previous
+            .condition(t.as_str())
+            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == "Advertised")
+    };
+    match i.obs.kodo.discovery_template_mode {
+        Some(m) => m,
+        None if i.obs.discovery.is_none()
+            && gateways_active
+            && if i.spec.kodo_compatibility.enabled {
+                served(C::KodoGatewaysAdvertised)
+            } else {
+                !served(C::KodoDirectBrokersAdvertised)
+            } =>
+        {
+            DiscoveryMode::Kodo
+        }
+        None => DiscoveryMode::Direct,
+    }
+}
+
+/// The mode discovery should run and the one its Service selects. Legacy unlabeled discovery
+/// Pods (or a selector without a mode) are labelled in their current mode first, the
+/// selector kept broad while they roll and pinned to that mode once every Pod carries the
+/// label — before any mode change.
+fn route_discovery(i: &Input<'_>, current_mode: DiscoveryMode, out: &mut Cutover) {
+    let kodo = &i.obs.kodo;
+    let enabled = out.enabled;
+    let need = needed(i);
     let deployment = i.obs.discovery.as_ref();
-    // Legacy unlabeled discovery Pods (or a selector without a mode): label them in their
-    // current mode first, keep the selector broad while they roll, and pin the selector to
-    // that mode once every Pod carries the label — before any mode change.
     let adopting = deployment.is_some() && kodo.discovery_route.is_none();
     let adopted = kodo.discovery_template_mode.is_some()
         && deployment.is_some_and(|d| d.unavailable().is_none())
@@ -198,9 +231,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
             .discovery_pods
             .iter()
             .all(|p| p.mode == kodo.discovery_template_mode)
-        && ready_in(current_mode) >= need;
+        && ready_in(i, current_mode) >= need;
     out.holding_discovery = !enabled
-        && gateways_active
+        && out.gateways_active
         && current_mode == DiscoveryMode::Kodo
         && !i.target_brokers_ready;
     let target = if adopting {
@@ -220,9 +253,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
         Some(target)
     } else if adopting {
         adopted.then_some(current_mode)
-    } else if ready_in(target) >= need {
+    } else if ready_in(i, target) >= need {
         Some(target)
-    } else if kodo.discovery_route == Some(target) && ready_in(target.other()) >= need {
+    } else if kodo.discovery_route == Some(target) && ready_in(i, target.other()) >= need {
         // the new mode failed its soak: back to the Pods that still serve the old one
         Some(target.other())
     } else {
@@ -230,14 +263,20 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     };
     out.layout.discovery_mode = target;
     out.layout.route = route;
+}
 
-    out.advertised = enabled
+/// Which mode is advertised, since when, and the producer-restart baseline.
+fn advertisement_fences(i: &Input<'_>, out: &mut Cutover) {
+    let k = &i.spec.kodo_compatibility;
+    let need = needed(i);
+    let (target, route) = (out.layout.discovery_mode, out.layout.route);
+    out.advertised = out.enabled
         && target == DiscoveryMode::Kodo
         && route == Some(DiscoveryMode::Kodo)
-        && ready_in(DiscoveryMode::Kodo) >= need;
+        && ready_in(i, DiscoveryMode::Kodo) >= need;
     if out.advertised {
         out.advertised_for =
-            held_for(i.previous, "KodoGatewaysAdvertised", "Advertised", i.now).unwrap_or(0);
+            held_for(i.previous, C::KodoGatewaysAdvertised, "Advertised", i.now).unwrap_or(0);
         let baseline = i
             .previous
             .kodo_producer_restart_baseline_nonce
@@ -248,17 +287,23 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     }
     out.direct_advertised = target == DiscoveryMode::Direct
         && route == Some(DiscoveryMode::Direct)
-        && ready_in(DiscoveryMode::Direct) >= need;
+        && ready_in(i, DiscoveryMode::Direct) >= need;
     if out.direct_advertised {
         out.direct_for = held_for(
             i.previous,
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             "Advertised",
             i.now,
         )
         .unwrap_or(0);
     }
+}
 
+/// Whether the Gateways run, are retained or go, and whether brokers may be disrupted.
+fn gateways_fate(i: &Input<'_>, out: &mut Cutover) {
+    let k = &i.spec.kodo_compatibility;
+    let (enabled, gateways_active) = (out.enabled, out.gateways_active);
+    let gw = i.obs.kodo.gateways.as_ref();
     let current_brokers = i.obs.statefulset_replicas.unwrap_or(0);
     let wanted = enabled && (gateways_active || (current_brokers >= 2 && i.ready_brokers >= 2));
     // Confirmation lets the decommission start; the Gateways still stay until the direct
@@ -273,10 +318,9 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     } else {
         None
     };
-    // Removed = Services, PDB and NetworkPolicy deleted, the StatefulSet scaled to 0 (kept:
-    // the operator never deletes a StatefulSet); an empty one is inactive and stays so.
-    out.delete_gateways =
-        out.layout.gateway_replicas.is_none() && gw.is_some_and(|g| g.owned && g.replicas > 0);
+    // Removed = every object the operator created for them deleted, the StatefulSet last; an
+    // empty StatefulSet an older operator left behind goes the same way.
+    out.delete_gateways = out.layout.gateway_replicas.is_none() && gw.is_some_and(|g| g.owned);
     out.disruptions_allowed = if enabled {
         out.gates_hold()
     } else if gateways_active && out.direct_advertised {
@@ -284,7 +328,6 @@ pub fn cutover(i: &Input<'_>) -> Cutover {
     } else {
         true
     };
-    out
 }
 
 /// The phase when the operations engine found nothing to do (`Ready`) or waited for the fences
@@ -356,13 +399,13 @@ pub const DECOMMISSION_BLOCKED: &str = "spec.kodoCompatibility.enabled is false 
 pub fn blocked_conditions() -> Vec<ConditionSpec> {
     vec![
         cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "RetainedForSafety",
             "the Kodo Gateways run until the decommission is confirmed",
         ),
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "ConfirmationRequired",
             DECOMMISSION_BLOCKED,
@@ -370,44 +413,65 @@ pub fn blocked_conditions() -> Vec<ConditionSpec> {
     ]
 }
 
-/// The nine Kodo conditions.
+/// The eight Kodo conditions.
 pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpec> {
+    vec![
+        gateways_active(c),
+        gateways_ready(c),
+        gateways_advertised(c),
+        cutover_ready(c),
+        producer_restart(c),
+        direct_advertised(c),
+        cleanup(c),
+        decommission(c, decommission_confirmed),
+    ]
+}
+
+fn disabled(t: ConditionType) -> ConditionSpec {
+    cond(t, false, "Disabled", "the Kodo profile is off")
+}
+
+/// `KodoGatewaysActive`: the Gateways run (or are retained while disabling).
+fn gateways_active(c: &Cutover) -> ConditionSpec {
     let on = c.enabled;
-    let disabled = |t: &'static str| cond(t, false, "Disabled", "the Kodo profile is off");
-    let mut out = Vec::new();
-    out.push(match (on, c.gateways_active) {
+    match (on, c.gateways_active) {
         (true, true) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "Active",
             "the Kodo Gateways run",
         ),
         (true, false) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             false,
             "WaitingForBrokers",
             "the Kodo Gateways start once two brokers are Ready",
         ),
         (false, true) => cond(
-            "KodoGatewaysActive",
+            C::KodoGatewaysActive,
             true,
             "RetainedForSafety",
             "the profile is off; the Kodo Gateways are kept until direct advertisement",
         ),
-        (false, false) => disabled("KodoGatewaysActive"),
-    });
-    out.push(if !on && !c.gateways_active {
-        disabled("KodoGatewaysReady")
+        (false, false) => disabled(C::KodoGatewaysActive),
+    }
+}
+
+/// `KodoGatewaysReady`: all three Gateways Ready on the rendered template.
+fn gateways_ready(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on && !c.gateways_active {
+        disabled(C::KodoGatewaysReady)
     } else if c.gateways_ready() {
         cond(
-            "KodoGatewaysReady",
+            C::KodoGatewaysReady,
             true,
             "AllReady",
             &format!("{GATEWAYS} of {GATEWAYS} Kodo Gateways Ready"),
         )
     } else {
         cond(
-            "KodoGatewaysReady",
+            C::KodoGatewaysReady,
             false,
             "PodsUnavailable",
             &format!(
@@ -415,60 +479,75 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
                 c.gateways_ready_count
             ),
         )
-    });
-    out.push(if !on {
-        disabled("KodoGatewaysAdvertised")
+    }
+}
+
+/// `KodoGatewaysAdvertised`: discovery lists the Gateways in `/nodes`.
+fn gateways_advertised(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
+        disabled(C::KodoGatewaysAdvertised)
     } else if c.advertised {
         cond(
-            "KodoGatewaysAdvertised",
+            C::KodoGatewaysAdvertised,
             true,
             "Advertised",
             "discovery's /nodes lists the Kodo Gateways",
         )
     } else {
         cond(
-            "KodoGatewaysAdvertised",
+            C::KodoGatewaysAdvertised,
             false,
             "WaitingForGateways",
             "discovery still lists the brokers in /nodes",
         )
-    });
-    out.push(if !on {
-        disabled("KodoCutoverReady")
+    }
+}
+
+/// `KodoCutoverReady`: the advertisement held for the grace.
+fn cutover_ready(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
+        disabled(C::KodoCutoverReady)
     } else if c.grace_elapsed() {
         cond(
-            "KodoCutoverReady",
+            C::KodoCutoverReady,
             true,
             "DiscoveryGraceElapsed",
             &format!("the Kodo Gateways were advertised for {}s", c.grace),
         )
     } else {
         cond(
-            "KodoCutoverReady",
+            C::KodoCutoverReady,
             false,
             "WaitingForDiscoveryGrace",
             &format!("advertised for {}s of {}s", c.advertised_for, c.grace),
         )
-    });
-    out.push(if !on {
-        disabled("KodoProducerRestartConfirmed")
+    }
+}
+
+/// `KodoProducerRestartConfirmed`: the nonce changed after the advertisement.
+fn producer_restart(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if !on {
+        disabled(C::KodoProducerRestartConfirmed)
     } else if !c.advertised {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             false,
             "WaitingForAdvertisement",
             "a producer restart counts only after the Kodo Gateways are advertised",
         )
     } else if c.restart_confirmed {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             true,
             "NonceChangedAfterAdvertisement",
             "spec.kodoCompatibility.producerRestartNonce changed after advertisement",
         )
     } else {
         cond(
-            "KodoProducerRestartConfirmed",
+            C::KodoProducerRestartConfirmed,
             false,
             "WaitingForRestart",
             &format!(
@@ -476,62 +555,76 @@ pub fn conditions(c: &Cutover, decommission_confirmed: bool) -> Vec<ConditionSpe
                 c.baseline.as_deref().unwrap_or_default()
             ),
         )
-    });
-    out.push(if on {
+    }
+}
+
+/// `KodoDirectBrokersAdvertised`: discovery lists the brokers again.
+fn direct_advertised(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             false,
             "GatewayMode",
             "the Kodo profile is on",
         )
     } else if c.direct_advertised {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             true,
             "Advertised",
             "discovery's /nodes lists the brokers",
         )
     } else {
         cond(
-            "KodoDirectBrokersAdvertised",
+            C::KodoDirectBrokersAdvertised,
             false,
             "WaitingForSafeInventory",
             "discovery does not list the brokers yet",
         )
-    });
-    out.push(if on {
+    }
+}
+
+/// `KodoCleanupActive`: never (cleanup is off for good).
+fn cleanup(c: &Cutover) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
-            "KodoCleanupActive",
+            C::KodoCleanupActive,
             false,
             "NotRequested",
             "Kodo channel cleanup is permanently off",
         )
     } else {
-        disabled("KodoCleanupActive")
-    });
-    out.push(if on {
+        disabled(C::KodoCleanupActive)
+    }
+}
+
+/// `KodoDecommissionConfirmed`: disabling was confirmed.
+fn decommission(c: &Cutover, decommission_confirmed: bool) -> ConditionSpec {
+    let on = c.enabled;
+    if on {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "CompatibilityActive",
             "the Kodo profile is on",
         )
     } else if c.gateways_active && decommission_confirmed {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             true,
             "Confirmed",
             "spec.kodoCompatibility.decommissionConfirmed is true",
         )
     } else {
         cond(
-            "KodoDecommissionConfirmed",
+            C::KodoDecommissionConfirmed,
             false,
             "NotRequired",
             "no Kodo Gateway runs",
         )
-    });
-    out
+    }
 }
 
 #[cfg(test)]

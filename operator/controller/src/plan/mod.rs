@@ -7,7 +7,8 @@
 //! decides nothing. Nothing here does I/O, so every transition is a row in a table test.
 //!
 //! Decision order (first match wins; docs/operator.md draws it):
-//! 1. spec fails validation → `InvalidSpec` (Degraded), touch nothing;
+//! 1. spec fails validation (or lowers `storageFeatureLevel` below the active floor) →
+//!    `InvalidSpec` (Degraded), touch nothing;
 //! 2. the auth Secret is missing or broken → create it, or `InvalidSpec` when the user owns it;
 //! 3. preflight of the target image and the running brokers → `Preflight`/`PreflightBlocked`:
 //!    resume drains, runtime objects only;
@@ -21,28 +22,30 @@
 //! 10. otherwise `Ready`, or `WaitingForBrokers` while a broker is not Ready.
 
 mod conditions;
-mod engine;
 pub mod kodo;
 mod model;
 mod operation;
+mod operations;
 mod preflight;
 mod quantity;
 mod rollout;
 mod storage;
 mod validate;
 
+#[cfg(any(test, feature = "test-support"))]
 pub mod builder;
 
 use std::time::Duration;
 
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 
-pub use conditions::{ConditionSpec, Phase};
+pub use conditions::{ConditionSpec, ConditionType, Phase};
 pub use model::{
     Action, AuthState, BrokerPod, Claim, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, Health,
-    KodoObserved, Observed, Plan, ProbePod, StorageClassState, StorageDamage, Workload,
+    KodoObserved, Observed, OperationChange, Plan, ProbePod, StorageClassState, StorageDamage,
+    Workload,
 };
-pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds};
+pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds, withdraw};
 pub use preflight::Preflight;
 pub use quantity::parse_bytes;
 pub use rollout::ordinal;
@@ -81,6 +84,18 @@ pub fn feature_floor(obs: &Observed, previous: &RustQueueStatus) -> u32 {
         .max(1)
 }
 
+/// A `storageFeatureLevel` below the floor. The CRD refuses lowering it at `kubectl apply`;
+/// this catches an object written before that rule (or on a cluster whose CRD is older), which
+/// would otherwise read `Ready` while its request is silently not applied.
+fn below_floor(spec: &RustQueueSpec, floor: u32) -> Option<String> {
+    (spec.storage_feature_level < floor).then(|| {
+        format!(
+            "spec.storageFeatureLevel {} is below {floor}, the level the brokers have activated (status.activeStorageFeatureLevel): their PVCs may hold records a lower level cannot read, so levels are never lowered; the brokers keep level {floor}; set spec.storageFeatureLevel to {floor}",
+            spec.storage_feature_level
+        )
+    })
+}
+
 /// Decide what to do for the RustQueue whose desired set is `desired`, at unix time `now`.
 pub fn plan(
     spec: &RustQueueSpec,
@@ -109,7 +124,7 @@ pub fn plan(
         ready_brokers: 0,
         conditions: Vec::new(),
         actions: Vec::new(),
-        operation: None,
+        operation: OperationChange::Keep,
         operation_history: previous.operation_history.clone(),
         active_feature_level: feature_floor(obs, previous),
         orphaned_pvcs: obs
@@ -122,95 +137,160 @@ pub fn plan(
         requeue: REQUEUE,
         kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
     };
-    let mut kodo_conditions = Vec::new();
-    let errors = validate(name, spec);
-    if !errors.is_empty() {
-        out.phase = Phase::InvalidSpec;
-        out.message = format!("invalid spec: {}", errors.join("; "));
-    } else {
-        match &obs.auth {
-            AuthState::GeneratedMissing => {
-                out.actions.push(Action::CreateAuthSecret {
-                    name: auth_secret_name(name, spec),
-                });
-                out.phase = Phase::Scaling;
-                out.message = "creating the auth Secret".into();
-                out.requeue = Duration::from_secs(1);
-            }
-            AuthState::UserMissing => {
-                out.phase = Phase::InvalidSpec;
-                out.message = format!(
-                    "Secret {} named by spec.registrySecretName does not exist: create it with admin-token, registry-token and console-token, or unset the field",
-                    auth_secret_name(name, spec)
-                );
-            }
-            AuthState::Invalid(e) => {
-                out.phase = Phase::InvalidSpec;
-                out.message = e.clone();
-            }
-            AuthState::Valid { .. } => {
-                let image = engine::runtime_image(obs, desired);
-                let gateway_revision = desired.kodo_gateway_revision(&image);
-                let cut = kodo::cutover(&kodo::Input {
-                    spec,
-                    obs,
-                    previous,
-                    now,
-                    grace: desired.kodo_grace_seconds,
-                    gateway_revision: &gateway_revision,
-                    target_brokers_ready: target_brokers_ready(obs, desired, desired_n),
-                    ready_brokers: ready_count(name, obs, current(obs)),
-                });
-                out.kodo_baseline_nonce = cut.baseline.clone();
-                if cut.decommission_blocked {
-                    // Nothing changes: the runtime objects are kept as they run.
-                    out.phase = Phase::KodoDecommissionBlocked;
-                    out.message = kodo::DECOMMISSION_BLOCKED.into();
-                    out.actions.extend(
-                        obs.brokers
-                            .iter()
-                            .filter(|b| b.is_draining() && !b.terminating)
-                            .map(|b| Action::Resume {
-                                pod: b.name.clone(),
-                            }),
-                    );
-                    out.actions.push(Action::ApplyRuntime {
-                        image,
-                        kodo: cut.layout.clone(),
-                    });
-                    kodo_conditions = kodo::blocked_conditions();
-                } else {
-                    let ctx = engine::Context {
-                        spec,
-                        obs,
-                        desired,
-                        previous,
-                        now,
-                        disruptions_allowed: cut.disruptions_allowed,
-                        kodo: &cut.layout,
-                    };
-                    engine::decide(&ctx, &storage, &mut out);
-                    if cut.delete_gateways {
-                        out.actions.push(Action::DeleteKodoGateways);
-                    }
-                    if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
-                        out.phase = phase;
-                        out.message = message;
-                    }
-                    kodo_conditions =
-                        kodo::conditions(&cut, spec.kodo_compatibility.decommission_confirmed);
-                }
-            }
-        }
-    }
+    let i = Inputs {
+        spec,
+        obs,
+        desired,
+        previous,
+        now,
+        desired_n,
+    };
+    let kodo_conditions = gates(&i, &storage, &mut out).unwrap_or_else(|Stopped(c)| c);
     let unavailable = unavailable(name, obs, out.desired_brokers.max(current(obs)));
     out.ready_brokers = ready_count(name, obs, out.desired_brokers.max(current(obs)));
     let runtime = conditions::runtime(obs);
     out.conditions = conditions::derive(&out, &storage, &unavailable, runtime, desired);
     out.conditions.push(conditions::storage_damage(obs));
     out.conditions.extend(kodo_conditions);
-    out.conditions.sort_by_key(|c| c.type_);
+    out.conditions.sort_by_key(|c| c.type_.as_str());
     out
+}
+
+/// What every gate reads.
+struct Inputs<'a> {
+    spec: &'a RustQueueSpec,
+    obs: &'a Observed,
+    desired: &'a Desired,
+    previous: &'a RustQueueStatus,
+    now: u64,
+    desired_n: i32,
+}
+
+impl Inputs<'_> {
+    fn name(&self) -> &str {
+        &self.desired.name
+    }
+}
+
+/// A gate stopped the plan: the phase, message and actions are in the plan already; these
+/// are the conditions of its own it adds.
+struct Stopped(Vec<ConditionSpec>);
+
+/// The gates in order (docs/operator.md, "Decision order"): validate → auth → Kodo →
+/// (in [`operations`]) preflight → storage → nodes → the operations. Each lets the plan go on
+/// with what it established, or stops it with its phase, message and actions in `out`. A new
+/// fence is one more gate here. Returns the Kodo conditions.
+fn gates(
+    i: &Inputs<'_>,
+    storage: &StorageState,
+    out: &mut Plan,
+) -> Result<Vec<ConditionSpec>, Stopped> {
+    validate_gate(i, out)?;
+    auth_gate(i, out)?;
+    let cut = kodo_gate(i, out)?;
+    let ctx = operations::Context {
+        spec: i.spec,
+        obs: i.obs,
+        desired: i.desired,
+        previous: i.previous,
+        now: i.now,
+        disruptions_allowed: cut.disruptions_allowed,
+        kodo: &cut.layout,
+    };
+    operations::decide(&ctx, storage, out);
+    if cut.delete_gateways {
+        out.actions.push(Action::DeleteKodoGateways);
+    }
+    if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
+        out.phase = phase;
+        out.message = message;
+    }
+    Ok(kodo::conditions(
+        &cut,
+        i.spec.kodo_compatibility.decommission_confirmed,
+    ))
+}
+
+/// The spec must be usable, and must not lower the feature level below the floor:
+/// `InvalidSpec` (Degraded) otherwise, touching nothing.
+fn validate_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
+    let mut errors = validate(i.name(), i.spec);
+    errors.extend(below_floor(i.spec, out.active_feature_level));
+    if errors.is_empty() {
+        return Ok(());
+    }
+    out.phase = Phase::InvalidSpec;
+    out.message = format!("invalid spec: {}", errors.join("; "));
+    Err(Stopped(Vec::new()))
+}
+
+/// The auth Secret: created when the operator generates it; a user-named one that is missing
+/// or broken is `InvalidSpec`.
+fn auth_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
+    let secret = || auth_secret_name(i.name(), i.spec);
+    match &i.obs.auth {
+        AuthState::Valid { .. } => return Ok(()),
+        AuthState::GeneratedMissing => {
+            out.actions
+                .push(Action::CreateAuthSecret { name: secret() });
+            out.phase = Phase::Scaling;
+            out.message = "creating the auth Secret".into();
+            out.requeue = Duration::from_secs(1);
+        }
+        AuthState::UserMissing => {
+            out.phase = Phase::InvalidSpec;
+            out.message = format!(
+                "Secret {} named by spec.registrySecretName does not exist: create it with admin-token, registry-token and console-token, or unset the field",
+                secret()
+            );
+        }
+        AuthState::Invalid(e) => {
+            out.phase = Phase::InvalidSpec;
+            out.message = e.clone();
+        }
+    }
+    Err(Stopped(Vec::new()))
+}
+
+/// The Kodo cutover (docs/kodo.md): its fences go on to the operations; a disable without
+/// `decommissionConfirmed` while the Gateways run stops everything as it runs
+/// (`KodoDecommissionBlocked`).
+fn kodo_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<kodo::Cutover, Stopped> {
+    let (name, obs) = (i.name(), i.obs);
+    let image = operations::runtime_image(obs, i.desired);
+    let gateway_revision = i.desired.kodo_gateway_revision(&image);
+    let cut = kodo::cutover(&kodo::Input {
+        spec: i.spec,
+        obs,
+        previous: i.previous,
+        now: i.now,
+        grace: i.desired.kodo_grace_seconds,
+        gateway_revision: &gateway_revision,
+        target_brokers_ready: target_brokers_ready(obs, i.desired, i.desired_n),
+        ready_brokers: ready_count(name, obs, current(obs)),
+    });
+    out.kodo_baseline_nonce = cut.baseline.clone();
+    if !cut.decommission_blocked {
+        return Ok(cut);
+    }
+    // Nothing changes: the runtime objects are kept as they run, and so are the profile's
+    // brokers, whatever the ordinary count would be.
+    out.desired_brokers = out.desired_brokers.max(kodo::BROKERS);
+    out.phase = Phase::KodoDecommissionBlocked;
+    out.message = kodo::DECOMMISSION_BLOCKED.into();
+    out.actions.extend(
+        obs.brokers
+            .iter()
+            .filter(|b| b.is_draining() && !b.terminating)
+            .map(|b| Action::Resume {
+                pod: b.name.clone(),
+            }),
+    );
+    out.actions.push(Action::ApplyRuntime {
+        image,
+        kodo: cut.layout,
+    });
+    Err(Stopped(kodo::blocked_conditions()))
 }
 
 /// Exactly the brokers `0..n`, each Ready on the target revision, and no more.

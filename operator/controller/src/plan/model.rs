@@ -360,8 +360,8 @@ pub enum Action {
         /// The Kodo Gateways and the discovery mode and route (docs/kodo.md).
         kodo: KodoLayout,
     },
-    /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy and scale their
-    /// StatefulSet to 0 — each only when controller-owned by this RustQueue.
+    /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy, then their
+    /// StatefulSet — each only when controller-owned by this RustQueue.
     DeleteKodoGateways,
     /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
     /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.
@@ -411,6 +411,28 @@ pub enum Action {
     },
 }
 
+/// What one reconcile does to `status.currentOperation`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OperationChange {
+    /// Keep the previous one as it is (this reconcile decided no operation).
+    #[default]
+    Keep,
+    /// The operation after this reconcile.
+    Set(Box<OperationStatus>),
+    /// The spec withdrew the previous one: it is in the history now, nothing is current.
+    Clear,
+}
+
+impl OperationChange {
+    /// The operation this reconcile set, if it set one.
+    pub fn set(&self) -> Option<&OperationStatus> {
+        match self {
+            Self::Set(op) => Some(op.as_ref()),
+            Self::Keep | Self::Clear => None,
+        }
+    }
+}
+
 /// The decision of one reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -426,8 +448,8 @@ pub struct Plan {
     pub conditions: Vec<ConditionSpec>,
     /// Changes to make, in order.
     pub actions: Vec<Action>,
-    /// The operation after this reconcile (`None`: keep the previous one as it is).
-    pub operation: Option<OperationStatus>,
+    /// What becomes of `status.currentOperation`.
+    pub operation: OperationChange,
     /// Earlier operations, newest last (at most 20).
     pub operation_history: Vec<OperationStatus>,
     /// Storage feature level floor after this reconcile.

@@ -1,7 +1,9 @@
 //! Operation bookkeeping: one operation per id. The same id keeps its `startedAt` (so the
 //! timeout spans reconciles and leader changes), except that leaving a human wait (paused,
 //! awaiting approval, blocked) restarts the clock; a new id moves the old operation into the
-//! history (newest last, at most [`HISTORY`]).
+//! history (newest last, at most [`HISTORY`]), as `Superseded` when it had not ended. An
+//! operation the spec no longer asks for is [`withdraw`]n: `Withdrawn` in the history, and
+//! nothing current.
 
 use rustqueue_api::crd::{OperationKind, OperationPhase, OperationStatus};
 use sha2::{Digest, Sha256};
@@ -64,16 +66,11 @@ pub fn advance(
     step: Step,
     now: &str,
 ) -> (OperationStatus, Vec<OperationStatus>) {
-    let mut history = history.to_vec();
     let same = previous.filter(|p| p.id == step.id);
-    if let (Some(p), None) = (previous, same)
-        && history.last() != Some(p)
-    {
-        history.push(p.clone());
-    }
-    if history.len() > HISTORY {
-        history.drain(..history.len() - HISTORY);
-    }
+    let history = match (previous, same) {
+        (Some(p), None) => closed(history, p, OperationPhase::Superseded, None, now),
+        _ => history.to_vec(),
+    };
     // Leaving a human wait restarts the clock; otherwise the same id keeps its start.
     let resumed = same.is_some_and(|p| human_wait(p.phase) && !human_wait(step.phase));
     let started_at = match same {
@@ -112,6 +109,50 @@ pub fn advance(
     (op, history)
 }
 
+/// The history after `previous`, which the spec no longer asks for, is withdrawn: it moves
+/// there as `Withdrawn` (saying `why`), and `status.currentOperation` is cleared.
+pub fn withdraw(
+    previous: &OperationStatus,
+    history: &[OperationStatus],
+    why: &str,
+    now: &str,
+) -> Vec<OperationStatus> {
+    closed(history, previous, OperationPhase::Withdrawn, Some(why), now)
+}
+
+/// `history` with `op` appended (once), closed as `phase` unless it had already ended, and
+/// trimmed to the newest [`HISTORY`].
+fn closed(
+    history: &[OperationStatus],
+    op: &OperationStatus,
+    phase: OperationPhase,
+    why: Option<&str>,
+    now: &str,
+) -> Vec<OperationStatus> {
+    let mut history = history.to_vec();
+    let mut op = op.clone();
+    if !op.phase.is_outcome() {
+        op.message = match why {
+            Some(why) => format!("{why} (it was {:?}: {})", op.phase, op.message),
+            None => format!(
+                "a newer operation took its place (it was {:?}: {})",
+                op.phase, op.message
+            ),
+        };
+        op.phase = phase;
+        op.completed_at = Some(now.to_string());
+        op.updated_at = now.to_string();
+        op.current_broker = None;
+    }
+    if history.last().is_none_or(|h| h.id != op.id) {
+        history.push(op);
+    }
+    if history.len() > HISTORY {
+        history.drain(..history.len() - HISTORY);
+    }
+    history
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +187,44 @@ mod tests {
         let (b, h) = advance(Some(&done2), &h, step("b", OperationPhase::Draining), "T5");
         assert_eq!((b.started_at.as_str(), h.len()), ("T5", 1));
         assert_eq!(h[0].id, "a");
+    }
+
+    #[test]
+    fn an_unfinished_operation_replaced_by_a_new_one_is_superseded_in_the_history() {
+        let (blocked, _) = advance(None, &[], step("a", OperationPhase::Blocked), "T1");
+        let (b, h) = advance(
+            Some(&blocked),
+            &[],
+            step("b", OperationPhase::Draining),
+            "T2",
+        );
+        assert_eq!(b.id, "b");
+        assert_eq!(
+            (h[0].id.as_str(), h[0].phase, h[0].completed_at.as_deref()),
+            ("a", OperationPhase::Superseded, Some("T2"))
+        );
+        assert!(
+            h[0].message
+                .contains("a newer operation took its place (it was Blocked")
+        );
+        // One that had ended keeps how it ended.
+        let (done, _) = advance(Some(&b), &[], step("b", OperationPhase::Completed), "T3");
+        let (_, h) = advance(Some(&done), &[], step("c", OperationPhase::Draining), "T4");
+        assert_eq!(h[0].phase, OperationPhase::Completed);
+    }
+
+    #[test]
+    fn a_withdrawn_operation_moves_to_the_history_once() {
+        let (blocked, _) = advance(None, &[], step("a", OperationPhase::Blocked), "T1");
+        let h = withdraw(&blocked, &[], "the spec no longer asks for it", "T2");
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].phase, OperationPhase::Withdrawn);
+        assert_eq!(h[0].completed_at.as_deref(), Some("T2"));
+        assert!(
+            h[0].message
+                .starts_with("the spec no longer asks for it (it was Blocked")
+        );
+        assert_eq!(withdraw(&blocked, &h, "again", "T3"), h, "never twice");
     }
 
     #[test]

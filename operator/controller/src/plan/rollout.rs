@@ -25,7 +25,7 @@ pub struct Input<'a> {
 }
 
 /// The kind and id of the rollout to `d`: a new image, revision or retry nonce is a new one.
-fn identity(d: &Desired) -> (OperationKind, String) {
+pub(super) fn identity(d: &Desired) -> (OperationKind, String) {
     let r = &d.spec.rollout;
     let kind = if r.rollback_to_image.is_some() {
         OperationKind::Rollback

@@ -14,6 +14,11 @@ fn spec() -> RustQueueSpec {
 
 /// The desired set of `spec` with target revision `revision`.
 fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
+    desired_over(spec, revision, 1)
+}
+
+/// [`desired_at`] over the feature-level floor `floor`.
+fn desired_over(spec: &RustQueueSpec, revision: &str, floor: u32) -> Desired {
     let owner = Owner {
         name: "q",
         namespace: "ns",
@@ -26,13 +31,13 @@ fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
             auth_secret_name: "q-auth".into(),
             auth_secret_revision: "7".into(),
             claim_template_size: None,
-            feature_level_floor: 1,
+            feature_level_floor: floor,
         },
     );
     d.revision = revision.into();
     d.config_map = format!("q-config-{revision}");
     d.probe_pod = "q-preflight-target".into();
-    d.feature_level = spec.storage_feature_level;
+    d.feature_level = spec.storage_feature_level.max(floor);
     d
 }
 
@@ -68,7 +73,8 @@ fn run(spec: &RustQueueSpec, obs: &Observed, previous: Option<OperationStatus>) 
         current_operation: previous,
         ..RustQueueStatus::default()
     };
-    plan(spec, obs, &desired_at(spec, "b"), &status, NOW)
+    let floor = feature_floor(obs, &status);
+    plan(spec, obs, &desired_over(spec, "b", floor), &status, NOW)
 }
 
 /// The actions that touch brokers, claims or sizes (not the always-applied objects).
@@ -166,7 +172,7 @@ impl Row {
         let what = self.what;
         assert_eq!(p.phase, self.phase, "{what}: {}", p.message);
         assert_eq!(
-            p.operation.as_ref().map(|o| (o.kind, o.phase)),
+            p.operation.set().map(|o| (o.kind, o.phase)),
             self.op,
             "{what}: {:?}",
             p.operation
@@ -399,7 +405,10 @@ fn preflight_transitions() {
                 .capabilities(CAPABLE, 2)
                 .probe(Some(("Succeeded", None, Some(LEVEL_ONE)))),
         )
-        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .spec(|s| {
+            s.storage_feature_level = 2;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
         .then(
             Phase::PreflightBlocked,
             Some((OperationKind::Rollback, Op::Blocked)),
@@ -409,7 +418,10 @@ fn preflight_transitions() {
             "rollbackToImage to a capable binary rolls",
             three_a().capabilities(CAPABLE, 2),
         )
-        .spec(|s| s.rollout.rollback_to_image = Some("rustqueue:old".into()))
+        .spec(|s| {
+            s.storage_feature_level = 2;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
         .then(
             Phase::Rolling,
             Some((OperationKind::Rollback, Op::Draining)),
@@ -429,6 +441,15 @@ fn preflight_transitions() {
         .spec(|s| s.storage_feature_level = 2)
         .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
         .says("supports storage feature levels 1..=1, level 2 is needed (requested by spec.storageFeatureLevel"),
+        row(
+            "a level lowered below the one the brokers activated is refused, nothing moves",
+            Observed::test()
+                .brokers(3)
+                .at_revision("b")
+                .capabilities(CAPABLE, 2),
+        )
+        .then(Phase::InvalidSpec, None)
+        .says("spec.storageFeatureLevel 1 is below 2, the level the brokers have activated"),
         row(
             "raising the level once the binaries are capable rolls",
             three_a().capabilities(CAPABLE, 1),
@@ -678,6 +699,93 @@ fn invalid_spec_and_blocked_storage_apply_nothing_to_the_broker_set() {
 }
 
 #[test]
+fn an_operation_the_spec_no_longer_asks_for_is_withdrawn_into_the_history() {
+    let ready_b = || Observed::test().brokers(3).at_revision("b");
+    let mut broken = spec();
+    broken.image = "rustqueue:broken".into();
+    let blocked_image = rollout_op(&broken, Op::Blocked, 60);
+    let mut blocked_raise = rollout_op(&spec(), Op::Blocked, 60);
+    blocked_raise.id = operation_id(RO, &["rustqueue:b", "c:"]);
+    blocked_raise.revision = "c".into();
+    let mut draining_maintenance = rollout_op(&spec(), Op::Draining, 60);
+    draining_maintenance.kind = OperationKind::Maintenance;
+    draining_maintenance.id = operation_id(OperationKind::Maintenance, &["q-1", "enabled"]);
+    type Edit = fn(&mut RustQueueSpec);
+    // (what, spec edit, cluster, previous operation, withdrawn?, phase)
+    let rows: Vec<(&str, Edit, Observed, OperationStatus, bool, Phase)> = vec![
+        (
+            "a blocked rollout whose good image was restored",
+            |_| {},
+            ready_b().build(),
+            blocked_image,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "a blocked level raise taken back",
+            |_| {},
+            ready_b().build(),
+            blocked_raise,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "maintenance removed from the spec while its broker drained",
+            |_| {},
+            ready_b().build(),
+            draining_maintenance,
+            true,
+            Phase::Ready,
+        ),
+        (
+            "a rollout the spec still asks for, held while claims grow, is kept",
+            |_| {},
+            Observed::test()
+                .brokers(3)
+                .at_revision("a")
+                .claims("local-path", "50Gi")
+                .build(),
+            rollout_op(&spec(), Op::Draining, 60),
+            false,
+            Phase::StorageResizing,
+        ),
+        (
+            "an operation that ended stays as the last finished one",
+            |_| {},
+            ready_b().build(),
+            rollout_op(&broken, Op::Failed, 60),
+            false,
+            Phase::Ready,
+        ),
+    ];
+    for (what, edit, obs, previous, withdrawn, phase) in rows {
+        let mut s = spec();
+        edit(&mut s);
+        let status = RustQueueStatus {
+            current_operation: Some(previous.clone()),
+            ..RustQueueStatus::default()
+        };
+        let p = plan(&s, &obs, &desired_at(&s, "b"), &status, NOW);
+        assert_eq!(p.phase, phase, "{what}: {}", p.message);
+        if withdrawn {
+            assert_eq!(p.operation, OperationChange::Clear, "{what}");
+            let last = p.operation_history.last().expect("history");
+            assert_eq!(
+                (&last.id, last.phase, last.completed_at.is_some()),
+                (&previous.id, Op::Withdrawn, true),
+                "{what}: {last:?}"
+            );
+            assert!(last.message.starts_with("withdrawn: "), "{what}: {last:?}");
+            let (written, _) = crate::status::next_status(&status, &p, Some(2), "T");
+            assert_eq!(written.current_operation, None, "{what}");
+        } else {
+            assert_ne!(p.operation, OperationChange::Clear, "{what}");
+            assert!(p.operation_history.is_empty(), "{what}");
+        }
+    }
+}
+
+#[test]
 fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
     let s = spec();
     let grown = run(
@@ -689,7 +797,7 @@ fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
             .build(),
         None,
     );
-    let op = grown.operation.clone();
+    let op = grown.operation.set().cloned();
     let waiting = Observed::test()
         .brokers(4)
         .at_revision("b")
@@ -701,10 +809,10 @@ fn a_scale_up_stays_scaling_until_the_new_brokers_are_ready() {
     let done = run(
         &s,
         &Observed::test().brokers(4).at_revision("b").build(),
-        p.operation,
+        p.operation.set().cloned(),
     );
     assert_eq!(done.phase, Phase::Ready);
-    assert_eq!(done.operation.unwrap().phase, Op::Completed);
+    assert_eq!(done.operation.set().unwrap().phase, Op::Completed);
 }
 
 #[test]
@@ -719,7 +827,7 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
             .build(),
         None,
     );
-    let op = draining.operation.clone().unwrap();
+    let op = draining.operation.set().cloned().unwrap();
     assert_eq!(
         (op.kind, op.phase),
         (OperationKind::ScaleDown, Op::Draining)
@@ -728,7 +836,7 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
     let shrunk = Observed::test().brokers(2).at_revision("b").build();
     let p = run(&s, &shrunk, Some(op.clone()));
     assert_eq!(p.phase, Phase::Ready, "{}", p.message);
-    let done = p.operation.unwrap();
+    let done = p.operation.set().cloned().unwrap();
     assert_eq!((done.id, done.phase), (op.id, Op::Completed));
     assert!(done.message.contains("q-2 removed"), "{}", done.message);
 }
@@ -737,9 +845,15 @@ fn a_scale_down_is_recorded_complete_once_the_set_has_shrunk() {
 fn the_operation_keeps_its_id_and_start_across_reconciles() {
     let s = spec();
     let three = Observed::test().brokers(3).at_revision("a");
-    let first = run(&s, &three.clone().build(), None).operation.unwrap();
+    let first = run(&s, &three.clone().build(), None)
+        .operation
+        .set()
+        .cloned()
+        .unwrap();
     let second = run(&s, &three.draining(2).build(), Some(first.clone()))
         .operation
+        .set()
+        .cloned()
         .unwrap();
     assert_eq!(first.id, second.id);
     assert_eq!(first.started_at, second.started_at);
@@ -799,7 +913,7 @@ fn conditions_are_sorted_by_type() {
         &Observed::test().brokers(3).at_revision("b").build(),
         None,
     );
-    let types: Vec<&str> = p.conditions.iter().map(|c| c.type_).collect();
+    let types: Vec<&str> = p.conditions.iter().map(|c| c.type_.as_str()).collect();
     assert_eq!(
         types,
         [
@@ -890,6 +1004,33 @@ fn the_feature_floor_comes_from_status_and_running_brokers() {
     });
     assert_eq!(feature_floor(&obs, &prev), 3);
     assert_eq!(feature_floor(&obs, &RustQueueStatus::default()), 3);
+}
+
+#[test]
+fn a_level_below_the_floor_in_status_is_refused_even_with_every_broker_down() {
+    let obs = Observed::test().brokers(3).at_revision("b").build();
+    let floor_two = RustQueueStatus {
+        active_storage_feature_level: Some(2),
+        ..RustQueueStatus::default()
+    };
+    let p = plan(&spec(), &obs, &desired_at(&spec(), "b"), &floor_two, NOW);
+    assert_eq!(p.phase, Phase::InvalidSpec, "{}", p.message);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.message.contains("set spec.storageFeatureLevel to 2"),
+        "{}",
+        p.message
+    );
+    let mut at_floor = spec();
+    at_floor.storage_feature_level = 2;
+    let p = plan(
+        &at_floor,
+        &obs,
+        &desired_at(&at_floor, "b"),
+        &floor_two,
+        NOW,
+    );
+    assert_eq!(p.phase, Phase::Ready, "{}", p.message);
 }
 
 fn runtime_image(p: &Plan) -> Option<&str> {

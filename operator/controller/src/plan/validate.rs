@@ -93,15 +93,24 @@ pub fn validate(name: &str, spec: &RustQueueSpec) -> Vec<String> {
 /// 100 MiB messages at storage level 2, durable acknowledgements, delivery budgets for 100 MiB
 /// messages, an image pinned by digest, a Gateway ingress selector, brokers sized for it.
 fn kodo(spec: &RustQueueSpec) -> Vec<String> {
-    const P: &str = "spec.kodoCompatibility.enabled needs";
     let mut errs = Vec::new();
-    let mut need = |ok: bool, what: String| {
-        if !ok {
-            errs.push(format!("{P} {what}"));
-        }
-    };
+    kodo_limits(spec, &mut |ok, what| need(&mut errs, ok, what));
+    kodo_placement(spec, &mut |ok, what| need(&mut errs, ok, what));
+    errs
+}
+
+/// Adds `what` to `errs` as something the Kodo profile needs, unless `ok`.
+fn need(errs: &mut Vec<String>, ok: bool, what: String) {
+    if !ok {
+        errs.push(format!("spec.kodoCompatibility.enabled needs {what}"));
+    }
+}
+
+/// The profile's sizes: three brokers, 100 MiB messages at level 2, the bootstrap window,
+/// delivery budgets, durable acknowledgements, no confirmed decommission.
+fn kodo_limits(spec: &RustQueueSpec, need: &mut dyn FnMut(bool, String)) {
     need(
-        spec.min_brokers == 3 && spec.max_brokers == 3,
+        spec.min_brokers == super::kodo::BROKERS && spec.max_brokers == super::kodo::BROKERS,
         format!(
             "spec.minBrokers = spec.maxBrokers = 3 (got {} and {})",
             spec.min_brokers, spec.max_brokers
@@ -145,6 +154,11 @@ fn kodo(spec: &RustQueueSpec) -> Vec<String> {
         "spec.kodoCompatibility.decommissionConfirmed false (set it only when disabling the profile)"
             .into(),
     );
+}
+
+/// Where the profile runs: an image pinned by digest, the Gateway ingress selectors, brokers
+/// sized for 100 MiB messages.
+fn kodo_placement(spec: &RustQueueSpec, need: &mut dyn FnMut(bool, String)) {
     let image = spec
         .rollout
         .rollback_to_image
@@ -199,7 +213,6 @@ fn kodo(spec: &RustQueueSpec) -> Vec<String> {
             format!("spec.brokerResources.cpuLimit ({l}) at least the CPU request"),
         );
     }
-    errs
 }
 
 /// The message size of the Kodo profile: 100 MiB.

@@ -9,7 +9,7 @@ use super::super::builder::CAPABLE;
 use super::super::model::{
     Action, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, KodoObserved, Observed, Plan,
 };
-use super::super::{Phase, engine, plan};
+use super::super::{Phase, operations, plan};
 use crate::render::{Desired, DesiredInputs, DiscoveryMode, KodoLayout, Owner};
 
 use DiscoveryMode::{Direct, Kodo};
@@ -74,7 +74,7 @@ fn brokers(rev: &str) -> super::super::builder::ObservedBuilder {
 /// Gateways: 3 replicas, `ready` of them Ready on the rendered template.
 fn gateways(obs: &Observed, spec: &RustQueueSpec, ready: usize) -> GatewaySet {
     let d = desired(spec);
-    let rev = d.kodo_gateway_revision(&engine::runtime_image(obs, &d));
+    let rev = d.kodo_gateway_revision(&operations::runtime_image(obs, &d));
     GatewaySet {
         replicas: 3,
         update_revision: Some("g1".into()),
@@ -553,6 +553,23 @@ fn disabling_without_confirmation_is_blocked_and_changes_nothing() {
 }
 
 #[test]
+fn the_blocked_state_keeps_desiring_the_profiles_three_brokers_or_more() {
+    // (minBrokers, maxBrokers, eligible Nodes) of the spec that disabled the profile, and the
+    // desiredBrokers the blocked state reports: max(the ordinary count, 3).
+    for (min, max, nodes, want) in [(1, 1, 3, 3), (1, 2, 3, 3), (3, 5, 5, 5), (3, 3, 3, 3)] {
+        let mut spec = disabled(false);
+        spec.min_brokers = min;
+        spec.max_brokers = max;
+        let mut obs = cluster(&spec, "a", discovery(Some(Kodo), Some(Kodo), 0, 2), Some(3));
+        obs.eligible_nodes = nodes;
+        let p = run(&spec, &obs, &previous(Some(GRACE), Some("n0")));
+        assert_eq!(p.phase, Phase::KodoDecommissionBlocked, "{}", p.message);
+        assert_eq!(p.desired_brokers, want, "min {min} max {max} nodes {nodes}");
+        assert_eq!(p.ready_brokers, 3);
+    }
+}
+
+#[test]
 fn a_confirmed_disable_rolls_brokers_while_discovery_is_held_in_kodo_mode() {
     let spec = disabled(true);
     let obs = cluster(&spec, "a", discovery(Some(Kodo), Some(Kodo), 0, 2), Some(3));
@@ -664,7 +681,8 @@ fn a_completed_decommission_is_never_resurrected() {
             None,
         );
         if empty_set {
-            // what a finished removal leaves: the StatefulSet at 0, its Pods gone
+            // what an older operator's removal left: the StatefulSet at 0, its Pods gone; it
+            // is deleted now, never scaled up again
             let mut g = gateways(&obs, &spec, 0);
             g.replicas = 0;
             g.pods.clear();
@@ -674,7 +692,7 @@ fn a_completed_decommission_is_never_resurrected() {
         let l = layout(&p);
         assert_eq!(l.gateway_replicas, None);
         assert_eq!((l.discovery_mode, l.route), (Direct, Some(Direct)));
-        assert!(!deletes(&p));
+        assert_eq!(deletes(&p), empty_set, "confirmed {confirmed}");
         assert_eq!(
             p.phase,
             Phase::Ready,

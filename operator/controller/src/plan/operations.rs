@@ -1,10 +1,13 @@
-//! The operations engine: with a valid spec and Secret, choose the one thing to do now
-//! (storage, nodes, maintenance, scale-down, scale-up, rollout) and the StatefulSet size.
+//! The operations: with a valid spec and Secret, choose the one thing to do now (storage,
+//! nodes, maintenance, scale-down, scale-up, rollout) and the StatefulSet size. (Named for
+//! what it decides, not "engine", which is the broker's crate.)
 
-use rustqueue_api::crd::{OperationKind, OperationPhase, RustQueueSpec, RustQueueStatus};
+use rustqueue_api::crd::{
+    OperationKind, OperationPhase, OperationStatus, RustQueueSpec, RustQueueStatus,
+};
 
-use super::model::{Action, BrokerPod, DrainGoal, Observed, Plan};
-use super::operation::{Step, advance, operation_id};
+use super::model::{Action, BrokerPod, DrainGoal, Observed, OperationChange, Plan};
+use super::operation::{Step, advance, operation_id, withdraw};
 use super::preflight::{self, Preflight};
 use super::{Phase, REQUEUE_ACTIVE, StorageState, desired_brokers, rollout};
 use crate::render::{Desired, names};
@@ -42,6 +45,10 @@ impl Context<'_> {
     }
     fn desired_n(&self) -> i32 {
         desired_brokers(self.spec, self.obs.eligible_nodes)
+    }
+    /// More brokers run than are desired: a drained scale-down is due.
+    fn shrinking(&self) -> bool {
+        self.current() > self.desired_n() && self.current() > 0
     }
     /// Replicas to apply outside a scale-down: grow at once, never shrink without a drain.
     fn grow_to(&self) -> i32 {
@@ -97,17 +104,50 @@ pub(super) fn decide(c: &Context<'_>, storage: &StorageState, out: &mut Plan) {
         out.requeue = REQUEUE_ACTIVE;
     }
     out.actions.extend(o.actions);
+    let now = crate::status::rfc3339(c.now);
+    let previous = c.previous.current_operation.as_ref();
     if let Some(step) = o.step {
-        let now = crate::status::rfc3339(c.now);
-        let (op, history) = advance(
-            c.previous.current_operation.as_ref(),
-            &c.previous.operation_history,
-            step,
-            &now,
-        );
-        out.operation = Some(op);
+        let (op, history) = advance(previous, &c.previous.operation_history, step, &now);
+        out.operation = OperationChange::Set(Box::new(op));
         out.operation_history = history;
+    } else if let Some(p) = previous.filter(|p| !p.phase.is_outcome())
+        && let Some(why) = withdrawn(c, p)
+    {
+        out.operation_history = withdraw(p, &c.previous.operation_history, &why, &now);
+        out.operation = OperationChange::Clear;
     }
+}
+
+/// Why the spec no longer asks for `op`, an operation that has not ended and that this
+/// reconcile did not continue; `None` while it still does (a rollout held by storage or the
+/// Kodo fences keeps its operation).
+fn withdrawn(c: &Context<'_>, op: &OperationStatus) -> Option<String> {
+    let asked = match op.kind {
+        OperationKind::Rollout | OperationKind::Rollback => rollout::identity(c.desired).1 == op.id,
+        OperationKind::Maintenance => c.spec.maintenance.as_ref().is_some_and(|m| {
+            m.enabled && operation_id(OperationKind::Maintenance, &[&m.broker, "enabled"]) == op.id
+        }),
+        OperationKind::ScaleUp => {
+            operation_id(OperationKind::ScaleUp, &[&c.desired_n().to_string()]) == op.id
+        }
+        OperationKind::ScaleDown => c.current() > c.desired_n(),
+    };
+    (!asked).then(|| match op.kind {
+        OperationKind::Rollout | OperationKind::Rollback => format!(
+            "withdrawn: the spec no longer asks for {} at revision {}",
+            op.target, op.revision
+        ),
+        OperationKind::Maintenance => {
+            format!(
+                "withdrawn: spec.maintenance no longer asks for {}",
+                op.target
+            )
+        }
+        OperationKind::ScaleUp | OperationKind::ScaleDown => format!(
+            "withdrawn: the desired broker count is {} now",
+            c.desired_n()
+        ),
+    })
 }
 
 /// The image of the runtime workloads: the one an outdated broker still runs, else the
@@ -120,84 +160,102 @@ pub(super) fn runtime_image(obs: &Observed, desired: &Desired) -> String {
         .unwrap_or_else(|| desired.spec.image.clone())
 }
 
+/// The gates after Kodo, in order (docs/operator.md, "Decision order"): the first that has
+/// something to say decides; the rollout (or `Ready`) comes last.
 fn choose(c: &Context<'_>, storage: &StorageState) -> Outcome {
-    let (phase, message) = match preflight::check(c.obs, c.desired) {
-        Preflight::Passed => (None, String::new()),
-        Preflight::Pending(m) => (Some((Phase::Preflight, OperationPhase::Preflight)), m),
-        Preflight::Blocked(m) => (Some((Phase::PreflightBlocked, OperationPhase::Blocked)), m),
+    preflight_gate(c)
+        .or_else(|| storage_gate(c, storage))
+        .or_else(|| nodes_gate(c))
+        .or_else(|| fences_gate(c))
+        .or_else(|| maintenance(c))
+        .or_else(|| c.shrinking().then(|| scale_down(c)))
+        .or_else(|| scale_up(c))
+        .unwrap_or_else(|| rollout(c))
+}
+
+/// The target image and the running brokers must support the desired set: `Preflight` or
+/// `PreflightBlocked`, drains resumed, runtime objects only.
+fn preflight_gate(c: &Context<'_>) -> Option<Outcome> {
+    let (phase, op_phase, message) = match preflight::check(c.obs, c.desired) {
+        Preflight::Passed => return None,
+        Preflight::Pending(m) => (Phase::Preflight, OperationPhase::Preflight, m),
+        Preflight::Blocked(m) => (Phase::PreflightBlocked, OperationPhase::Blocked, m),
     };
-    if let Some((phase, op_phase)) = phase {
-        let outdated = c.obs.brokers.iter().any(|b| !b.runs(&c.desired.revision));
-        let step = outdated.then(|| rollout::preflight_step(c.desired, c.obs, op_phase, &message));
-        return Outcome {
-            phase,
-            message,
-            step,
-            actions: c.resume_all_but(None),
-            replicas: None,
-        };
-    }
-    if let StorageState::Blocked(m) = storage {
-        return Outcome {
+    let outdated = c.obs.brokers.iter().any(|b| !b.runs(&c.desired.revision));
+    let step = outdated.then(|| rollout::preflight_step(c.desired, c.obs, op_phase, &message));
+    Some(Outcome {
+        phase,
+        message,
+        step,
+        actions: c.resume_all_but(None),
+        replicas: None,
+    })
+}
+
+/// Claims that contradict the spec block (`StorageBlocked`); claims below the size grow
+/// (`StorageResizing`). Either way drains are resumed and only runtime objects applied.
+fn storage_gate(c: &Context<'_>, storage: &StorageState) -> Option<Outcome> {
+    match storage {
+        StorageState::Blocked(m) => Some(Outcome {
             phase: Phase::StorageBlocked,
             message: m.clone(),
             step: None,
             actions: c.resume_all_but(None),
             replicas: None,
-        };
-    }
-    if let StorageState::Resizing { message, grow } = storage {
-        let mut actions: Vec<Action> = grow
-            .iter()
-            .map(|n| Action::PatchClaim {
-                name: n.clone(),
-                size: c.desired.claim_size.clone(),
+        }),
+        StorageState::Resizing { message, grow } => {
+            let mut actions: Vec<Action> = grow
+                .iter()
+                .map(|n| Action::PatchClaim {
+                    name: n.clone(),
+                    size: c.desired.claim_size.clone(),
+                })
+                .collect();
+            actions.extend(c.resume_all_but(None));
+            Some(Outcome {
+                phase: Phase::StorageResizing,
+                message: message.clone(),
+                step: None,
+                actions,
+                replicas: None,
             })
-            .collect();
-        actions.extend(c.resume_all_but(None));
-        return Outcome {
-            phase: Phase::StorageResizing,
-            message: message.clone(),
-            step: None,
-            actions,
-            replicas: None,
-        };
+        }
+        StorageState::Ready | StorageState::Pending(_) => None,
     }
+}
+
+/// Fewer eligible Nodes than brokers desired: `InsufficientNodes`, drains resumed.
+fn nodes_gate(c: &Context<'_>) -> Option<Outcome> {
     let desired = c.desired_n();
-    if c.obs.eligible_nodes < desired {
-        return Outcome {
-            phase: Phase::InsufficientNodes,
-            message: format!(
-                "{} eligible nodes; desired is {desired} and minimum is {}: label more Nodes with the eligible selector or lower spec.minBrokers",
-                c.obs.eligible_nodes, c.spec.min_brokers
-            ),
-            step: None,
-            actions: c.resume_all_but(None),
-            replicas: Some(c.grow_to()),
-        };
-    }
+    (c.obs.eligible_nodes < desired).then(|| Outcome {
+        phase: Phase::InsufficientNodes,
+        message: format!(
+            "{} eligible nodes; desired is {desired} and minimum is {}: label more Nodes with the eligible selector or lower spec.minBrokers",
+            c.obs.eligible_nodes, c.spec.min_brokers
+        ),
+        step: None,
+        actions: c.resume_all_but(None),
+        replicas: Some(c.grow_to()),
+    })
+}
+
+/// A maintenance drain or a scale-down waits while the Kodo fences are open.
+fn fences_gate(c: &Context<'_>) -> Option<Outcome> {
     let enabled_maintenance = c.spec.maintenance.as_ref().is_some_and(|m| m.enabled);
-    let shrinking = c.current() > desired && c.current() > 0;
-    if !c.disruptions_allowed && (enabled_maintenance || shrinking) {
-        return Outcome {
-            phase: Phase::WaitingForKodoCutover,
-            message:
-                "a broker disruption (maintenance or scale-down) waits for the Kodo cutover fences"
-                    .into(),
-            step: None,
-            actions: c.resume_all_but(None),
-            replicas: Some(c.grow_to()),
-        };
-    }
-    if let Some(o) = maintenance(c) {
-        return o;
-    }
-    if shrinking {
-        return scale_down(c);
-    }
-    if let Some(o) = scale_up(c) {
-        return o;
-    }
+    (!c.disruptions_allowed && (enabled_maintenance || c.shrinking())).then(|| Outcome {
+        phase: Phase::WaitingForKodoCutover,
+        message:
+            "a broker disruption (maintenance or scale-down) waits for the Kodo cutover fences"
+                .into(),
+        step: None,
+        actions: c.resume_all_but(None),
+        replicas: Some(c.grow_to()),
+    })
+}
+
+/// The rollout to the target revision (one broker at a time), held while the Kodo fences
+/// are open; `Ready` (or waiting for a broker down for its own reasons) when none is due.
+fn rollout(c: &Context<'_>) -> Outcome {
     if !c.disruptions_allowed {
         let outdated = c
             .set(c.current())
