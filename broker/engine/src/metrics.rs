@@ -58,7 +58,6 @@ counters! {
     EvictedMessages => "rustqueue_protective_evicted_messages_total", Counter, "Messages deleted by protective eviction";
     GroupCommits => "rustqueue_publish_group_commits_total", Counter, "Publish groups answered together (one fdatasync in durable mode, one append otherwise)";
     GroupRequests => "rustqueue_publish_group_requests_total", Counter, "Publish requests committed in groups";
-    InlineAppends => "rustqueue_publish_inline_appends_total", Counter, "Relaxed publishes appended in their connection's task (an idle pipeline, a free log lock), each a group of one";
     GroupMaxRequests => "rustqueue_publish_group_max_requests", Gauge, "Largest publish group so far";
     PublishWorkers => "rustqueue_publish_workers", Gauge, "Running publish group-commit workers (one per topic)";
     PublishWorkersRetired => "rustqueue_publish_workers_retired_total", Counter, "Publish workers that ended";

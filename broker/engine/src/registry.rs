@@ -17,7 +17,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::lock::{lock, read, write};
 use crate::metrics::EngineMetrics;
-use crate::topic::{GroupSettings, InlineAppend, Topic, publish_worker};
+use crate::topic::{GroupSettings, Topic, publish_worker};
 use crate::types::{is_ephemeral, now_ns, valid_name};
 
 /// Ephemeral topics live in memory; small segments let GC free it promptly.
@@ -112,15 +112,6 @@ impl Registry {
         } else {
             log.durable_position()
         };
-        let (sync_tx, sync_rx) = mpsc::unbounded_channel();
-        let set = self.group_settings();
-        let inline =
-            (set.ack_mode != crate::AckMode::Durable && !ephemeral).then(|| InlineAppend {
-                store: self.store.clone(),
-                sync_tx: sync_tx.clone(),
-                sync_messages: set.sync_messages,
-                sync_bytes: set.sync_bytes,
-            });
         let t = Arc::new(Topic {
             name: manifest.name.clone(),
             ephemeral,
@@ -133,14 +124,12 @@ impl Registry {
             pub_tx: tx,
             ack_mode: self.cfg.ack_mode,
             metrics: self.metrics.clone(),
-            inline,
         });
         tokio::spawn(publish_worker(
             Arc::downgrade(&t),
             self.store.clone(),
-            set,
+            self.group_settings(),
             rx,
-            (sync_tx, sync_rx),
         ));
         t
     }

@@ -54,21 +54,6 @@ pub(crate) struct Topic {
     pub pub_tx: mpsc::Sender<PubReq>,
     pub ack_mode: AckMode,
     pub metrics: Arc<EngineMetrics>,
-    /// Set in the relaxed ack modes: a publish may append in its caller's task.
-    pub inline: Option<InlineAppend>,
-}
-
-/// What a publish needs to append in its caller's task instead of the pipeline's (relaxed
-/// ack modes, durable topics): a relaxed publish is answered after the append, so when the
-/// log lock is free and nothing waits in the pipeline, handing it to the pipeline task and
-/// back costs two task wake-ups and buys nothing.
-pub(crate) struct InlineAppend {
-    pub store: Arc<Store>,
-    /// The pipeline's sync stage: told when the first unsynced append needs its timer, and
-    /// when a relaxed threshold is reached.
-    pub sync_tx: mpsc::UnboundedSender<Appended>,
-    pub sync_messages: u64,
-    pub sync_bytes: u64,
 }
 
 impl Topic {
@@ -88,13 +73,6 @@ impl Topic {
         available_at_ms: i64,
         force_sync: bool,
     ) -> Result<(), PublishError> {
-        if !force_sync && let Some(done) = self.append_inline(&bodies, available_at_ms) {
-            // An inline append never waits, so a connection publishing in a loop would never
-            // let the pipeline's sync stage (or anything else on its thread) run: it counts
-            // against the task's cooperative budget like any other completed I/O.
-            tokio::task::consume_budget().await;
-            return done;
-        }
         let (tx, rx) = oneshot::channel();
         self.pub_tx
             .send(PubReq {
@@ -107,59 +85,6 @@ impl Topic {
             .await
             .map_err(|_| PublishError::ShuttingDown)?;
         rx.await.map_err(|_| PublishError::ShuttingDown)?
-    }
-
-    /// Appends a relaxed publish in the caller's task when that is cheap and keeps the
-    /// pipeline's guarantees: the pipeline holds no request, the log lock is free, and the
-    /// append needs no I/O beyond the write (no segment to seal, ids already reserved).
-    /// `None`: the pipeline takes it.
-    fn append_inline(
-        &self,
-        bodies: &[Bytes],
-        available_at_ms: i64,
-    ) -> Option<Result<(), PublishError>> {
-        let inline = self.inline.as_ref()?;
-        if self.pub_tx.capacity() < self.pub_tx.max_capacity() {
-            return None;
-        }
-        let bytes = rustqueue_storage::payload_len(bodies.iter().map(Bytes::len)) + 48;
-        let n = bodies.len() as u64;
-        let mut log = self.log.try_lock().ok()?;
-        if log.append_needs_io(bytes) || !inline.store.ids_reserved(n) {
-            return None;
-        }
-        let held = Instant::now();
-        let result = inline
-            .store
-            .allocate_ids(n)
-            .and_then(|first_id| {
-                log.append(&AppendBatch {
-                    first_id,
-                    bodies,
-                    timestamp_ns: now_ns(),
-                    available_at_ms,
-                })
-            })
-            .map(|_| ())
-            .map_err(PublishError::from);
-        let (unsynced, unsynced_bytes) = log.unsynced();
-        drop(log);
-        let m = &self.metrics;
-        m.since(Timer::PublishLockHold, held);
-        m.add(Counter::GroupCommits, 1);
-        m.add(Counter::GroupRequests, 1);
-        m.add(Counter::InlineAppends, 1);
-        self.publish_visibility();
-        // The sync stage arms its interval timer on the first unsynced append and syncs at a
-        // threshold; between those it need not hear of every append.
-        if result.is_ok()
-            && (unsynced == n
-                || unsynced >= inline.sync_messages
-                || unsynced_bytes >= inline.sync_bytes)
-        {
-            let _ = inline.sync_tx.send(Appended::Relaxed);
-        }
-        Some(result)
     }
 
     pub fn visible_through(&self) -> u64 {
@@ -208,14 +133,8 @@ pub(crate) struct GroupSettings {
 
 type Reply = crate::group::Reply<PublishError>;
 
-/// The channel from the append stage (and inline appends) to the sync stage.
-pub(crate) type SyncChannel = (
-    mpsc::UnboundedSender<Appended>,
-    mpsc::UnboundedReceiver<Appended>,
-);
-
 /// What the append stage hands the sync stage.
-pub(crate) enum Appended {
+enum Appended {
     /// Appended requests answered only once an fsync that started after their append is done.
     AwaitSync(Vec<Reply>),
     /// A relaxed append already answered: sync when a relaxed threshold is reached.
@@ -235,12 +154,12 @@ pub(crate) async fn publish_worker(
     store: Arc<Store>,
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
-    (sync_tx, sync_rx): SyncChannel,
 ) {
     let Some(metrics) = topic.upgrade().map(|t| t.metrics.clone()) else {
         return;
     };
     metrics.add(Counter::PublishWorkers, 1);
+    let (sync_tx, sync_rx) = mpsc::unbounded_channel();
     tokio::join!(
         append_stage(topic.clone(), store, set, rx, sync_tx),
         sync_stage(topic, set, sync_rx),

@@ -638,37 +638,3 @@ async fn one_batch_takes_what_rdy_and_the_limit_allow_read_from_disk_in_order() 
     assert_eq!(m.get(Counter::FetchMessages), 9);
     assert_eq!(m.get(Counter::FetchBatches), 4, "one take per batch");
 }
-
-#[tokio::test]
-async fn relaxed_publishes_append_in_the_callers_task_and_durable_ones_never_do() {
-    for mode in [AckMode::NsqRelaxed, AckMode::WriteAck, AckMode::Durable] {
-        let dir = tempfile::tempdir().unwrap();
-        let e = Engine::open(EngineConfig {
-            ack_mode: mode,
-            ..cfg(dir.path())
-        })
-        .await
-        .unwrap();
-        e.create_channel("t", "c").unwrap();
-        for i in 0..50 {
-            e.publish("t", vec![b(&format!("m{i}"))], None)
-                .await
-                .unwrap();
-        }
-        let inline = e.metrics().get(Counter::InlineAppends);
-        if mode == AckMode::Durable {
-            assert_eq!(inline, 0, "a durable publish waits for its group's fsync");
-        } else {
-            // The first publish creates the topic's segment (I/O: the pipeline's job).
-            assert!(inline >= 40, "{mode:?}: {inline} of 50 appended inline");
-        }
-        let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-        c.set_ready(100);
-        for i in 0..50 {
-            let d = next(&mut c).await;
-            assert_eq!(d.body, b(&format!("m{i}")), "{mode:?}: in order");
-            c.finish(d.id).await.unwrap();
-        }
-        e.shutdown().await;
-    }
-}

@@ -12,11 +12,7 @@ use common::{Broker, eventually, metric};
 use rustqueue_engine::{Counter, Timer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 13] = [
-    (
-        "rustqueue_publish_inline_appends_total",
-        "relaxed ack modes only (this broker is durable); engine tests/delivery.rs",
-    ),
+const MAY_BE_ZERO: [(&str, &str); 12] = [
     (
         "rustqueue_protective_evictions_total",
         "needs disk pressure; tests/protective_eviction.rs",
