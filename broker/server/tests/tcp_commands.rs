@@ -200,21 +200,21 @@ async fn stats_show_the_subscribed_client_and_the_producer() {
 }
 
 #[tokio::test]
-async fn two_thousand_fins_in_one_write_all_take_effect_and_the_session_goes_on() {
-    // More FINs than a session lets wait for their WAL fsync at once (1,024): the rest wait
+async fn ten_thousand_fins_in_one_write_all_take_effect_and_the_session_goes_on() {
+    // More FINs than a session lets wait for their WAL fsync at once (8,192): the rest wait
     // unread, then run; none is lost and the connection keeps working.
-    let b = Broker::start().await;
+    let b = Broker::start_with(|c| c.limits.max_rdy_count = 10_000).await;
     let mut p = b.client().await;
-    let bodies: Vec<Vec<u8>> = (0..2000).map(|i| format!("m{i}").into_bytes()).collect();
+    let bodies: Vec<Vec<u8>> = (0..10_000).map(|i| format!("m{i}").into_bytes()).collect();
     for chunk in bodies.chunks(100) {
         let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
         p.cmd_body("MPUB t", &encode_mpub_body(&refs)).await;
         p.expect_ok().await;
     }
     let mut c = b.client().await;
-    c.subscribe("t", "ch", 2000).await;
+    c.subscribe("t", "ch", 10_000).await;
     let mut fins = Vec::new();
-    for _ in 0..2000 {
+    for _ in 0..10_000 {
         let (id, _, _) = c.expect_message().await;
         fins.extend_from_slice(b"FIN ");
         fins.extend_from_slice(&id);

@@ -18,10 +18,11 @@ use crate::tcp::session::{Next, Session, State};
 
 /// Most FIN/REQ a session keeps applied but not yet durable. Further acks wait, unread, in
 /// the session's input: this bounds the memory a fast consumer can pin while its channel WAL
-/// catches up, and makes the session yield to the WAL worker. It must cover what a consumer
-/// finishes during one WAL group commit (up to 1 ms of collecting plus the fdatasync): at
-/// 256 a session finished at most 256 messages per commit, about 50k a second.
-pub(super) const MAX_PENDING: usize = 1_024;
+/// catches up (a few hundred KiB), and makes the session yield to the WAL worker. It must
+/// cover what a consumer finishes during one WAL group commit, which under load (the worker
+/// waiting its turn on busy cores) takes several milliseconds: at 1,024 two consumers
+/// draining a backlog finished about 150k messages a second, at 8,192 about 300k.
+pub(super) const MAX_PENDING: usize = 8_192;
 
 /// Whether `cmd` is FIN, REQ or TOUCH.
 pub(super) fn is_ack(cmd: &Command) -> bool {
