@@ -125,25 +125,9 @@ fn default_idle_topics() -> usize {
 const ONE_PER_SERVER: &str = "the ack mode does not change what a restart reads or what an \
                               idle topic costs: one profile per server";
 
-/// The cases of docs/benchmarks.md, in run order.
-pub fn cases(s: &Settings) -> Vec<Case> {
-    let base = RunConfig {
-        address: String::new(),
-        topic_prefix: String::new(),
-        producers: 16,
-        consumers: 16,
-        consume_after_publish: false,
-        batch_size: 1,
-        message_bytes: 1024,
-        rate: None,
-        warmup_seconds: s.warmup_seconds,
-        duration_seconds: Some(s.duration_seconds),
-        messages: 0,
-        drain_timeout_seconds: s.drain_timeout_seconds,
-        identify: true,
-        broker_pid: None,
-    };
-    let case = |name: &str, title: &str, headline, load: RunConfig| Case {
+/// A load case: `load` run against every profile on topic `bench-<name>`.
+fn case(name: &str, title: &str, headline: Headline, load: RunConfig) -> Case {
+    Case {
         name: name.to_owned(),
         title: title.to_owned(),
         headline,
@@ -153,7 +137,11 @@ pub fn cases(s: &Settings) -> Vec<Case> {
         },
         kind: CaseKind::Load,
         skip: vec![],
-    };
+    }
+}
+
+/// The cases that are not a load: the disk, a restart, idle topics.
+fn whole_broker_cases(s: &Settings, base: &RunConfig) -> [Case; 3] {
     let one_per_server = || {
         broker::profiles()
             .iter()
@@ -213,6 +201,73 @@ pub fn cases(s: &Settings) -> Vec<Case> {
             base.clone(),
         )
     };
+    [disk, restart, idle]
+}
+
+/// Consumers that keep up: two backlogs drained by 2 consumers at RDY 2500, and 2 writers
+/// with 2 such readers at once.
+fn keep_up_cases(s: &Settings, base: &RunConfig) -> Vec<Case> {
+    let mut all = Vec::new();
+    let drain = |bytes: usize| RunConfig {
+        producers: 2,
+        consumers: 2,
+        batch_size: 64,
+        message_bytes: bytes,
+        consume_after_publish: true,
+        warmup_seconds: 0.0,
+        duration_seconds: None,
+        messages: s.drain_messages,
+        ..base.clone()
+    };
+    for (bytes, label) in [(200, "200 B"), (1024, "1 KiB")] {
+        all.push(case(
+            &format!("drain_{}", label.replace(' ', "").to_lowercase()),
+            &format!(
+                "Consumers that keep up, backlog: 2 writers MPUB 64 x {label} publish {} messages with no reader, then 2 consumers at RDY {DRAIN_RDY} (FIN each) drain it",
+                thousands(s.drain_messages)
+            ),
+            Headline::DrainRate,
+            drain(bytes),
+        ));
+    }
+    // Twice the usual window: a backlog that grows shows better over a longer run.
+    let mixed_seconds = 2.0 * s.duration_seconds;
+    all.push(case(
+        "mixed",
+        &format!(
+            "Consumers that keep up, live: 2 writers MPUB 64 x 1 KiB and 2 consumers at RDY {DRAIN_RDY} at once, {mixed_seconds} s"
+        ),
+        Headline::ReceiveRate,
+        RunConfig {
+            producers: 2,
+            consumers: 2,
+            batch_size: 64,
+            duration_seconds: Some(mixed_seconds),
+            ..base.clone()
+        },
+    ));
+    all
+}
+
+/// The cases of docs/benchmarks.md, in run order.
+pub fn cases(s: &Settings) -> Vec<Case> {
+    let base = RunConfig {
+        address: String::new(),
+        topic_prefix: String::new(),
+        producers: 16,
+        consumers: 16,
+        consume_after_publish: false,
+        batch_size: 1,
+        message_bytes: 1024,
+        rate: None,
+        warmup_seconds: s.warmup_seconds,
+        duration_seconds: Some(s.duration_seconds),
+        messages: 0,
+        drain_timeout_seconds: s.drain_timeout_seconds,
+        identify: true,
+        broker_pid: None,
+    };
+    let [disk, restart, idle] = whole_broker_cases(s, &base);
     let mut all = vec![
         disk,
         case(
@@ -265,44 +320,7 @@ pub fn cases(s: &Settings) -> Vec<Case> {
             },
         ),
     ];
-    let drain = |bytes: usize| RunConfig {
-        producers: 2,
-        consumers: 2,
-        batch_size: 64,
-        message_bytes: bytes,
-        consume_after_publish: true,
-        warmup_seconds: 0.0,
-        duration_seconds: None,
-        messages: s.drain_messages,
-        ..base.clone()
-    };
-    for (bytes, label) in [(200, "200 B"), (1024, "1 KiB")] {
-        all.push(case(
-            &format!("drain_{}", label.replace(' ', "").to_lowercase()),
-            &format!(
-                "Consumers that keep up, backlog: 2 writers MPUB 64 x {label} publish {} messages with no reader, then 2 consumers at RDY {DRAIN_RDY} (FIN each) drain it",
-                thousands(s.drain_messages)
-            ),
-            Headline::DrainRate,
-            drain(bytes),
-        ));
-    }
-    // Twice the usual window: a backlog that grows shows better over a longer run.
-    let mixed_seconds = 2.0 * s.duration_seconds;
-    all.push(case(
-        "mixed",
-        &format!(
-            "Consumers that keep up, live: 2 writers MPUB 64 x 1 KiB and 2 consumers at RDY {DRAIN_RDY} at once, {mixed_seconds} s"
-        ),
-        Headline::ReceiveRate,
-        RunConfig {
-            producers: 2,
-            consumers: 2,
-            batch_size: 64,
-            duration_seconds: Some(mixed_seconds),
-            ..base
-        },
-    ));
+    all.extend(keep_up_cases(s, &base));
     for backlog in all
         .iter_mut()
         .filter(|c| c.name == "backlog" || c.name.starts_with("drain_"))

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::{ClientError, Conn};
@@ -139,6 +140,76 @@ pub enum RunError {
     Setup(#[from] ClientError),
 }
 
+/// Connects and subscribes every consumer (SUB is acknowledged before the first publish, so
+/// the channel holds every message), each held by `control` until released.
+async fn start_consumers(
+    config: &RunConfig,
+    topic: &str,
+    channel: &str,
+    ledger: &Arc<Ledger>,
+    control: &ConsumerControl,
+) -> Result<Vec<JoinHandle<Result<(), ClientError>>>, RunError> {
+    let mut consumers = Vec::new();
+    for i in 0..config.consumers {
+        let mut conn =
+            Conn::connect(&config.address, config.identify, &format!("bench-c{i}")).await?;
+        load::subscribe(&mut conn, topic, channel).await?;
+        let task = load::consume(conn, ledger.clone(), control.clone());
+        consumers.push(tokio::spawn(task));
+    }
+    Ok(consumers)
+}
+
+/// Waits until the ledger has every acknowledged message back, every consumer ended, or the
+/// limit passed: `(seconds, timed out)`.
+async fn drain(
+    ledger: &Ledger,
+    consumers: &[JoinHandle<Result<(), ClientError>>],
+    limit_seconds: f64,
+) -> (f64, bool) {
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(limit_seconds);
+    while ledger.outstanding() > 0 {
+        if start.elapsed() > limit {
+            return (start.elapsed().as_secs_f64(), true);
+        }
+        if consumers.iter().all(|c| c.is_finished()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (start.elapsed().as_secs_f64(), false)
+}
+
+/// The broker's memory and CPU over the run, from its /proc samples.
+fn broker_usage(
+    pid: u32,
+    sampler: Sampler,
+    (before, after_publish): (Option<procstat::Sample>, Option<procstat::Sample>),
+    (window_start, window_end): (&Mark, &Mark),
+    summary: &Summary,
+) -> BrokerUsage {
+    let peak = sampler.finish();
+    let end = procstat::sample(pid).unwrap_or_default();
+    let before = before.unwrap_or_default();
+    let after = after_publish.unwrap_or_default();
+    let window = window_end.at.duration_since(window_start.at).as_secs_f64();
+    let cpu_seconds = (window_end
+        .broker_ticks
+        .saturating_sub(window_start.broker_ticks)) as f64
+        / procstat::TICKS_PER_SECOND;
+    BrokerUsage {
+        peak_rss_bytes: peak.max(end.rss_bytes),
+        hwm_bytes: end.hwm_bytes,
+        rss_before_bytes: before.rss_bytes,
+        rss_after_publish_bytes: after.rss_bytes,
+        rss_growth_per_message_bytes: (after.rss_bytes as f64 - before.rss_bytes as f64)
+            / summary.acknowledged.max(1) as f64,
+        cpu_seconds,
+        cpu_cores: cpu_seconds / window.max(1e-9),
+    }
+}
+
 /// Runs one benchmark.
 pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     validate(&config)?;
@@ -153,19 +224,11 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     let (go_tx, go_rx) = watch::channel(!config.consume_after_publish);
     let (stop_tx, stop_rx) = watch::channel(false);
 
-    let mut consumers = Vec::new();
-    for i in 0..config.consumers {
-        let mut conn =
-            Conn::connect(&config.address, config.identify, &format!("bench-c{i}")).await?;
-        // SUB is acknowledged before the first publish, so the channel holds every message.
-        load::subscribe(&mut conn, &topic, &channel).await?;
-        let control = ConsumerControl {
-            go: go_rx.clone(),
-            stop: stop_rx.clone(),
-        };
-        let task = load::consume(conn, ledger.clone(), control);
-        consumers.push(tokio::spawn(task));
-    }
+    let control = ConsumerControl {
+        go: go_rx,
+        stop: stop_rx,
+    };
+    let consumers = start_consumers(&config, &topic, &channel, &ledger, &control).await?;
     let mut conns = Vec::new();
     for i in 0..config.producers {
         conns.push(Conn::connect(&config.address, config.identify, &format!("bench-p{i}")).await?);
@@ -215,21 +278,9 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     let window_end = window_end.unwrap_or_else(|| Mark::take(&ledger, config.broker_pid));
     let broker_after_publish = config.broker_pid.and_then(procstat::sample);
 
-    let drain_start = Instant::now();
     let _ = go_tx.send(true);
-    let drain_limit = Duration::from_secs_f64(config.drain_timeout_seconds);
-    let mut drain_timed_out = false;
-    while ledger.outstanding() > 0 {
-        if drain_start.elapsed() > drain_limit {
-            drain_timed_out = true;
-            break;
-        }
-        if consumers.iter().all(|c| c.is_finished()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let drain_seconds = drain_start.elapsed().as_secs_f64();
+    let (drain_seconds, drain_timed_out) =
+        drain(&ledger, &consumers, config.drain_timeout_seconds).await;
     let _ = stop_tx.send(true);
     for task in consumers {
         match tokio::time::timeout(Duration::from_secs(30), task).await {
@@ -241,25 +292,14 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     }
     let summary = ledger.summary();
     let broker = sampler.map(|(pid, sampler)| {
-        let peak = sampler.finish();
-        let end = procstat::sample(pid).unwrap_or_default();
-        let before = broker_before.unwrap_or_default();
-        let after = broker_after_publish.unwrap_or_default();
-        let window = window_end.at.duration_since(window_start.at).as_secs_f64();
-        let cpu_seconds = (window_end
-            .broker_ticks
-            .saturating_sub(window_start.broker_ticks)) as f64
-            / procstat::TICKS_PER_SECOND;
-        BrokerUsage {
-            peak_rss_bytes: peak.max(end.rss_bytes),
-            hwm_bytes: end.hwm_bytes,
-            rss_before_bytes: before.rss_bytes,
-            rss_after_publish_bytes: after.rss_bytes,
-            rss_growth_per_message_bytes: (after.rss_bytes as f64 - before.rss_bytes as f64)
-                / summary.acknowledged.max(1) as f64,
-            cpu_seconds,
-            cpu_cores: cpu_seconds / window.max(1e-9),
-        }
+        let samples = (broker_before, broker_after_publish);
+        broker_usage(
+            pid,
+            sampler,
+            samples,
+            (&window_start, &window_end),
+            &summary,
+        )
     });
     Ok(report(
         config,

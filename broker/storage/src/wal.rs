@@ -238,22 +238,7 @@ impl ChannelWal {
         let mut state = match decode_checkpoint(&ckpt_path, &bytes) {
             Ok(s) if s.name == name => s,
             bad => {
-                let why = match bad {
-                    Ok(s) => format!("checkpoint names channel {:?}", s.name),
-                    Err(e) => e.to_string(),
-                };
-                findings.push(Finding {
-                    channel: Some(name.to_string()),
-                    ..sink.finding(
-                        DamageKind::ChannelCheckpoint,
-                        &ckpt_path,
-                        (0, bytes.len() as u64),
-                        sink.opening(),
-                        &format!(
-                            "{why}: the channel restarts from the first stored message, so messages it had finished are delivered again"
-                        ),
-                    )
-                });
+                findings.push(bad_checkpoint(sink, &ckpt_path, name, &bytes, bad));
                 ChannelState::new(name, 1)
             }
         };
@@ -417,6 +402,33 @@ pub fn remove_files(fs: &dyn Fs, dir: &Path, wal: &Path, ckpt: &Path) -> Result<
         }
     }
     fs.sync_dir(dir).map_err(io_err("fsync directory", dir))
+}
+
+/// The finding for a checkpoint that failed its CRC, did not parse, or names another channel:
+/// the channel restarts from its beginning.
+fn bad_checkpoint(
+    sink: &DamageSink,
+    path: &Path,
+    name: &str,
+    bytes: &[u8],
+    bad: Result<ChannelState, StorageError>,
+) -> Finding {
+    let why = match bad {
+        Ok(s) => format!("checkpoint names channel {:?}", s.name),
+        Err(e) => e.to_string(),
+    };
+    Finding {
+        channel: Some(name.to_string()),
+        ..sink.finding(
+            DamageKind::ChannelCheckpoint,
+            path,
+            (0, bytes.len() as u64),
+            sink.opening(),
+            &format!(
+                "{why}: the channel restarts from the first stored message, so messages it had finished are delivered again"
+            ),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -85,25 +85,23 @@ impl Default for Metrics {
     }
 }
 
+/// The reserved series: declared so dashboards find them, with no source yet.
+fn register_reserved(r: &Registry) {
+    const HELP: &str = "Reserved: no source in this broker yet (always 0)";
+    for name in RESERVED {
+        if name.ends_with("_total") {
+            counter(r, name, HELP);
+        } else {
+            gauge(r, name, HELP);
+        }
+    }
+}
+
 impl Metrics {
     /// Registers every series this crate owns (engine series are added per scrape).
     pub fn new() -> Self {
         let r = Registry::new();
-        for name in RESERVED {
-            if name.ends_with("_total") {
-                counter(
-                    &r,
-                    name,
-                    "Reserved: no source in this broker yet (always 0)",
-                );
-            } else {
-                gauge(
-                    &r,
-                    name,
-                    "Reserved: no source in this broker yet (always 0)",
-                );
-            }
-        }
+        register_reserved(&r);
         Self {
             tcp_connections: gauge(&r, "rustqueue_tcp_connections", "Open TCP connections"),
             protocol_errors_total: counter(

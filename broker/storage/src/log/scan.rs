@@ -135,6 +135,27 @@ pub(super) fn body_crc(payload: &[u8], it: &Item) -> u32 {
         .map_or(0, crc32c::crc32c)
 }
 
+/// A record whose only damage is its length field: whole once it says `bytes.len()` (or,
+/// with nothing whole after it, where the zeros ahead of the tail begin), and the record
+/// the log expects next.
+fn whole_but_length(bytes: &[u8], nonzero: usize, last: bool, next_index: u64) -> Option<Whole> {
+    let n = [bytes.len(), nonzero].into_iter().find(|&n| {
+        n >= HEADER_LEN + 4 && record::whole_with_length(&bytes[..n], &bytes[HEADER_LEN..n])
+    })?;
+    if n != bytes.len() && !last {
+        return None;
+    }
+    let bytes = &bytes[..n];
+    let mut h = record::header_unchecked(bytes);
+    h.payload_len = (bytes.len() - HEADER_LEN) as u32;
+    let items = record::decode_items(&h, &bytes[HEADER_LEN..]).ok()?;
+    (h.log_index == next_index).then(|| Whole {
+        header: h,
+        items,
+        payload: bytes[HEADER_LEN..].to_vec(),
+    })
+}
+
 /// Walks every record of a segment. In the `last` segment a partial record with nothing
 /// whole after it ends the walk (a torn tail, not damage). Only I/O errors and a whole record
 /// out of log-index order are errors; everything else is reported in [`Walk::damages`].
@@ -189,37 +210,20 @@ pub(crate) fn walk(
             .map_err(io_err("read", path))?;
         pace(end - offset);
         let nonzero = nonzero_len(&bytes);
-        // Only the length field damaged? Then the record is whole once it says `end` (or,
-        // with nothing whole after it, where the zeros ahead of the tail begin).
-        let whole_len = [bytes.len(), nonzero].into_iter().find(|&n| {
-            n >= HEADER_LEN + 4 && record::whole_with_length(&bytes[..n], &bytes[HEADER_LEN..n])
-        });
-        if let Some(n) = whole_len.filter(|&n| n == bytes.len() || next.is_none()) {
-            let end = offset + n as u64;
-            let bytes = &bytes[..n];
-            let mut h = record::header_unchecked(bytes);
-            h.payload_len = (bytes.len() - HEADER_LEN) as u32;
-            if let Ok(items) = record::decode_items(&h, &bytes[HEADER_LEN..])
-                && h.log_index == next_index
-            {
-                let w = Whole {
-                    header: h,
-                    items,
-                    payload: bytes[HEADER_LEN..].to_vec(),
-                };
-                accept(&mut out, &w, offset, base);
-                prev = w.items.last().map(|i| i.position).or(prev);
-                next_index += 1;
-                out.damages.push(Damage {
-                    range: (offset, end),
-                    positions: Vec::new(),
-                    ids: Vec::new(),
-                    recovered: true,
-                    tail: next.is_none(),
-                });
-                offset = end;
-                continue;
-            }
+        if let Some(w) = whole_but_length(&bytes, nonzero, next.is_none(), next_index) {
+            let end = offset + HEADER_LEN as u64 + u64::from(w.header.payload_len);
+            accept(&mut out, &w, offset, base);
+            prev = w.items.last().map(|i| i.position).or(prev);
+            next_index += 1;
+            out.damages.push(Damage {
+                range: (offset, end),
+                positions: Vec::new(),
+                ids: Vec::new(),
+                recovered: true,
+                tail: next.is_none(),
+            });
+            offset = end;
+            continue;
         }
         if next.is_none() && last && (e_is_short(&failed) || reaches_zeros(&bytes, nonzero)) {
             out.zero_tail = nonzero == 0;
