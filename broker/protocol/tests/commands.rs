@@ -99,6 +99,10 @@ fn decodes_the_same_commands_when_fed_one_byte_at_a_time() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn rejects_bad_input_with_the_nsqd_error_code() {
     let mpub = |b: &[u8]| body("MPUB t\n", b);
     let table: Vec<(Vec<u8>, ErrorCode, &str)> = vec![

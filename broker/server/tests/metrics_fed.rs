@@ -102,6 +102,10 @@ async fn post(url: String, token: Option<&str>) -> reqwest::StatusCode {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 async fn real_traffic_moves_every_fed_series_and_histogram() {
     let tokens = tempfile::tempdir().unwrap();
     let admin = tokens.path().join("admin");

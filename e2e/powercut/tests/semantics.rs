@@ -53,6 +53,10 @@ type Case = (
 );
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn after_a_cut_exactly_the_synced_state_is_there() {
     let cases: Vec<Case> = vec![
         (

@@ -46,6 +46,10 @@ fn pods_run_from_registry_images_with_their_security_context() {
     support::run(scenario());
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 async fn scenario() {
     let bed = support::start().await;
     let digest = support::push_tiny_oci_image(&bed).await;

@@ -71,6 +71,10 @@ fn pods_get_their_env_volumes_restarts_and_graceful_termination() {
     support::run(scenario());
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 async fn scenario() {
     let bed = support::start().await;
     let client = bed.client();

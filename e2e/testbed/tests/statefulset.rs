@@ -98,6 +98,10 @@ fn statefulset_pods_get_ips_endpoints_and_keep_their_volume_across_replacement_a
     support::run(scenario());
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 async fn scenario() {
     let started = std::time::Instant::now();
     let bed = support::start().await;

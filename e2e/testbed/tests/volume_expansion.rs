@@ -69,6 +69,10 @@ struct Seen {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn a_bound_claim_grows_through_the_resizer_and_cannot_shrink() {
     support::run(async {
         let bed = support::start().await;

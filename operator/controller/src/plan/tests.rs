@@ -193,6 +193,10 @@ impl Row {
 const RO: OperationKind = OperationKind::Rollout;
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn rollout_transitions() {
     let three_a = || Observed::test().brokers(3).at_revision("a");
     let rows = vec![
@@ -359,6 +363,10 @@ fn rollout_transitions() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn preflight_transitions() {
     use super::builder::{CAPABLE, LEVEL_ONE};
     let three_a = || Observed::test().brokers(3).at_revision("a");
@@ -480,6 +488,10 @@ fn probes_of_older_contracts_are_deleted() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test table or scenario reads best in one piece"
+)]
 fn cluster_transitions() {
     let ready_b = || Observed::test().brokers(3).at_revision("b");
     let up = OperationKind::ScaleUp;

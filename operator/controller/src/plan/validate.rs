@@ -382,6 +382,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "a test table or scenario reads best in one piece"
+    )]
     fn each_kodo_rule_says_what_to_set() {
         type Edit = fn(&mut RustQueueSpec);
         let cases: &[(Edit, &str)] = &[
