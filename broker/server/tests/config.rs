@@ -260,6 +260,23 @@ fn check_config_prints_toml_that_the_binary_reads_back_unchanged() {
 }
 
 #[test]
+fn the_configuration_doc_shows_the_help_the_binary_prints() {
+    let help = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+        .arg("--help")
+        .env_remove("RUSTQUEUE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let doc = std::fs::read_to_string(doc).unwrap();
+    assert!(
+        doc.contains(&format!("$ rustqueued --help\n{help}```")),
+        "docs/configuration.md does not show this --help output verbatim:\n{help}"
+    );
+}
+
+#[test]
 fn the_disk_guard_file_for_spawned_test_brokers_matches_the_in_process_one() {
     let dir = tempfile::tempdir().unwrap();
     let from_file = load(Some(common::DISK_GUARD_TOML), &[]).unwrap();
