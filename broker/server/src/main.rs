@@ -19,7 +19,8 @@ struct Args {
     /// TOML configuration file (unknown keys are rejected).
     #[arg(long, env = "RUSTQUEUE_CONFIG")]
     config: Option<PathBuf>,
-    /// Load and validate the configuration, print the effective values, and exit.
+    /// Load and validate the configuration, print the effective values as TOML (a file
+    /// `--config` accepts), and exit.
     #[arg(long)]
     check_config: bool,
     /// Write this binary's capabilities (JSON, the `binary` object of `/v1/capabilities`) to
@@ -82,6 +83,11 @@ enum StorageCmd {
         node_id: Option<u16>,
     },
 }
+
+/// First line of `--check-config`'s output: a TOML comment, so the whole output stays a
+/// configuration file.
+const CHECK_CONFIG_HEADER: &str =
+    "# configuration OK: the effective values (file, environment, flags) for --config";
 
 /// Exit status of `storage verify` when it found damage.
 const EXIT_DAMAGE_FOUND: i32 = 4;
@@ -220,7 +226,10 @@ async fn main() -> anyhow::Result<()> {
         std::process::exit(code);
     }
     if args.check_config {
-        println!("configuration OK\n{cfg:#?}");
+        // TOML, so the output can be saved and fed back with `--config`
+        let effective =
+            toml::to_string(&cfg).context("encoding the effective configuration as TOML")?;
+        print!("{CHECK_CONFIG_HEADER}\n{effective}");
         return Ok(());
     }
     init_logging(cfg.log_format);

@@ -216,6 +216,67 @@ fn check_config_validates_and_exits() {
 }
 
 #[test]
+fn check_config_prints_toml_that_the_binary_reads_back_unchanged() {
+    let bin = env!("CARGO_BIN_EXE_rustqueued");
+    let overrides = [
+        ("RUSTQUEUE_TCP_ADDRESS", "127.0.0.1:0"),
+        ("RUSTQUEUE_MAX_TOPICS", "77"),
+    ];
+    let first = Command::new(bin)
+        .args(["--check-config", "--lookupd-tcp-address", "127.0.0.1:4160"])
+        .envs(overrides)
+        .output()
+        .unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let printed = String::from_utf8(first.stdout).unwrap();
+    let parsed: Config = toml::from_str(&printed)
+        .unwrap_or_else(|e| panic!("--check-config output is not a config file: {e}\n{printed}"));
+    let with_flag = [("RUSTQUEUE_LOOKUPD_TCP_ADDRESSES", "127.0.0.1:4160")];
+    let expected = load(None, &[overrides.as_slice(), with_flag.as_slice()].concat()).unwrap();
+    assert_eq!(
+        parsed, expected,
+        "the output is the effective configuration"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("effective.toml");
+    std::fs::write(&file, &printed).unwrap();
+    let second = Command::new(bin)
+        .arg("--config")
+        .arg(&file)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(String::from_utf8(second.stdout).unwrap(), printed);
+}
+
+#[test]
+fn the_configuration_doc_shows_the_help_the_binary_prints() {
+    let help = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+        .arg("--help")
+        .env_remove("RUSTQUEUE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let doc = std::fs::read_to_string(doc).unwrap();
+    assert!(
+        doc.contains(&format!("$ rustqueued --help\n{help}```")),
+        "docs/configuration.md does not show this --help output verbatim:\n{help}"
+    );
+}
+
+#[test]
 fn the_disk_guard_file_for_spawned_test_brokers_matches_the_in_process_one() {
     let dir = tempfile::tempdir().unwrap();
     let from_file = load(Some(common::DISK_GUARD_TOML), &[]).unwrap();
