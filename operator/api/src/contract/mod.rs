@@ -6,7 +6,10 @@
 mod capabilities;
 mod drain;
 mod health;
+mod manage;
+mod observe;
 mod registry;
+mod stats;
 
 pub use capabilities::{
     BinaryCapabilities, Capabilities, LEGACY_MAXIMUM_BATCH_BYTES, LEGACY_MAXIMUM_MESSAGE_BYTES,
@@ -14,7 +17,17 @@ pub use capabilities::{
 };
 pub use drain::{DrainRequest, DrainStatus};
 pub use health::{Health, NotReadyReason};
+pub use manage::{
+    ChannelFence, FenceSync, ManageAction, ManageKind, ManageRequest, ManageResponse, codes,
+    valid_operation_id,
+};
+pub use observe::{
+    DeliveryBudget, GroupCommit, HistogramSnapshot, Histograms, OBSERVE_SCHEMA_VERSION,
+    Observation, ObserveHead, ObservedDisk, ObservedLimits, ObservedManagement, ObservedNode,
+    ObservedStorage, QueueAggregates, QueueObservation, Readiness, RuntimeCounters,
+};
 pub use registry::{Registry, RegistryHead, RegistryTopic};
+pub use stats::{ScrubReport, Stats, StatsChannel, StatsTopic};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +52,20 @@ pub mod paths {
     pub const REGISTRY_HEAD: &str = "/v1/registry/head";
     /// Prometheus text. Unauthenticated.
     pub const METRICS: &str = "/metrics";
+    /// Topics and channels with their counters. Unauthenticated.
+    pub const STATS: &str = "/v1/stats";
+    /// Re-read and check every sealed segment (admin token).
+    pub const STORAGE_SCRUB: &str = "/v1/storage/scrub";
+    /// The small console poll target (console token).
+    pub const OBSERVE_HEAD: &str = "/v1/observe/head";
+    /// The full observation (console token).
+    pub const OBSERVE: &str = "/v1/observe";
+    /// Topic management, followed by `/<action>` (console token, management enabled).
+    pub const MANAGE_TOPICS: &str = "/v1/manage/topics";
+    /// Channel management, followed by `/<action>` (console token, management enabled).
+    pub const MANAGE_CHANNELS: &str = "/v1/manage/channels";
+    /// Replace the broker's tombstone fences (console token, management enabled).
+    pub const FENCES_SYNC: &str = "/v1/manage/fences/sync";
 }
 
 /// Token presentation headers (either works; `Authorization` takes `Bearer <token>`).
