@@ -6,10 +6,16 @@
 //! it. The same rules run client-side in tests (`kube/cel`). The generated YAML is checked in
 //! under `crds/`.
 
+mod catalog;
 mod defaults;
 mod spec;
 mod status;
 
+pub use catalog::{
+    CatalogAction, CatalogOperation, CatalogPhase, QUEUE_LABEL, RustQueueChannel,
+    RustQueueChannelSpec, RustQueueTopic, RustQueueTopicSpec, channel_object_name,
+    topic_object_name,
+};
 pub use spec::{
     BrokerResources, BrokerScheduling, KodoCompatibility, Maintenance, PublishAckMode, Rollout,
     RustQueue, RustQueueSpec, Toleration,
