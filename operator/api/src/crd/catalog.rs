@@ -65,6 +65,9 @@ pub struct CatalogOperation {
 }
 
 /// A topic the console manages.
+// The printer columns repeat `type_ = "string"`; clippy reads that as a duplicated attribute (a
+// false positive for `#[kube(printcolumn(...))]`, as on RustQueue).
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "rustqueue.io",
@@ -117,6 +120,7 @@ pub struct RustQueueTopicSpec {
 }
 
 /// A channel the console manages.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "rustqueue.io",
