@@ -11,6 +11,7 @@ use crate::disk::DiskReport;
 use crate::idle::{IdleConfig, IdleReport};
 use crate::restart::{RestartConfig, RestartReport};
 use crate::run::{self, RunConfig, RunReport};
+use crate::sweep::{self, SweepPoint};
 
 /// What a case's headline figure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +68,9 @@ pub struct Case {
     /// Profiles not run in this case, each with the reason (shown in the table).
     #[serde(default)]
     pub skip: Vec<Skip>,
+    /// Where the case sits on a curve (sweep cases only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepPoint>,
 }
 
 /// A profile left out of one case, and why.
@@ -104,6 +108,9 @@ pub struct Settings {
     /// Messages in each drain case.
     #[serde(default = "default_drain_messages")]
     pub drain_messages: u64,
+    /// Also run the sweep cases behind the curves (`BENCH_SWEEPS=1`).
+    #[serde(default)]
+    pub sweeps: bool,
 }
 
 fn default_drain_messages() -> u64 {
@@ -137,6 +144,7 @@ fn case(name: &str, title: &str, headline: Headline, load: RunConfig) -> Case {
         },
         kind: CaseKind::Load,
         skip: vec![],
+        sweep: None,
     }
 }
 
@@ -249,6 +257,32 @@ fn keep_up_cases(s: &Settings, base: &RunConfig) -> Vec<Case> {
     all
 }
 
+/// Low load at 1,000 msg/s: all producers on one schedule (a burst every 16 ms), and evenly
+/// spaced.
+fn low_load_cases(base: &RunConfig) -> [Case; 2] {
+    [
+        case(
+            "low_load_latency",
+            "Low load: 1,000 msg/s total PUB from 16 producers, 16 consumers, 1 KiB",
+            Headline::P99Latency,
+            RunConfig {
+                rate: Some(1000.0),
+                ..base.clone()
+            },
+        ),
+        case(
+            "low_load_even",
+            "Low load, evenly spaced: 1,000 msg/s total PUB from 16 producers, each offset by 1/16 of its 16 ms interval, 16 consumers, 1 KiB",
+            Headline::P99Latency,
+            RunConfig {
+                rate: Some(1000.0),
+                spread_producers: true,
+                ..base.clone()
+            },
+        ),
+    ]
+}
+
 /// The cases of docs/benchmarks.md, in run order.
 pub fn cases(s: &Settings) -> Vec<Case> {
     let base = RunConfig {
@@ -266,8 +300,11 @@ pub fn cases(s: &Settings) -> Vec<Case> {
         drain_timeout_seconds: s.drain_timeout_seconds,
         identify: true,
         broker_pid: None,
+        topics: 1,
+        spread_producers: false,
     };
     let [disk, restart, idle] = whole_broker_cases(s, &base);
+    let [low_load, low_load_even] = low_load_cases(&base);
     let mut all = vec![
         disk,
         case(
@@ -287,15 +324,8 @@ pub fn cases(s: &Settings) -> Vec<Case> {
             Headline::ReceiveRate,
             base.clone(),
         ),
-        case(
-            "low_load_latency",
-            "Low load: 1,000 msg/s total PUB from 16 producers, 16 consumers, 1 KiB",
-            Headline::P99Latency,
-            RunConfig {
-                rate: Some(1000.0),
-                ..base.clone()
-            },
-        ),
+        low_load,
+        low_load_even,
         case(
             "small_messages",
             "Small messages: 16 producers PUB + 16 consumers, 100 B, saturation",
@@ -334,8 +364,11 @@ pub fn cases(s: &Settings) -> Vec<Case> {
     }
     all.push(restart);
     all.push(idle);
+    let sweeps = sweep::cases(&base);
+    let named = |c: &Case| s.cases.contains(&c.name);
     all.into_iter()
-        .filter(|c| s.cases.is_empty() || s.cases.contains(&c.name))
+        .filter(|c| s.cases.is_empty() || named(c))
+        .chain(sweeps.into_iter().filter(|c| s.sweeps || named(c)))
         .collect()
 }
 
@@ -667,9 +700,8 @@ mod tests {
         assert_eq!(utc_string(1_796_002_261), "2026-11-30T01:31:01Z");
     }
 
-    #[test]
-    fn the_cases_have_the_shapes_docs_benchmarks_describes() {
-        let s = Settings {
+    fn settings() -> Settings {
+        Settings {
             duration_seconds: 5.0,
             warmup_seconds: 1.0,
             rounds: 1,
@@ -680,7 +712,13 @@ mod tests {
             restart_messages: 1_000_000,
             idle_topics: 1_000,
             drain_messages: 2000,
-        };
+            sweeps: false,
+        }
+    }
+
+    #[test]
+    fn the_cases_have_the_shapes_docs_benchmarks_describes() {
+        let s = settings();
         let c = cases(&s);
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
@@ -690,6 +728,7 @@ mod tests {
                 "mpub_publish",
                 "pub_fin",
                 "low_load_latency",
+                "low_load_even",
                 "small_messages",
                 "backlog",
                 "drain_200b",
@@ -703,26 +742,31 @@ mod tests {
         assert_eq!((c[1].load.producers, c[1].load.batch_size), (16, 64));
         assert_eq!((c[2].load.producers, c[2].load.consumers), (16, 16));
         assert_eq!(c[3].load.rate, Some(1000.0));
-        assert_eq!(c[4].load.message_bytes, 100);
+        assert!(!c[3].load.spread_producers);
         assert_eq!(
-            (c[5].load.messages, c[5].load.duration_seconds),
+            (c[4].load.rate, c[4].load.spread_producers),
+            (Some(1000.0), true)
+        );
+        assert_eq!(c[5].load.message_bytes, 100);
+        assert_eq!(
+            (c[6].load.messages, c[6].load.duration_seconds),
             (1000, None)
         );
-        for (drain, bytes) in [(&c[6], 200), (&c[7], 1024)] {
+        for (drain, bytes) in [(&c[7], 200), (&c[8], 1024)] {
             assert_eq!(drain.headline, Headline::DrainRate);
             let l = &drain.load;
             assert_eq!((l.producers, l.consumers, l.message_bytes), (2, 2, bytes));
             assert_eq!((l.messages, l.consume_after_publish), (2000, true));
             assert!(drain.skip.iter().any(|s| s.profile == "nsqd-sync-every-1"));
         }
-        let mixed = &c[8].load;
+        let mixed = &c[9].load;
         assert_eq!(
             (mixed.producers, mixed.consumers, mixed.batch_size),
             (2, 2, 64)
         );
         assert!(!mixed.consume_after_publish);
         assert_eq!(mixed.duration_seconds, Some(10.0));
-        let c = &c[3..];
+        let c = &c[4..];
         let CaseKind::Restart(r) = &c[6].kind else {
             panic!("restart case")
         };
@@ -738,8 +782,43 @@ mod tests {
         assert_eq!(thousands(999), "999");
         let only = cases(&Settings {
             cases: vec!["backlog".into()],
-            ..s
+            ..s.clone()
         });
         assert_eq!(only.len(), 1);
+    }
+
+    #[test]
+    fn sweeps_run_when_asked_or_when_a_point_is_named() {
+        let s = settings();
+        assert!(cases(&s).iter().all(|c| c.sweep.is_none()));
+        let with_sweeps = cases(&Settings {
+            sweeps: true,
+            cases: vec![],
+            ..s.clone()
+        });
+        let sweep_names: Vec<&str> = with_sweeps
+            .iter()
+            .filter(|c| c.sweep.is_some())
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(sweep_names.len(), 12, "{sweep_names:?}");
+        assert!(sweep_names.contains(&"sweep_size_1048576"));
+        let topics = with_sweeps
+            .iter()
+            .find(|c| c.name == "sweep_topics_256")
+            .unwrap();
+        assert_eq!(
+            (topics.load.topics, topics.load.consumer_connections()),
+            (256, 256)
+        );
+        let one_point = cases(&Settings {
+            cases: vec!["sweep_clients_64".into()],
+            ..s
+        });
+        assert_eq!(one_point.len(), 1);
+        assert_eq!(
+            (one_point[0].load.producers, one_point[0].load.consumers),
+            (64, 64)
+        );
     }
 }

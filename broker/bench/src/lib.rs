@@ -24,4 +24,5 @@ pub mod procstat;
 pub mod report;
 pub mod restart;
 pub mod run;
+pub mod sweep;
 pub mod wire;

@@ -39,6 +39,8 @@ pub struct ProducerPlan {
     pub quota: Option<u64>,
     /// Time between commands for a fixed arrival rate; `None` = saturation.
     pub interval: Option<Duration>,
+    /// Delay of this producer's first command at a fixed rate (evenly spaced producers).
+    pub offset: Duration,
 }
 
 /// Publishes until the quota is met or the phase turns to stop; returns the ack-latency
@@ -70,7 +72,7 @@ pub async fn produce(
         }
         let scheduled = match plan.interval {
             Some(every) => {
-                let at = start + every * commands;
+                let at = start + plan.offset + every * commands;
                 if Instant::now() >= at {
                     // Behind because the broker was slow: count from when it was due.
                     at

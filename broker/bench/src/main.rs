@@ -10,6 +10,7 @@ use rustqueue_bench::broker::Binaries;
 use rustqueue_bench::compare::{self, Settings};
 use rustqueue_bench::report;
 use rustqueue_bench::run::{self, RunConfig};
+use rustqueue_bench::sweep;
 
 #[derive(Parser)]
 #[command(version, about = "NSQ V2 load generator and ledger checker")]
@@ -68,6 +69,12 @@ struct RunArgs {
     /// Broker pid to sample RSS and CPU from /proc.
     #[arg(long)]
     broker_pid: Option<u32>,
+    /// Spread producers and consumers over this many topics (at least one consumer each).
+    #[arg(long, default_value_t = 1)]
+    topics: usize,
+    /// At a fixed --rate, space the producers' commands evenly instead of all at once.
+    #[arg(long)]
+    spread_producers: bool,
     /// Print the report as JSON (otherwise a short summary).
     #[arg(long)]
     json: bool,
@@ -95,6 +102,9 @@ struct CompareArgs {
     /// Topics in the idle-topics case.
     #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
     idle_topics: usize,
+    /// Also run the sweeps behind the curves (clients, message size, topics; ~12 more cases).
+    #[arg(long, env = "BENCH_SWEEPS")]
+    sweeps: bool,
     /// Comma-separated case names (default all).
     #[arg(long, env = "BENCH_CASES", value_delimiter = ',')]
     cases: Vec<String>,
@@ -159,6 +169,8 @@ async fn run_command(a: RunArgs) -> anyhow::Result<()> {
         drain_timeout_seconds: a.drain_timeout_seconds,
         identify: !a.no_identify,
         broker_pid: a.broker_pid,
+        topics: a.topics,
+        spread_producers: a.spread_producers,
     };
     let report = run::run(config).await?;
     if a.json {
@@ -226,6 +238,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),
         restart_messages: a.restart_messages,
         idle_topics: a.idle_topics.max(1),
+        sweeps: a.sweeps,
     };
     let bins = Binaries {
         nsqd: a.nsqd,
@@ -250,8 +263,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
     eprintln!("results: {}", output.display());
     if let Some(md) = a.markdown {
         let notes = read_notes(a.notes.as_deref())?;
-        std::fs::write(&md, report::render(&results, notes.as_deref()))
-            .with_context(|| format!("writing {}", md.display()))?;
+        write_markdown(&results, &output, &md, notes.as_deref())?;
         eprintln!("table: {}", md.display());
     }
     let failed: Vec<_> = results
@@ -276,9 +288,29 @@ fn report_command(a: ReportArgs) -> anyhow::Result<()> {
     let results: compare::Results =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", a.input.display()))?;
     let notes = read_notes(a.notes.as_deref())?;
-    std::fs::write(&a.output, report::render(&results, notes.as_deref()))
-        .with_context(|| format!("writing {}", a.output.display()))?;
-    Ok(())
+    write_markdown(&results, &a.input, &a.output, notes.as_deref())
+}
+
+/// Draws the curves next to the results JSON (`<stem>-<axis>-<measure>.svg`) and writes the
+/// markdown that embeds them.
+fn write_markdown(
+    results: &compare::Results,
+    json: &std::path::Path,
+    md: &std::path::Path,
+    notes: Option<&str>,
+) -> anyhow::Result<()> {
+    let dir = json.parent().unwrap_or(std::path::Path::new("."));
+    let stem = json
+        .file_stem()
+        .map_or_else(|| "results".into(), |s| s.to_string_lossy().into_owned());
+    let charts = sweep::write_charts(results, dir, &stem).map_err(anyhow::Error::msg)?;
+    for c in &charts {
+        eprintln!("chart: {}", c.path.display());
+    }
+    let md_dir = md.parent().unwrap_or(std::path::Path::new("."));
+    let curves = sweep::section(results, &charts, md_dir);
+    std::fs::write(md, report::render_with(results, notes, &curves))
+        .with_context(|| format!("writing {}", md.display()))
 }
 
 fn read_notes(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {

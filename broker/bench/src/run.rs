@@ -50,6 +50,25 @@ pub struct RunConfig {
     pub identify: bool,
     /// Broker process to sample in /proc (RSS, CPU).
     pub broker_pid: Option<u32>,
+    /// Topics the load is spread over: producer `i` publishes to topic `i % topics`, and
+    /// there is at least one consumer per topic (consumer `j` reads topic `j % topics`).
+    #[serde(default = "one")]
+    pub topics: usize,
+    /// At a fixed rate, offset each producer's schedule by `index / producers` of the
+    /// interval, so arrivals are evenly spaced instead of a burst from every producer at once.
+    #[serde(default)]
+    pub spread_producers: bool,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl RunConfig {
+    /// Consumer connections the run opens: `consumers`, but at least one per topic.
+    pub fn consumer_connections(&self) -> usize {
+        self.consumers.max(self.topics)
+    }
 }
 
 /// Publish-ack latency percentiles, microseconds.
@@ -144,16 +163,16 @@ pub enum RunError {
 /// the channel holds every message), each held by `control` until released.
 async fn start_consumers(
     config: &RunConfig,
-    topic: &str,
+    topics: &[String],
     channel: &str,
     ledger: &Arc<Ledger>,
     control: &ConsumerControl,
 ) -> Result<Vec<JoinHandle<Result<(), ClientError>>>, RunError> {
     let mut consumers = Vec::new();
-    for i in 0..config.consumers {
+    for i in 0..config.consumer_connections() {
         let mut conn =
             Conn::connect(&config.address, config.identify, &format!("bench-c{i}")).await?;
-        load::subscribe(&mut conn, topic, channel).await?;
+        load::subscribe(&mut conn, &topics[i % topics.len()], channel).await?;
         let task = load::consume(conn, ledger.clone(), control.clone());
         consumers.push(tokio::spawn(task));
     }
@@ -218,7 +237,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
         ^ (u64::from(std::process::id()) << 32);
-    let topic = format!("{}-{:x}", config.topic_prefix, nonce);
+    let mut topics = topic_names(&config, nonce);
     let channel = "bench".to_owned();
     let ledger = Arc::new(Ledger::new(nonce, config.producers));
     let (go_tx, go_rx) = watch::channel(!config.consume_after_publish);
@@ -228,7 +247,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
         go: go_rx,
         stop: stop_rx,
     };
-    let consumers = start_consumers(&config, &topic, &channel, &ledger, &control).await?;
+    let consumers = start_consumers(&config, &topics, &channel, &ledger, &control).await?;
     let mut conns = Vec::new();
     for i in 0..config.producers {
         conns.push(Conn::connect(&config.address, config.identify, &format!("bench-p{i}")).await?);
@@ -244,7 +263,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     }));
     let mut producers = Vec::new();
     for (index, conn) in conns.into_iter().enumerate() {
-        let plan = plan_for(&config, &topic, index);
+        let plan = plan_for(&config, &topics, index);
         producers.push(tokio::spawn(load::produce(
             conn,
             plan,
@@ -303,7 +322,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     });
     Ok(report(
         config,
-        topic,
+        topics.swap_remove(0),
         (window_start, window_end),
         (drain_seconds, drain_timed_out),
         summary,
@@ -311,6 +330,15 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
         broker,
         errors,
     ))
+}
+
+/// `<prefix>-<nonce hex>`, or with `-<k>` appended for each of several topics.
+fn topic_names(config: &RunConfig, nonce: u64) -> Vec<String> {
+    let base = format!("{}-{:x}", config.topic_prefix, nonce);
+    if config.topics == 1 {
+        return vec![base];
+    }
+    (0..config.topics).map(|k| format!("{base}-{k}")).collect()
 }
 
 fn validate(config: &RunConfig) -> Result<(), RunError> {
@@ -330,13 +358,19 @@ fn validate(config: &RunConfig) -> Result<(), RunError> {
     if config.duration_seconds.is_none() && config.messages == 0 {
         return bad("count mode needs --messages > 0 (or give --duration-seconds)");
     }
+    if !(1..=MAX_TOPICS).contains(&config.topics) {
+        return bad("--topics must be between 1 and 1024");
+    }
     if config.topic_prefix.len() > 40 {
         return bad("--topic is limited to 40 characters (a 17-character run suffix is added)");
     }
     Ok(())
 }
 
-fn plan_for(config: &RunConfig, topic: &str, index: usize) -> ProducerPlan {
+/// Most topics one run spreads its load over (`-<k>` keeps names within NSQ's 64 characters).
+const MAX_TOPICS: usize = 1024;
+
+fn plan_for(config: &RunConfig, topics: &[String], index: usize) -> ProducerPlan {
     let quota = config.duration_seconds.is_none().then(|| {
         let n = config.producers as u64;
         config.messages / n + u64::from((index as u64) < config.messages % n)
@@ -344,9 +378,14 @@ fn plan_for(config: &RunConfig, topic: &str, index: usize) -> ProducerPlan {
     let interval = config.rate.map(|rate| {
         Duration::from_secs_f64(config.batch_size as f64 * config.producers as f64 / rate)
     });
+    let offset = match interval {
+        Some(every) if config.spread_producers => every * index as u32 / config.producers as u32,
+        _ => Duration::ZERO,
+    };
     ProducerPlan {
         index,
-        topic: topic.to_owned(),
+        topic: topics[index % topics.len()].clone(),
+        offset,
         message_bytes: config.message_bytes,
         batch: config.batch_size,
         quota,
@@ -429,5 +468,69 @@ fn report(
         errors,
         complete,
         config,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> RunConfig {
+        RunConfig {
+            address: String::new(),
+            topic_prefix: "t".into(),
+            producers: 4,
+            consumers: 2,
+            consume_after_publish: false,
+            batch_size: 1,
+            message_bytes: 100,
+            rate: Some(1000.0),
+            warmup_seconds: 0.0,
+            duration_seconds: Some(1.0),
+            messages: 0,
+            drain_timeout_seconds: 1.0,
+            identify: true,
+            broker_pid: None,
+            topics: 3,
+            spread_producers: true,
+        }
+    }
+
+    #[test]
+    fn spread_producers_start_evenly_across_one_interval() {
+        let c = config();
+        let topics = topic_names(&c, 0xab);
+        assert_eq!(topics, ["t-ab-0", "t-ab-1", "t-ab-2"]);
+        // 1,000 msg/s from 4 producers: each sends every 4 ms, offset by 1 ms from the last.
+        let plans: Vec<_> = (0..4).map(|i| plan_for(&c, &topics, i)).collect();
+        for (i, p) in plans.iter().enumerate() {
+            assert_eq!(p.interval, Some(Duration::from_millis(4)));
+            assert_eq!(p.offset, Duration::from_millis(i as u64));
+        }
+        assert_eq!(plans[3].topic, "t-ab-0");
+        assert_eq!(c.consumer_connections(), 3);
+        let bunched = plan_for(
+            &RunConfig {
+                spread_producers: false,
+                ..config()
+            },
+            &topics,
+            3,
+        );
+        assert_eq!(bunched.offset, Duration::ZERO);
+    }
+
+    #[test]
+    fn one_topic_keeps_the_plain_name_and_too_many_are_refused() {
+        let c = RunConfig {
+            topics: 1,
+            ..config()
+        };
+        assert_eq!(topic_names(&c, 1), ["t-1"]);
+        let many = RunConfig {
+            topics: MAX_TOPICS + 1,
+            ..config()
+        };
+        assert!(validate(&many).is_err());
     }
 }

@@ -8,6 +8,7 @@ use rustqueue_bench::broker::{self, Binaries, Broker, Profile};
 use rustqueue_bench::compare::{self, Settings};
 use rustqueue_bench::report;
 use rustqueue_bench::run::{self, RunConfig};
+use rustqueue_bench::sweep;
 
 fn nsqd() -> PathBuf {
     let path = std::env::var_os("NSQD_BIN")
@@ -58,6 +59,8 @@ fn load(address: &str, pid: u32) -> RunConfig {
         drain_timeout_seconds: 60.0,
         identify: true,
         broker_pid: Some(pid),
+        topics: 1,
+        spread_producers: false,
     }
 }
 
@@ -126,6 +129,34 @@ async fn a_fixed_rate_is_held_and_latency_is_recorded_per_publish() {
     broker.stop();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_spread_over_topics_reaches_each_and_drains_every_one() {
+    let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
+    let config = RunConfig {
+        topics: 3,
+        producers: 4,
+        consumers: 2,
+        rate: Some(600.0),
+        spread_producers: true,
+        warmup_seconds: 0.0,
+        duration_seconds: Some(1.0),
+        ..load(&broker.tcp, broker.pid())
+    };
+    let report = run::run(config).await.unwrap();
+    assert!(report.complete, "{report:#?}");
+    assert!(report.published >= 400, "published {}", report.published);
+    let stats = rustqueue_bench::http::get(&broker.http, "/stats?format=json").unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&stats.body).unwrap();
+    let topics = json["topics"].as_array().unwrap();
+    assert_eq!(topics.len(), 3, "{json}");
+    for t in topics {
+        // Producers 0 and 3 share topic 0; each topic's own reader drained it.
+        assert!(t["message_count"].as_u64().unwrap() > 0, "{t}");
+        assert_eq!(t["channels"][0]["depth"], 0, "{t}");
+    }
+    broker.stop();
+}
+
 #[test]
 fn the_run_command_prints_json_and_exits_zero_on_a_clean_ledger() {
     let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
@@ -178,6 +209,7 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
         restart_messages: 1_000,
         idle_topics: 1,
         drain_messages: 5_000,
+        sweeps: false,
     };
     let mut lines = Vec::new();
     let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
@@ -227,6 +259,7 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
         restart_messages: 20_000,
         idle_topics: 20,
         drain_messages: 1_000,
+        sweeps: false,
     };
     let mut lines = Vec::new();
     let results = compare::compare(settings, bins(), |l| lines.push(l.to_owned())).await;
@@ -265,4 +298,61 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
     assert!(md.contains("## `restart`"), "{md}");
     assert!(md.contains("one profile per server"), "{md}");
     assert!(md.contains("## `idle_topics`"), "{md}");
+}
+
+/// Two points of the clients curve against real nsqd, drawn as an SVG chart and embedded in
+/// the markdown with the figures of each point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_points_become_a_chart_and_a_table() {
+    let settings = Settings {
+        duration_seconds: 0.5,
+        warmup_seconds: 0.0,
+        rounds: 1,
+        backlog_messages: 1_000,
+        drain_timeout_seconds: 60.0,
+        cases: vec!["sweep_clients_1".into(), "sweep_clients_4".into()],
+        profiles: vec!["nsqd-default".into()],
+        restart_messages: 1_000,
+        idle_topics: 1,
+        drain_messages: 1_000,
+        sweeps: false,
+    };
+    let results = compare::compare(settings, bins(), |_| {}).await;
+    assert_eq!(results.runs.len(), 2);
+    assert!(
+        results.runs.iter().all(|r| r.counts()),
+        "{:#?}",
+        results.runs
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let charts = sweep::write_charts(&results, dir.path(), "r").unwrap();
+    let names: Vec<String> = charts
+        .iter()
+        .map(|c| c.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["r-clients-throughput.svg", "r-clients-p99.svg"]);
+    let svg = std::fs::read_to_string(&charts[0].path).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("nsqd-default"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("<polyline"),
+        "a line through the points: {svg}"
+    );
+    let md = report::render_with(
+        &results,
+        None,
+        &sweep::section(&results, &charts, dir.path()),
+    );
+    assert!(md.contains("## Curves"), "{md}");
+    assert!(md.contains("](r-clients-throughput.svg)"), "{md}");
+    assert!(
+        md.contains("| producers = consumers | `nsqd-default` |"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("## `sweep_clients_1`"),
+        "sweep points have no table of their own: {md}"
+    );
 }

@@ -157,6 +157,8 @@ fn config(address: String, batch_size: usize) -> RunConfig {
         drain_timeout_seconds: 2.0,
         identify: true,
         broker_pid: None,
+        topics: 1,
+        spread_producers: false,
     }
 }
 
