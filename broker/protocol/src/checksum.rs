@@ -2,20 +2,10 @@
 //! checksums (negotiated with IDENTIFY) and dead-letter topic names
 //! (docs/storage-format.md). Stored records use CRC-32 (`crc32fast`).
 
-/// CRC-32C of the concatenated `parts`.
+/// CRC-32C of the concatenated `parts` (hardware-accelerated where the CPU has it, through the
+/// `crc32c` crate the storage uses too).
 pub fn crc32c(parts: &[&[u8]]) -> u32 {
-    let mut crc = !0u32;
-    for &b in parts.iter().flat_map(|p| p.iter()) {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
+    parts.iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p))
 }
 
 #[cfg(test)]
