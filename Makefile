@@ -116,6 +116,11 @@ crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
 	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
 	scripts/install-manifests.py
 
+# --- console web pages: React + Carbon, built with the machine's Node.js (docs/console.md) -------
+.PHONY: console-ui
+console-ui: ## build the console's web pages into operator/console/ui/dist (npm ci once per lockfile, type check, unit tests, vite build)
+	scripts/console-ui.sh build
+
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
