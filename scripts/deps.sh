@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|helm|olm-validate|promtool|argocd-health|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|chromium|helm|olm-validate|promtool|argocd-health|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -127,6 +127,14 @@ deps_nftables() {
   command -v nft >/dev/null && return 0
   log "installing nftables (apt)"
   apt-get update -qq && apt-get install -y -qq nftables >/dev/null
+}
+
+# Debian's Chromium: the headless browser the console's pages are tested in (playwright-core
+# drives it; no browser is downloaded by npm).
+deps_chromium() {
+  command -v chromium >/dev/null && return 0
+  log "installing chromium (apt)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 }
 
 # Kubernetes control plane for the e2e testbed (one multi-call Go binary; see build-k8s.sh).
@@ -275,7 +283,7 @@ deps_olm_validate() {
 # installs share one lock: dpkg allows one at a time.
 locked() {
   local lock="$1"
-  case "$1" in nftables | openssl | pyyaml) lock=apt ;; esac
+  case "$1" in nftables | openssl | pyyaml | chromium) lock=apt ;; esac
   mkdir -p "$RUSTQUEUE_CACHE/.locks"
   (
     flock 9
@@ -293,11 +301,11 @@ main() {
   for t in "${targets[@]}"; do
     case "$t" in
       # what the images and the Kubernetes scenarios need first, promtool (minutes) last
-      all) main crane k8s kubectl coredns nftables python pyyaml helm argocd-health nsqd nsqlookupd nsqadmin node openssl olm-validate promtool ;;
-      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | helm | promtool) locked "$t" "deps_$t" ;;
+      all) main crane k8s kubectl coredns nftables python pyyaml helm argocd-health nsqd nsqlookupd nsqadmin node openssl chromium olm-validate promtool ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | chromium | helm | promtool) locked "$t" "deps_$t" ;;
       olm-validate) locked "$t" deps_olm_validate ;;
       argocd-health) locked "$t" deps_argocd_health ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml helm olm-validate promtool argocd-health all)" ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml chromium helm olm-validate promtool argocd-health all)" ;;
     esac
   done
 }
