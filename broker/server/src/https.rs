@@ -27,12 +27,11 @@ impl TlsListener {
     /// Accepts on `tcp` until `stop` turns true, handshaking each connection with `tls`.
     pub fn new(
         tcp: TcpListener,
-        tls: Arc<rustls::ServerConfig>,
+        tls: Arc<crate::tls::TlsReloader>,
         mut stop: watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
-        let acceptor = TlsAcceptor::from(tls);
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
@@ -46,7 +45,8 @@ impl TlsListener {
                         }
                     },
                 };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                // The configuration in force now: a renewed certificate serves new handshakes.
+                let (acceptor, tx) = (TlsAcceptor::from(tls.current()), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {

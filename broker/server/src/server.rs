@@ -125,8 +125,9 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         .security
         .tls
         .as_ref()
-        .map(crate::tls::server_config)
-        .transpose()?;
+        .map(crate::tls::TlsReloader::load)
+        .transpose()?
+        .map(Arc::new);
     let listeners = Listeners::bind(&cfg).await?;
     crate::control::preflight(&cfg).map_err(|e| StartError::Engine(e.to_string()))?;
     let engine = Engine::open(engine_config(&cfg))
@@ -189,6 +190,9 @@ fn serve(shared: &Arc<Shared>, listeners: Listeners) -> Result<JoinSet<()>, Star
             tracing::error!("HTTP server failed: {e}");
         }
     });
+    if let Some(tls) = &shared.tls {
+        tls.clone().watch(shared.shutdown.clone());
+    }
     if let (Some(https), Some(tls)) = (listeners.https, shared.tls.clone()) {
         let s = shared.clone();
         let listener =

@@ -26,8 +26,8 @@ pub struct Shared {
     pub identify: IdentifyLimits,
     /// Command decoder limits.
     pub decoder: DecoderLimits,
-    /// TLS, if configured.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// TLS, if configured; reloaded when its files change.
+    pub tls: Option<Arc<crate::tls::TlsReloader>>,
     /// AUTH servers.
     pub auth: AuthClient,
     /// Live TCP clients.

@@ -1,12 +1,11 @@
 //! TLS for the TCP `tls_v1` upgrade (rustls): server certificate, optional client CA (mTLS),
 //! and the client certificate's subject CN for AUTH.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
@@ -31,17 +30,24 @@ pub enum TlsError {
     Rustls(String),
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let f = File::open(path).map_err(|source| TlsError::Read {
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
         path: path.display().to_string(),
         source,
-    })?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut BufReader::new(f))
+    })
+}
+
+fn pem_error(path: &Path, e: &rustls::pki_types::pem::Error) -> TlsError {
+    TlsError::Read {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+    }
+}
+
+fn parse_certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
-        .map_err(|source| TlsError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        .map_err(|e| pem_error(path, &e))?;
     if certs.is_empty() {
         return Err(TlsError::Empty(format!(
             "{} holds no PEM certificate",
@@ -51,17 +57,13 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let f = File::open(path).map_err(|source| TlsError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
-    rustls_pemfile::private_key(&mut BufReader::new(f))
-        .map_err(|source| TlsError::Read {
-            path: path.display().to_string(),
-            source,
-        })?
-        .ok_or_else(|| TlsError::Empty(format!("{} holds no PEM private key", path.display())))
+fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => {
+            TlsError::Empty(format!("{} holds no PEM private key", path.display()))
+        }
+        e => pem_error(path, &e),
+    })
 }
 
 /// The protocol versions from `tls1.2` on (unset) or `tls1.3` only; validation refuses the
@@ -76,16 +78,38 @@ pub fn protocol_versions(
     }
 }
 
+/// The PEM files a TLS configuration names, as read at one moment.
+#[derive(Clone, PartialEq, Eq)]
+struct Material {
+    certificate: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
+impl Material {
+    fn read(cfg: &TlsConfig) -> Result<Material, TlsError> {
+        Ok(Material {
+            certificate: read_file(&cfg.certificate_file)?,
+            key: read_file(&cfg.private_key_file)?,
+            client_ca: cfg.client_ca_file.as_deref().map(read_file).transpose()?,
+        })
+    }
+}
+
 /// Builds the rustls server configuration (shared by the TCP `tls_v1` upgrade and HTTPS).
 pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    build(cfg, &Material::read(cfg)?)
+}
+
+fn build(cfg: &TlsConfig, m: &Material) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(protocol_versions(cfg.min_version.as_deref()))
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
-    let builder = match &cfg.client_ca_file {
-        Some(ca) => {
+    let builder = match (&cfg.client_ca_file, &m.client_ca) {
+        (Some(path), Some(pem)) => {
             let mut roots = RootCertStore::empty();
-            for c in read_certs(ca)? {
+            for c in parse_certs(path, pem)? {
                 roots.add(c).map_err(|e| TlsError::Rustls(e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
@@ -97,15 +121,90 @@ pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
             .map_err(|e| TlsError::Rustls(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth(),
+        _ => builder.with_no_client_auth(),
     };
     let config = builder
         .with_single_cert(
-            read_certs(&cfg.certificate_file)?,
-            read_key(&cfg.private_key_file)?,
+            parse_certs(&cfg.certificate_file, &m.certificate)?,
+            parse_key(&cfg.private_key_file, &m.key)?,
         )
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
     Ok(Arc::new(config))
+}
+
+/// The TLS configuration in force, rebuilt when its files change: cert-manager renews a
+/// certificate in place and the kubelet swaps the mounted Secret's files, so a broker must not
+/// need a restart to serve the new one. [`TlsReloader::current`] is read per handshake;
+/// established connections keep the configuration they started with. A change that does not
+/// build (a key that does not match, a half-written file) keeps the old configuration and is
+/// logged; the next check tries again.
+pub struct TlsReloader {
+    cfg: TlsConfig,
+    state: std::sync::RwLock<(Material, Arc<rustls::ServerConfig>)>,
+}
+
+/// How often the files are compared with what was loaded.
+pub const TLS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl TlsReloader {
+    /// Loads the files once; fails as startup should when they are unusable.
+    pub fn load(cfg: &TlsConfig) -> Result<TlsReloader, TlsError> {
+        let m = Material::read(cfg)?;
+        let built = build(cfg, &m)?;
+        Ok(TlsReloader {
+            cfg: cfg.clone(),
+            state: std::sync::RwLock::new((m, built)),
+        })
+    }
+
+    /// The configuration new handshakes use.
+    pub fn current(&self) -> Arc<rustls::ServerConfig> {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// Re-reads the files; rebuilds and swaps the configuration when they changed. `Ok(true)`
+    /// when a new configuration is in force.
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let m = Material::read(&self.cfg)?;
+        if self.state.read().unwrap_or_else(|e| e.into_inner()).0 == m {
+            return Ok(false);
+        }
+        let built = build(&self.cfg, &m)?;
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = (m, built);
+        Ok(true)
+    }
+
+    /// Checks the files every [`TLS_RELOAD_INTERVAL`] until `stop` turns true.
+    pub fn watch(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|v| *v) => return,
+                    () = tokio::time::sleep(TLS_RELOAD_INTERVAL) => {}
+                }
+                let me = self.clone();
+                match tokio::task::spawn_blocking(move || me.reload_if_changed()).await {
+                    Ok(Ok(true)) => {
+                        failing = false;
+                        tracing::info!(certificate = %self.cfg.certificate_file.display(), "TLS certificate, key or client CA changed: new handshakes use them");
+                    }
+                    Ok(Ok(false)) => failing = false,
+                    Ok(Err(e)) if !failing => {
+                        failing = true;
+                        tracing::warn!(
+                            "TLS files changed but cannot be used, keeping the previous ones: {e}"
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
 }
 
 /// The subject common name of a DER certificate, if present.

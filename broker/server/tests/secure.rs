@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 struct Pki {
     dir: tempfile::TempDir,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
     ca_der: rustls::pki_types::CertificateDer<'static>,
     client_chain: Vec<rustls::pki_types::CertificateDer<'static>>,
     client_key: rustls::pki_types::PrivateKeyDer<'static>,
@@ -44,6 +45,7 @@ fn pki() -> Pki {
         client_chain: vec![client.der().clone()],
         client_key: rustls::pki_types::PrivateKeyDer::Pkcs8(client_key.serialize_der().into()),
         dir,
+        ca,
     }
 }
 
@@ -423,5 +425,68 @@ async fn tls_min_version_1_3_refuses_a_tls_1_2_client() {
         .await
         .unwrap();
     assert_eq!(http_over(io, "GET", "/ping", "").await.0, 200);
+    b.stop().await;
+}
+
+/// The certificate the HTTPS listener presents to a new client.
+async fn served_certificate(p: &Pki, addr: std::net::SocketAddr) -> Vec<u8> {
+    let io = tls_connect(p, addr, rustls::DEFAULT_VERSIONS)
+        .await
+        .unwrap();
+    let cert = io.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let _ = http_over(io, "GET", "/ping", "").await;
+    cert
+}
+
+/// A new server certificate and key for `localhost`, signed by the test CA, written over the
+/// files the broker was started with (as the kubelet does when cert-manager renews a Secret).
+fn renew(p: &Pki) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&key, &p.ca)
+        .unwrap();
+    std::fs::write(p.dir.path().join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(p.dir.path().join("server.key"), key.serialize_pem()).unwrap();
+    cert.der().to_vec()
+}
+
+#[tokio::test]
+async fn a_renewed_certificate_serves_new_handshakes_while_old_connections_stay_up() {
+    let p = pki();
+    let b = Broker::start_with(|c| {
+        c.security.tls = Some(tls_config(&p, false, false));
+        c.network.https_address = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let first = served_certificate(&p, addr).await;
+    // A client upgraded to TLS on the NSQ port before the renewal.
+    let mut old = tls_upgrade(&p, b.client().await, false).await;
+
+    let renewed = renew(&p);
+    assert_ne!(first, renewed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while served_certificate(&p, addr).await != renewed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the renewed certificate was not served within 10 s (reload interval 1 s)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The connection from before the renewal still works, over its old session.
+    old.cmd_body("PUB renewed", b"still here").await;
+    old.expect_ok().await;
+
+    // A key that does not match the certificate (a file half replaced) is refused by the same
+    // check the watcher runs, and the last good configuration stays in force.
+    std::fs::write(
+        p.dir.path().join("server.key"),
+        rcgen::KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+    let reloader = b.running.as_ref().unwrap().shared.tls.clone().unwrap();
+    assert!(reloader.reload_if_changed().is_err());
+    assert_eq!(served_certificate(&p, addr).await, renewed);
     b.stop().await;
 }

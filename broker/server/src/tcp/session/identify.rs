@@ -37,7 +37,7 @@ impl Session {
         }
         self.flush_now().await?;
         if n.tls {
-            let Some(cfg) = self.shared.tls.clone() else {
+            let Some(cfg) = self.shared.tls.as_ref().map(|t| t.current()) else {
                 return Ok(Next::Close);
             };
             if let Err(e) = self.conn.upgrade_tls(cfg).await {
