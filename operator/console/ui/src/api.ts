@@ -117,7 +117,11 @@ export interface Storage {
   segment_count?: number;
   segment_bytes?: number;
   pressure_brokers?: string[];
-  histograms?: Record<string, HistogramSnapshot>;
+  fsync?: HistogramSnapshot;
+  group_commit_wait?: HistogramSnapshot;
+  payload_read?: HistogramSnapshot;
+  scrub?: HistogramSnapshot;
+  gc?: HistogramSnapshot;
 }
 
 export interface Sample {
@@ -139,23 +143,27 @@ export interface Anomaly {
 }
 
 export interface KubeEvent {
-  type?: string;
-  reason?: string;
-  message?: string;
-  count?: number;
-  last_timestamp?: string | null;
-  object?: string;
+  type: string;
+  reason: string;
+  message: string;
+  object_kind: string;
+  object_name: string;
+  count: number;
+  last_seen_ms: number;
 }
 
+/** The operator's operation, as in the RustQueue's status (camelCase there). */
 export interface Operation {
-  kind?: string;
-  phase?: string;
-  stage?: string;
+  id: string;
+  kind: string;
+  phase: string;
+  target?: string;
   revision?: string;
-  started_at?: string;
-  finished_at?: string;
   message?: string;
-  [key: string]: unknown;
+  startedAt: string;
+  updatedAt?: string;
+  completedAt?: string | null;
+  currentBroker?: string | null;
 }
 
 export interface Snapshot {

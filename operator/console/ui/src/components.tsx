@@ -96,6 +96,12 @@ const PHASE_COLOURS: Record<string, 'green' | 'blue' | 'red' | 'gray' | 'purple'
   False: 'red',
   Blocked: 'magenta',
   TOMBSTONED: 'purple',
+  Completed: 'green',
+  AwaitingCanaryApproval: 'purple',
+  Preflight: 'blue',
+  WaitingForReady: 'blue',
+  Draining: 'blue',
+  Replacing: 'blue',
 };
 
 /** A phase or status as a coloured tag; `empty` (default "unavailable") when there is none. */

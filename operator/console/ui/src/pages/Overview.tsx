@@ -85,11 +85,14 @@ export default function Overview({ s, now }: { s: Snapshot; now: number }) {
       {op ? (
         <p data-testid="current-operation">
           {t('overview.operationLine', {
-            kind: String(op.kind ?? '—'),
-            phase: String(op.phase ?? '—'),
-            stage: String(op.stage ?? '—'),
-            age: op.started_at ? age(Date.parse(op.started_at), now) : '—',
+            kind: op.kind,
+            phase: op.phase,
+            target: op.currentBroker ?? op.target ?? '—',
+            age: age(Date.parse(op.startedAt), now),
           })}
+          {op.phase === 'AwaitingCanaryApproval' && op.revision
+            ? ` ${t('overview.approve', { revision: op.revision })}`
+            : ''}
         </p>
       ) : (
         <p data-testid="current-operation">{t('overview.noOperation')}</p>

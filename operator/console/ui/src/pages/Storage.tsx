@@ -5,7 +5,7 @@ import { Figure, SimpleTable, useChartTheme } from '../components';
 import { bytes, count, percent, quantileBound, seconds } from '../format';
 import { useI18n, type MessageKey } from '../i18n';
 
-const HISTOGRAMS = ['storage_fsync', 'group_commit_wait', 'channel_fsync', 'payload_read', 'storage_scrub', 'storage_gc'];
+const HISTOGRAMS = ['fsync', 'group_commit_wait', 'payload_read', 'scrub', 'gc'] as const;
 
 export default function StoragePage({ s }: { s: Snapshot }) {
   const { t, locale } = useI18n();
@@ -14,8 +14,8 @@ export default function StoragePage({ s }: { s: Snapshot }) {
   const disks = s.brokers
     .filter((b) => b.observation?.disk)
     .map((b) => ({ group: b.name, value: b.observation!.disk!.used_percent }));
-  const hists = HISTOGRAMS.map((name) => ({ name, h: st.histograms?.[name] })).filter(
-    (x): x is { name: string; h: HistogramSnapshot } => Boolean(x.h),
+  const hists = HISTOGRAMS.map((name) => ({ name, h: st[name] })).filter(
+    (x): x is { name: (typeof HISTOGRAMS)[number]; h: HistogramSnapshot } => Boolean(x.h),
   );
   return (
     <div className="rq-page" data-testid="page-storage">
