@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -305,13 +306,18 @@ fn draw(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((x0..x1).log_scale(), 0.0..y1.max(1.0))
+        .build_cartesian_2d(
+            (x0..x1)
+                .log_scale()
+                .with_key_points(xs.iter().map(|&x| x as f64).collect::<Vec<_>>()),
+            0.0..y1.max(1.0),
+        )
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
         .x_desc(axis.label())
         .y_desc(measure.label())
-        .x_labels(xs.len())
+        .light_line_style(WHITE)
         .x_label_formatter(&|x| x_label(axis, *x))
         .y_label_formatter(&|y| y_label(*y))
         .draw()
