@@ -12,7 +12,8 @@ What counts as exported:
 A name referenced as `<histogram>_bucket`, `_sum` or `_count` counts through its `# TYPE` line.
 Exit 1 names every referenced series that nothing exports (a renamed or removed metric).
 
-Usage: check-metric-refs.py --rustqueued BIN --discovery BIN --gateway BIN [COMPONENT=]FILE...
+Usage: check-metric-refs.py --rustqueued BIN --discovery BIN --gateway BIN
+                            [--save-expositions DIR] [COMPONENT=]FILE...
 A FILE prefixed with a component (rustqueued, rustqueue-discovery, rustqueue-gateway, operator) may name
 only that component's series; an unprefixed one any of them.
 """
@@ -70,8 +71,14 @@ def exposition_names(text):
     return names
 
 
-def scrape_binaries(rustqueued, discovery, gateway):
+def scrape_binaries(rustqueued, discovery, gateway, save_dir=None):
     exported = {}
+
+    def keep(component, text):
+        exported[component] = exposition_names(text)
+        if save_dir:
+            Path(save_dir, f"{component}.prom").write_text(text)
+
     with tempfile.TemporaryDirectory(prefix="metric-refs-") as tmp:
         tcp, web, lookup = free_port(), free_port(), free_port()
         gw_tcp, gw_web = free_port(), free_port()
@@ -101,7 +108,7 @@ def scrape_binaries(rustqueued, discovery, gateway):
             http("POST", f"{base}/topic/create?topic=refs")
             http("POST", f"{base}/channel/create?topic=refs&channel=c")
             http("POST", f"{base}/pub?topic=refs", b"hello")
-            exported["rustqueued"] = exposition_names(http("GET", f"{base}/metrics"))
+            keep("rustqueued", http("GET", f"{base}/metrics"))
 
             disco = subprocess.Popen(
                 [discovery, "--address", f"127.0.0.1:{lookup}",
@@ -111,7 +118,7 @@ def scrape_binaries(rustqueued, discovery, gateway):
             )
             procs.append(disco)
             text = wait_for(f"http://127.0.0.1:{lookup}/metrics", disco, "rustqueue-discovery")
-            exported["rustqueue-discovery"] = exposition_names(text)
+            keep("rustqueue-discovery", text)
 
             gw = subprocess.Popen(
                 [gateway, "--tcp-address", f"127.0.0.1:{gw_tcp}",
@@ -122,7 +129,7 @@ def scrape_binaries(rustqueued, discovery, gateway):
             )
             procs.append(gw)
             text = wait_for(f"http://127.0.0.1:{gw_web}/metrics", gw, "rustqueue-gateway")
-            exported["rustqueue-gateway"] = exposition_names(text)
+            keep("rustqueue-gateway", text)
         finally:
             for p in procs:
                 p.terminate()
@@ -140,10 +147,12 @@ def main():
     ap.add_argument("--rustqueued", required=True)
     ap.add_argument("--discovery", required=True)
     ap.add_argument("--gateway", required=True)
+    ap.add_argument("--save-expositions", metavar="DIR",
+                    help="also write each binary's /metrics text to DIR/<component>.prom")
     ap.add_argument("files", nargs="+", help="[COMPONENT=]FILE: rules and dashboards to check")
     args = ap.parse_args()
 
-    exported = scrape_binaries(args.rustqueued, args.discovery, args.gateway)
+    exported = scrape_binaries(args.rustqueued, args.discovery, args.gateway, args.save_expositions)
     for component, files in SOURCES.items():
         exported[component] = {m for f in files for m in LITERAL.findall(f.read_text())}
     for component, names in exported.items():

@@ -3,9 +3,10 @@
 # check, each tested with the tool that runs it for real (docs/monitoring.md, docs/argocd.md):
 #   1. promtool check rules on the PrometheusRule's spec (everything below its `spec:` line);
 #   2. promtool test rules: config/prometheus/tests/*.yaml fire and silence every alert;
-#   3. every series the rules and the dashboard name is exported by a real rustqueued,
+#   3. every series the rules and the dashboards name is exported by a real rustqueued,
 #      rustqueue-discovery and rustqueue-gateway started on loopback, or registered by the
-#      operator;
+#      operator; and `promtool check metrics` finds nothing to say about those binaries'
+#      /metrics (counters end in _total, gauges do not, units in the name);
 #   4. the Argo CD health check, run by gopher-lua as Argo CD runs it, on the statuses captured
 #      from the testbed (config/argocd/testdata/*.json), each read as the health expected.
 #
@@ -55,11 +56,21 @@ print(f"{len(rules)} alerts, each fired and shown quiet")
 PY
 "$promtool" test rules "$work"/*_test.yaml
 
-log "series named by the rules and the dashboard"
+log "series named by the rules and the dashboards"
+mkdir "$work/expositions"
 python3 scripts/check-metric-refs.py \
   --rustqueued "$bin_dir/rustqueued" --discovery "$bin_dir/rustqueue-discovery" \
-  --gateway "$bin_dir/rustqueue-gateway" \
-  config/prometheus/prometheus-rule.yaml rustqueued=config/grafana/rustqueue-broker.json
+  --gateway "$bin_dir/rustqueue-gateway" --save-expositions "$work/expositions" \
+  config/prometheus/prometheus-rule.yaml rustqueued=config/grafana/rustqueue-broker.json \
+  operator=config/grafana/rustqueue-operator.json \
+  rustqueue-discovery=config/grafana/rustqueue-discovery.json \
+  rustqueue-gateway=config/grafana/rustqueue-gateway.json
+
+log "promtool check metrics: each binary's real /metrics against Prometheus' naming rules"
+for f in "$work"/expositions/*.prom; do
+  "$promtool" check metrics <"$f" || die "$(basename "$f" .prom)'s /metrics breaks Prometheus' naming rules (above)"
+  echo "  $(basename "$f" .prom): $(grep -c '^# TYPE' "$f") metric families, clean"
+done
 
 log "Argo CD health (gopher-lua) on the captured statuses"
 python3 - "$RUSTQUEUE_CACHE/argocd-health" config/argocd/testdata <<'PY'

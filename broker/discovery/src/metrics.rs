@@ -54,6 +54,8 @@ impl Metrics {
     /// Register every metric.
     pub fn new() -> Self {
         let r = Registry::new();
+        rustqueue_api::telemetry::register_build_info(&r, "rustqueue-discovery")
+            .expect("unique metric");
         Metrics {
             poll_duration: histogram(
                 &r,

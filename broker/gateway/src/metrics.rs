@@ -54,6 +54,8 @@ impl Metrics {
     /// Create and register every metric.
     pub fn new() -> Self {
         let registry = Registry::new();
+        rustqueue_api::telemetry::register_build_info(&registry, "rustqueue-gateway")
+            .expect("unique metric");
         let hist = |name: &str, help: &str, buckets: Vec<f64>| {
             let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
                 .expect("valid histogram");

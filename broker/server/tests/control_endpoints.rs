@@ -253,8 +253,8 @@ async fn capabilities_registry_stats_and_metrics_describe_the_broker() {
     for line in [
         "rustqueue_topics 1",
         "rustqueue_channels 1",
-        "rustqueue_channel_depth_total 3",
-        "rustqueue_channel_in_flight_total 0",
+        "rustqueue_channels_depth 3",
+        "rustqueue_channels_in_flight 0",
         "rustqueue_disk_pressure 0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?}");

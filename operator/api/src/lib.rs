@@ -10,6 +10,8 @@
 //!   grace; the operator renders them and the gateway checks them.
 //! - [`labels`]: label keys, annotation keys, well-known ports and file paths that rendered
 //!   Kubernetes objects and the broker agree on.
+//! - `telemetry` (feature `telemetry`): the log format switch and the build-info and process
+//!   metrics every binary shares.
 //! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
 //!   broker builds this crate without the feature and so never compiles `kube`.
 
@@ -20,3 +22,6 @@ pub mod labels;
 
 #[cfg(feature = "kube")]
 pub mod crd;
+
+#[cfg(feature = "telemetry")]
+pub mod telemetry;

@@ -154,6 +154,8 @@ impl Metrics {
     /// Register every metric.
     pub fn new() -> Self {
         let registry = Registry::new();
+        rustqueue_api::telemetry::register_build_info(&registry, "rustqueue-operator")
+            .expect("unique metric");
         let up = IntGauge::new("rustqueue_operator_up", "1 while the operator process runs")
             .expect("valid metric");
         up.set(1);

@@ -43,15 +43,15 @@ pub struct Metrics {
     delivery_inflight_bytes: IntGauge,
     disk_total_bytes: IntGauge,
     disk_available_bytes: IntGauge,
-    disk_used_percent: prometheus::Gauge,
+    disk_used_ratio: prometheus::Gauge,
     disk_pressure: IntGauge,
     topics: IntGauge,
     channels: IntGauge,
-    topic_messages_total: IntGauge,
-    channel_depth_total: IntGauge,
-    channel_in_flight_total: IntGauge,
-    channel_deferred_total: IntGauge,
-    channel_ack_gap_total: IntGauge,
+    topics_published_messages: IntGauge,
+    channels_depth: IntGauge,
+    channels_in_flight: IntGauge,
+    channels_deferred: IntGauge,
+    channels_ack_gap: IntGauge,
     publish_unsynced_messages: IntGauge,
     publish_unsynced_bytes: IntGauge,
     publish_sync_lag_seconds: prometheus::Gauge,
@@ -101,6 +101,7 @@ impl Metrics {
     /// Registers every series this crate owns (engine series are added per scrape).
     pub fn new() -> Self {
         let r = Registry::new();
+        rustqueue_api::telemetry::register_build_info(&r, "rustqueued").expect("unique metric");
         register_reserved(&r);
         Self {
             tcp_connections: gauge(&r, "rustqueue_tcp_connections", "Open TCP connections"),
@@ -130,10 +131,10 @@ impl Metrics {
                 "rustqueue_disk_available_bytes",
                 "Data disk free to unprivileged users",
             ),
-            disk_used_percent: float_gauge(
+            disk_used_ratio: float_gauge(
                 &r,
-                "rustqueue_disk_used_percent",
-                "Data disk used percent",
+                "rustqueue_disk_used_ratio",
+                "Share of the data disk in use, 0 to 1",
             ),
             disk_pressure: gauge(
                 &r,
@@ -142,29 +143,29 @@ impl Metrics {
             ),
             topics: gauge(&r, "rustqueue_topics", "Topics"),
             channels: gauge(&r, "rustqueue_channels", "Channels"),
-            topic_messages_total: gauge(
+            topics_published_messages: gauge(
                 &r,
-                "rustqueue_topic_messages_total",
-                "Messages published over all topics",
+                "rustqueue_topics_published_messages",
+                "Messages published over all topics (sum of their counts; falls when a topic is deleted)",
             ),
-            channel_depth_total: gauge(
+            channels_depth: gauge(
                 &r,
-                "rustqueue_channel_depth_total",
+                "rustqueue_channels_depth",
                 "Ready backlog over all channels",
             ),
-            channel_in_flight_total: gauge(
+            channels_in_flight: gauge(
                 &r,
-                "rustqueue_channel_in_flight_total",
+                "rustqueue_channels_in_flight",
                 "In flight over all channels",
             ),
-            channel_deferred_total: gauge(
+            channels_deferred: gauge(
                 &r,
-                "rustqueue_channel_deferred_total",
+                "rustqueue_channels_deferred",
                 "Deferred over all channels",
             ),
-            channel_ack_gap_total: gauge(
+            channels_ack_gap: gauge(
                 &r,
-                "rustqueue_channel_ack_gap_total",
+                "rustqueue_channels_ack_gap",
                 "Finished positions above the ack floors over all channels",
             ),
             publish_unsynced_messages: gauge(
@@ -218,11 +219,11 @@ impl Metrics {
             .sum();
         set(&self.topics, stats.topics.len() as u64);
         set(&self.channels, channels as u64);
-        set(&self.topic_messages_total, c.stored_messages);
-        set(&self.channel_depth_total, c.depth.saturating_sub(deferred));
-        set(&self.channel_in_flight_total, c.in_flight);
-        set(&self.channel_deferred_total, deferred);
-        set(&self.channel_ack_gap_total, q.channel_ack_gap);
+        set(&self.topics_published_messages, c.stored_messages);
+        set(&self.channels_depth, c.depth.saturating_sub(deferred));
+        set(&self.channels_in_flight, c.in_flight);
+        set(&self.channels_deferred, deferred);
+        set(&self.channels_ack_gap, q.channel_ack_gap);
         set(
             &self.publish_unsynced_messages,
             stats.topics.iter().map(|t| t.unsynced_messages).sum(),
@@ -242,9 +243,9 @@ impl Metrics {
             let used = if total == 0 {
                 0.0
             } else {
-                total.saturating_sub(avail) as f64 * 100.0 / total as f64
+                total.saturating_sub(avail) as f64 / total as f64
             };
-            self.disk_used_percent.set(used);
+            self.disk_used_ratio.set(used);
         }
         let detailed = self
             .detail
