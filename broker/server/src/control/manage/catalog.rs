@@ -189,7 +189,7 @@ impl Catalog {
         let Some(i) = self
             .operations
             .iter()
-            .position(|r| r.operation_id == pending_id)
+            .rposition(|r| r.operation_id == pending_id)
         else {
             return;
         };
@@ -209,6 +209,9 @@ impl Catalog {
     }
 
     fn trim(&mut self) {
+        if self.operations.len() <= MAX_COMPLETED {
+            return;
+        }
         let completed = self
             .operations
             .iter()

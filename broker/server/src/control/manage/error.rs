@@ -99,12 +99,6 @@ impl ManageError {
         }
     }
 
-    /// Whether the request was refused before anything changed (its pending record can go):
-    /// everything but a storage failure.
-    pub fn is_refusal(&self) -> bool {
-        !matches!(self, Self::Storage(_) | Self::Internal(_))
-    }
-
     /// No such topic.
     pub fn no_topic(topic: &str) -> ManageError {
         Self::BadTopic {

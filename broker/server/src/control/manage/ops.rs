@@ -215,3 +215,84 @@ async fn apply_channel(
         ManageAction::Tombstone => fence_or_fail(fences, s, s.tombstone_until_ms).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject(kind: ManageKind, action: ManageAction, until: Option<u64>) -> Subject {
+        Subject {
+            kind,
+            action,
+            topic: "t".into(),
+            channel: (kind == ManageKind::Channel).then(|| "c".into()),
+            tombstone_until_ms: until,
+        }
+    }
+
+    fn topic(paused: bool, depth: u64) -> TopicStats {
+        TopicStats {
+            name: "t".into(),
+            message_count: 9,
+            paused,
+            channels: vec![ChannelStats {
+                name: "c".into(),
+                depth,
+                paused,
+                ..ChannelStats::default()
+            }],
+            ..TopicStats::default()
+        }
+    }
+
+    #[test]
+    fn plans_say_whether_anything_changes_and_where_an_empty_stops() {
+        use ManageAction::*;
+        let (t, idle) = (topic(false, 4), topic(true, 0));
+        let k = ManageKind::Topic;
+        let changed = |s: &Subject, t: Option<&TopicStats>, fenced| {
+            plan_topic(s, t, fenced).map(|p| p.changed).ok()
+        };
+        assert_eq!(changed(&subject(k, Create, None), None, None), Some(true));
+        assert_eq!(
+            changed(&subject(k, Create, None), Some(&t), None),
+            Some(false)
+        );
+        assert_eq!(
+            changed(&subject(k, Create, None), Some(&t), Some(5)),
+            Some(true)
+        );
+        assert_eq!(
+            changed(&subject(k, Pause, None), Some(&t), None),
+            Some(true)
+        );
+        assert_eq!(
+            changed(&subject(k, Pause, None), Some(&idle), None),
+            Some(false)
+        );
+        assert_eq!(
+            changed(&subject(k, Unpause, None), Some(&idle), None),
+            Some(true)
+        );
+        assert_eq!(changed(&subject(k, Pause, None), None, None), None, "404");
+        assert_eq!(
+            changed(&subject(k, Delete, Some(7)), None, Some(7)),
+            Some(false)
+        );
+        assert_eq!(
+            changed(&subject(k, Tombstone, Some(8)), None, Some(7)),
+            Some(true)
+        );
+        let empty = plan_topic(&subject(k, Empty, None), Some(&t), None).unwrap();
+        assert_eq!(empty.empty_through, Some(9), "through the tail at planning");
+        assert!(empty.changed);
+        let c = ManageKind::Channel;
+        let ch = |t: &TopicStats| t.channels.first().cloned();
+        let plan = |s, t: &TopicStats| plan_channel(&s, Some(t), ch(t).as_ref(), None);
+        assert!(!plan(subject(c, Empty, None), &idle).unwrap().changed);
+        assert!(plan(subject(c, Empty, None), &t).unwrap().changed);
+        assert!(plan(subject(c, Unpause, None), &idle).unwrap().changed);
+        let missing = plan_channel(&subject(c, Pause, None), Some(&t), None, None);
+        assert!(matches!(missing, Err(ManageError::BadChannel { .. })));
+    }
+}
