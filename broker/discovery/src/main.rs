@@ -66,17 +66,15 @@ struct Cli {
     /// Kodo cleanup compatibility: never supported, `true` is a startup error.
     #[arg(long, env = gateway_env::KODO_CLEANUP_ENABLED, default_value_t = false)]
     kodo_cleanup_enabled: bool,
+    /// Log lines as `text` or `json` (one object a line: timestamp, level, target, message).
+    #[arg(long, env = rustqueue_api::telemetry::LOG_FORMAT_ENV, default_value = "text")]
+    log_format: rustqueue_api::telemetry::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    rustqueue_api::telemetry::init_logging(cli.log_format, "info");
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mode = Mode::from_settings(

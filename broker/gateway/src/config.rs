@@ -104,6 +104,9 @@ pub struct Cli {
     /// Kodo cleanup compatibility: not supported; `true` is refused at startup.
     #[arg(long, env = env::KODO_CLEANUP_ENABLED, default_value_t = false)]
     pub kodo_cleanup_enabled: bool,
+    /// Log lines as `text` or `json` (one object a line: timestamp, level, target, message).
+    #[arg(long, env = rustqueue_api::telemetry::LOG_FORMAT_ENV, default_value = "text")]
+    pub log_format: rustqueue_api::telemetry::LogFormat,
 }
 
 /// A configuration refused at startup; each says which setting to change.

@@ -5,13 +5,8 @@ use rustqueue_gateway::{Cli, Gateway, KodoGateway, KodoSettings};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    rustqueue_api::telemetry::init_logging(cli.log_format, "info");
     let cfg = cli.validate()?;
     let kodo = if cli.kodo_compatibility_enabled {
         Some(KodoSettings::from_cli(&cli)?)

@@ -179,15 +179,7 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    rustqueue_api::telemetry::init_logging(format, "info");
 }
 
 async fn wait_for_signal() {

@@ -100,6 +100,7 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
                     "RUSTQUEUE_REGISTRY_TOKEN_FILE",
                     format!("{TOKEN_DIR}/{TOKEN_KEY}"),
                 ),
+                pod::env(rustqueue_api::telemetry::LOG_FORMAT_ENV, "json"),
             ]),
             volume_mounts: Some(vec![pod::mount("auth", TOKEN_DIR)]),
             readiness_probe: Some(pod::http_probe("/v1/health", 2, 2, 1)),
@@ -188,6 +189,7 @@ mod tests {
             .into_iter()
             .map(|e| (e.name, e.value))
             .collect();
+        assert_eq!(env["RUSTQUEUE_LOG_FORMAT"].as_deref(), Some("json"));
         assert_eq!(
             env["RUSTQUEUE_BROKER_SERVICE"].as_deref(),
             Some("queue-brokers")

@@ -97,6 +97,7 @@ pub(super) fn gateway_pod_spec(c: GatewayContainer<'_>) -> PodSpec {
             format!("$(POD_IP):{}", c.http_port),
         ),
         pod::env(gateway_env::DISCOVERY_URLS, c.discovery_urls),
+        pod::env(rustqueue_api::telemetry::LOG_FORMAT_ENV, "json"),
     ]);
     env.extend(c.limits_env);
     let (readiness, liveness) = c.probes;
@@ -212,6 +213,10 @@ mod tests {
         );
         assert_eq!(env["RUSTQUEUE_GATEWAY_TCP_ADDRESS"], "$(POD_IP):4150");
         assert_eq!(env["RUSTQUEUE_GATEWAY_HTTP_ADDRESS"], "$(POD_IP):4151");
+        assert_eq!(
+            env["RUSTQUEUE_LOG_FORMAT"], "json",
+            "a log pipeline reads JSON lines"
+        );
         let order: Vec<String> = d.spec.template.spec.clone().unwrap().containers[0]
             .env
             .clone()
