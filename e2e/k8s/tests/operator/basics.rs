@@ -29,6 +29,43 @@ pub async fn the_operator_installs_from_config_default(c: &Cluster) {
     );
 }
 
+/// `config/default`'s namespace enforces Pod Security `restricted`, and the API server applies
+/// it: a Pod that a hardened cluster refuses (root, privilege escalation allowed, default
+/// capabilities, no seccomp profile) is refused here too, so every Pod the operator creates
+/// in it (and the operator's own) is proven to meet `restricted` by being admitted at all.
+pub async fn pod_security_restricted_refuses_a_privileged_pod(c: &Cluster) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        kube::Api::all(c.client.clone()).get(NS).await.unwrap();
+    let labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted"),
+        "{labels:?}"
+    );
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pod-security-probe"},
+        "spec": {"containers": [{"name": "c", "image": DEV.as_str(),
+            "securityContext": {"privileged": true}}]}
+    }))
+    .unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(c.client.clone(), NS);
+    match api.create(&kube::api::PostParams::default(), &pod).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403, "{e:?}");
+            assert!(
+                e.message.contains("violates PodSecurity \"restricted"),
+                "{}",
+                e.message
+            );
+            eprintln!("refused as on a hardened cluster: {}", e.message);
+        }
+        other => panic!("a privileged Pod was not refused in {NS}: {other:?}"),
+    }
+}
+
 /// `config/default` itself, or when the images come from elsewhere
 /// (`$RUSTQUEUE_E2E_IMAGE_REGISTRY`, `$RUSTQUEUE_E2E_IMAGE_TAG`) an overlay over it whose
 /// kustomize `images:` entry renames `rustqueue`, as a user points it at their registry.

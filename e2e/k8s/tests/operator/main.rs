@@ -59,6 +59,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
     cluster::runtime().block_on(async {
         let c = Cluster::start().await;
         step!(the_operator_installs_from_config_default(&c)).await;
+        step!(pod_security_restricted_refuses_a_privileged_pod(&c)).await;
         step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
         step!(brokers_and_operator_run_the_built_image_as_nonroot(&c)).await;
         step!(the_printer_columns_show_phase_desired_and_ready(&c)).await;
