@@ -14,6 +14,7 @@
 Usage: scripts/test-chart.py [--helm PATH]   (default: the pinned helm in the cache)
 """
 import argparse
+import copy
 import os
 import pathlib
 import re
@@ -64,9 +65,12 @@ def grants(rules):
 
 
 def strip_pod(spec):
-    """A pod template's spec without what names the install (the ServiceAccount's name)."""
-    spec = dict(spec)
+    """A pod template's spec without what names the install (the ServiceAccount's name, the
+    release's instance label in the spread constraints' selectors)."""
+    spec = copy.deepcopy(spec)
     spec.pop("serviceAccountName")
+    for c in spec.get("topologySpreadConstraints", []):
+        c["labelSelector"]["matchLabels"].pop("app.kubernetes.io/instance", None)
     return spec
 
 

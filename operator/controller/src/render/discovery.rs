@@ -76,6 +76,10 @@ pub fn discovery_deployment(
 /// API server, so the only one that gets a token); no fsGroup, nothing to write.
 fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> PodSpec {
     PodSpec {
+        topology_spread_constraints: Some(pod::spread(selector_labels(
+            n,
+            labels::COMPONENT_DISCOVERY,
+        ))),
         service_account_name: Some(names::runtime(n)),
         automount_service_account_token: Some(true),
         termination_grace_period_seconds: Some(30),
@@ -190,6 +194,25 @@ mod tests {
             .map(|e| (e.name, e.value))
             .collect();
         assert_eq!(env["RUSTQUEUE_LOG_FORMAT"].as_deref(), Some("json"));
+        let spread: Vec<_> = pod
+            .topology_spread_constraints
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.topology_key, t.when_unsatisfiable, t.max_skew))
+            .collect();
+        assert_eq!(
+            spread,
+            [
+                ("kubernetes.io/hostname".into(), "ScheduleAnyway".into(), 1),
+                (
+                    "topology.kubernetes.io/zone".into(),
+                    "ScheduleAnyway".into(),
+                    1
+                )
+            ],
+            "replicas spread over Nodes, then zones"
+        );
         assert_eq!(
             env["RUSTQUEUE_BROKER_SERVICE"].as_deref(),
             Some("queue-brokers")

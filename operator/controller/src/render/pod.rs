@@ -5,10 +5,14 @@
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, ServicePort, Volume, VolumeMount,
+    SecretVolumeSource, SecurityContext, ServicePort, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
 use rustqueue_api::labels;
 
 /// A named TCP container port.
@@ -84,6 +88,24 @@ pub(super) fn pod_security() -> PodSecurityContext {
         }),
         ..PodSecurityContext::default()
     }
+}
+
+/// Replicas spread over Nodes, then zones, by their selector `labels`: one Node going away
+/// takes at most one. `ScheduleAnyway`, so a one-Node cluster still runs them all.
+pub(super) fn spread(labels: BTreeMap<String, String>) -> Vec<TopologySpreadConstraint> {
+    ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+        .into_iter()
+        .map(|key| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        })
+        .collect()
 }
 
 /// No privilege, no capabilities, a read-only root file system.
