@@ -493,3 +493,106 @@ async fn a_console_restarted_mid_operation_completes_it_exactly_once() {
         "replayed, not reapplied"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_refusal_fails_the_operation_and_a_retry_finishes_it() {
+    let cluster = Cluster::start(1, true).await;
+    let (served, b) = ready(&cluster).await;
+    topic_on(&cluster, &served, "orders", &["q-0"]).await;
+    let (s, v) = b.act("topic", "retry", "orders", None).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "E_RETRY_NOT_FAILED"));
+
+    // A pause accepted but not yet applied: channel actions wait for the topic.
+    let (s, v) = b.act("topic", "pause", "orders", None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let (s, v) = b.act("channel", "create", "orders", Some("billing")).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::CONFLICT, "E_TOPIC_OPERATION_IN_PROGRESS")
+    );
+    topic_phase(&served, &cluster, "orders", CatalogPhase::Active).await;
+    assert!(cluster.mem.topic("orders").unwrap().spec.paused);
+
+    // The topic vanished from its owner behind the console's back: the broker refuses the
+    // next operation (404), which is final until a person retries.
+    assert_eq!(
+        cluster
+            .broker("q-0")
+            .admin("/topic/delete?topic=orders")
+            .await,
+        StatusCode::OK
+    );
+    let (s, v) = b.act("topic", "unpause", "orders", None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    topic_phase(&served, &cluster, "orders", CatalogPhase::Failed).await;
+    let t = cluster.mem.topic("orders").unwrap();
+    assert!(
+        t.spec
+            .last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("E_BROKER_REJECTED"),
+        "{:?}",
+        t.spec.last_error
+    );
+    let failed = cluster
+        .mem
+        .recorded_events()
+        .into_iter()
+        .any(|e| e.reason == "ConsoleManagementFailed" && e.type_ == "Warning");
+    assert!(failed);
+    served.tick().await;
+    let (_, snap) = served.snapshot().await;
+    let view = snap["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "orders")
+        .unwrap();
+    assert_eq!(view["managed_phase"], "FAILED");
+    let (s, v) = b.act("topic", "pause", "orders", None).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::CONFLICT, "E_OPERATION_IN_PROGRESS")
+    );
+
+    // Put the topic back (paused, as the catalog last knew it) and retry: same operation.
+    assert_eq!(
+        cluster
+            .broker("q-0")
+            .admin("/topic/create?topic=orders")
+            .await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        cluster
+            .broker("q-0")
+            .admin("/topic/pause?topic=orders")
+            .await,
+        StatusCode::OK
+    );
+    served.tick().await;
+    let (s, v) = b.act("topic", "retry", "orders", None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    assert_eq!(
+        v["operation_id"].as_str(),
+        Some(t.spec.operation.as_ref().unwrap().id.as_str())
+    );
+    assert_eq!(
+        cluster
+            .mem
+            .topic("orders")
+            .unwrap()
+            .spec
+            .operation
+            .unwrap()
+            .attempt,
+        2
+    );
+    topic_phase(&served, &cluster, "orders", CatalogPhase::Active).await;
+    assert!(!cluster.mem.topic("orders").unwrap().spec.paused);
+    assert_eq!(
+        cluster.broker("q-0").topic("orders").await.unwrap()["paused"],
+        false
+    );
+}

@@ -206,3 +206,38 @@ async fn management_routes_are_absent_when_management_is_off() {
     assert_eq!(page.status(), StatusCode::OK);
     assert!(page.text().await.unwrap().contains("not built"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn built_pages_are_served_with_a_fallback_to_index_html() {
+    let cluster = Cluster::start(1, false).await;
+    let pages = tempfile::tempdir().unwrap();
+    std::fs::write(pages.path().join("index.html"), "<p>console</p>").unwrap();
+    std::fs::write(pages.path().join("app.js"), "run()").unwrap();
+    let mut config = cluster.config(false);
+    config.static_dir = pages.path().to_path_buf();
+    let served = Served::start_with(&cluster, config).await;
+    let get = |path: &str| reqwest::get(format!("{}{path}", served.url));
+    let js = get("/app.js").await.unwrap();
+    assert_eq!(
+        js.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(js.text().await.unwrap(), "run()");
+    assert_eq!(
+        get("/brokers").await.unwrap().text().await.unwrap(),
+        "<p>console</p>"
+    );
+    assert_eq!(
+        get("/../../etc/passwd")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "<p>console</p>"
+    );
+    let api = get("/api/v1/nothing").await.unwrap();
+    assert_eq!(api.status(), StatusCode::NOT_FOUND);
+    let health: Value = get("/healthz").await.unwrap().json().await.unwrap();
+    assert_eq!(health["status"], "ok");
+}

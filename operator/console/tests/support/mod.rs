@@ -345,8 +345,13 @@ impl Drop for Served {
 impl Served {
     /// Serves a console over `cluster`'s in-memory Kubernetes.
     pub async fn start(cluster: &Cluster, management: bool) -> Served {
+        Self::start_with(cluster, cluster.config(management)).await
+    }
+
+    /// Serves a console with `config` over `cluster`'s in-memory Kubernetes.
+    pub async fn start_with(cluster: &Cluster, config: Config) -> Served {
         let console = Arc::new(Console::new(
-            cluster.config(management),
+            config,
             Arc::new(cluster.mem.clone()),
             Arc::new(cluster.mem.clone()),
         ));
