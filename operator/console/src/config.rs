@@ -5,34 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rustqueue_api::labels;
+use rustqueue_api::{console, labels};
 
-/// Listen address of the HTTP server.
-pub const ADDRESS: &str = "RUSTQUEUE_CONSOLE_ADDRESS";
-/// Namespace of the RustQueue (the Pod's own).
-pub const NAMESPACE: &str = "POD_NAMESPACE";
-/// Name of the RustQueue.
-pub const NAME: &str = "RUSTQUEUE_NAME";
-/// The console token file, re-read on every broker call.
-pub const TOKEN_FILE: &str = "RUSTQUEUE_CONSOLE_TOKEN_FILE";
-/// The built web pages.
-pub const STATIC_DIR: &str = "RUSTQUEUE_CONSOLE_STATIC_DIR";
-/// Seconds between collections.
-pub const POLL_SECONDS: &str = "RUSTQUEUE_CONSOLE_POLL_SECONDS";
-/// Minutes of trend kept in memory.
-pub const HISTORY_MINUTES: &str = "RUSTQUEUE_CONSOLE_HISTORY_MINUTES";
-/// Most seconds between two full observations of one broker.
-pub const CATALOG_REFRESH_SECONDS: &str = "RUSTQUEUE_CONSOLE_CATALOG_REFRESH_SECONDS";
-/// The brokers' HTTP port.
-pub const BROKER_HTTP_PORT: &str = "RUSTQUEUE_BROKER_HTTP_PORT";
-/// Turns the management flow on.
-pub const MANAGEMENT_ENABLED: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_ENABLED";
-/// Lifetime of an unlocked management session.
-pub const UNLOCK_SECONDS: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_UNLOCK_SECONDS";
-/// How long a deleted topic or channel stays fenced.
-pub const TOMBSTONE_SECONDS: &str = "RUSTQUEUE_CONSOLE_TOMBSTONE_SECONDS";
-/// Base URL of discovery, whose `/v1/health` gates management.
-pub const DISCOVERY_URL: &str = "RUSTQUEUE_CONSOLE_DISCOVERY_URL";
+pub use rustqueue_api::console::env::*;
 
 /// A variable that is set but not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +69,7 @@ impl Config {
         let name = get(NAME).unwrap_or_else(|| "rustqueue".into());
         let namespace = get(NAMESPACE).unwrap_or_else(|| "default".into());
         let address = match get(ADDRESS) {
-            None => SocketAddr::from(([0, 0, 0, 0], 4180)),
+            None => SocketAddr::from(([0, 0, 0, 0], console::HTTP_PORT)),
             Some(v) => v.parse().map_err(|_| ConfigError {
                 name: ADDRESS,
                 value: v.clone(),
@@ -107,7 +82,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(labels::SECRETS_DIR).join("console-token")),
             static_dir: get(STATIC_DIR)
-                .unwrap_or_else(|| "/usr/share/rustqueue-console".into())
+                .unwrap_or_else(|| console::STATIC_DIR.into())
                 .into(),
             poll: Duration::from_secs(poll_seconds),
             history: Duration::from_secs(
