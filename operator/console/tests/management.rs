@@ -596,3 +596,50 @@ async fn a_broker_refusal_fails_the_operation_and_a_retry_finishes_it() {
         false
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_loops_carry_a_create_and_a_two_owner_pause_to_the_end() {
+    let cluster = Cluster::start(2, true).await;
+    let (mut served, b) = ready(&cluster).await;
+    served.run_loops();
+    let (s, v) = b.act("topic", "create", "events", None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    let owner = wait_for("the topic ACTIVE", 30, || async {
+        let t = cluster.mem.topic("events")?;
+        (t.spec.phase == CatalogPhase::Active).then(|| t.spec.owners[0].clone())
+    })
+    .await;
+    let other = if owner == "q-0" { "q-1" } else { "q-0" };
+    assert_eq!(
+        cluster
+            .broker(other)
+            .admin("/topic/create?topic=events")
+            .await,
+        StatusCode::OK
+    );
+    wait_for("both owners adopted", 30, || async {
+        let t = cluster.mem.topic("events")?;
+        (t.spec.owners.len() == 2).then_some(())
+    })
+    .await;
+    let (s, v) = wait_for("a pause accepted on a fresh snapshot", 30, || async {
+        let (s, v) = b.act("topic", "pause", "events", None).await;
+        // The collector may move the object between preview and apply; preview again.
+        (code(&v) != "E_RESOURCE_CHANGED").then_some((s, v))
+    })
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    wait_for("the pause on both owners", 30, || async {
+        let t = cluster.mem.topic("events")?;
+        (t.spec.phase == CatalogPhase::Active && t.spec.paused).then_some(())
+    })
+    .await;
+    for br in &cluster.brokers {
+        assert_eq!(
+            br.topic("events").await.unwrap()["paused"],
+            true,
+            "{}",
+            br.name
+        );
+    }
+}
