@@ -241,3 +241,28 @@ async fn a_broker_refusal_fails_the_operation_and_a_retry_finishes_it() {
         false
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn management_waits_for_discovery() {
+    let cluster = Cluster::start(1, true).await;
+    let (served, b) = ready(&cluster).await;
+    cluster.stop_discovery();
+    let (_, snap) = wait_for("discovery reported down", 20, || async {
+        served.collect().await;
+        let (s, v) = served.snapshot().await;
+        (v["management"]["registry_available"] == false).then_some((s, v))
+    })
+    .await;
+    assert_eq!(snap["complete"], false);
+    assert!(
+        snap["errors"].to_string().contains("discovery"),
+        "{}",
+        snap["errors"]
+    );
+    let (s, v) = b.act("topic", "create", "orders", None).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "E_MANAGEMENT_UNAVAILABLE")
+    );
+    assert!(v["detail"].as_str().unwrap().contains("discovery"), "{v}");
+}

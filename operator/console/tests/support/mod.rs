@@ -324,6 +324,11 @@ impl Cluster {
         Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
     }
 
+    /// Stops the fake discovery (its health check then fails).
+    pub fn stop_discovery(&self) {
+        self.discovery_task.abort();
+    }
+
     /// The broker named `name`.
     pub fn broker(&self, name: &str) -> &Broker {
         self.brokers.iter().find(|b| b.name == name).unwrap()
