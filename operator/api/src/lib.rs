@@ -6,7 +6,6 @@
 //!   `v1` wire shape; a breaking change gets a new module.
 //! - [`broker_config`]: the broker's TOML configuration and its environment overrides; the
 //!   broker reads it and the operator renders it from the same types.
-//! - [`console`]: the console's port and environment names, which the operator renders.
 //! - [`gateway`]: the gateway's environment names, limits, and the Kodo gateway's ports and
 //!   grace; the operator renders them and the gateway checks them.
 //! - [`labels`]: label keys, annotation keys, well-known ports and file paths that rendered
@@ -15,7 +14,6 @@
 //!   broker builds this crate without the feature and so never compiles `kube`.
 
 pub mod broker_config;
-pub mod console;
 pub mod contract;
 pub mod gateway;
 pub mod labels;

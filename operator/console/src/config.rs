@@ -5,9 +5,24 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rustqueue_api::{console, labels};
+use rustqueue_api::labels;
 
-pub use rustqueue_api::console::env::*;
+/// Session lifetime (60..1800).
+pub use rustqueue_api::labels::console_env::MANAGEMENT_UNLOCK_SECONDS as UNLOCK_SECONDS;
+pub use rustqueue_api::labels::console_env::{
+    ADDRESS, BROKER_HTTP_PORT, CATALOG_REFRESH_SECONDS, HISTORY_MINUTES, MANAGEMENT_ENABLED, NAME,
+    POLL_SECONDS, TOKEN_FILE, TOMBSTONE_SECONDS,
+};
+/// Namespace of the RustQueue (the Pod's own).
+pub use rustqueue_api::labels::env::POD_NAMESPACE as NAMESPACE;
+
+/// The built web pages (read by the console only).
+pub const STATIC_DIR: &str = "RUSTQUEUE_CONSOLE_STATIC_DIR";
+/// Base URL of discovery, whose `/v1/health` gates management (read by the console only;
+/// default `http://<name>-discovery:4161`).
+pub const DISCOVERY_URL: &str = "RUSTQUEUE_CONSOLE_DISCOVERY_URL";
+/// Where the console image holds its built web pages.
+pub const DEFAULT_STATIC_DIR: &str = "/usr/share/rustqueue-console";
 
 /// A variable that is set but not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,7 +84,7 @@ impl Config {
         let name = get(NAME).unwrap_or_else(|| "rustqueue".into());
         let namespace = get(NAMESPACE).unwrap_or_else(|| "default".into());
         let address = match get(ADDRESS) {
-            None => SocketAddr::from(([0, 0, 0, 0], console::HTTP_PORT)),
+            None => SocketAddr::from(([0, 0, 0, 0], labels::CONSOLE_HTTP_PORT)),
             Some(v) => v.parse().map_err(|_| ConfigError {
                 name: ADDRESS,
                 value: v.clone(),
@@ -82,7 +97,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(labels::SECRETS_DIR).join("console-token")),
             static_dir: get(STATIC_DIR)
-                .unwrap_or_else(|| console::STATIC_DIR.into())
+                .unwrap_or_else(|| DEFAULT_STATIC_DIR.into())
                 .into(),
             poll: Duration::from_secs(poll_seconds),
             history: Duration::from_secs(
