@@ -324,6 +324,11 @@ impl Cluster {
         Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
     }
 
+    /// Replaces the console token file's content (the brokers and the console both read it).
+    pub fn write_token(&self, token: &str) {
+        std::fs::write(self.tokens.path().join("console-token"), token).unwrap();
+    }
+
     /// Stops the fake discovery (its health check then fails).
     pub fn stop_discovery(&self) {
         self.discovery_task.abort();
