@@ -121,6 +121,17 @@ crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
 console-ui: ## build the console's web pages into operator/console/ui/dist (npm ci once per lockfile, type check, unit tests, vite build)
 	scripts/console-ui.sh build
 
+# The pages in Debian's headless Chromium (playwright-core), served by the real console backend
+# collecting from three real rustqueued with management on: every page in both themes with an
+# axe scan, numbers against the snapshot, theme and language across a reload, a topic created
+# through the dialogs. Screenshots in $(TARGET_DIR)/console-screenshots. Inside `make test`
+# the console-ui stage has built the pages.
+.PHONY: console-browser
+console-browser: $(TESTS_BUILT) ## the console's web pages in headless Chromium against the real backend and brokers (screenshots in target/console-screenshots)
+	scripts/deps.sh chromium
+	$(if $(RUSTQUEUE_SUITE),,scripts/console-ui.sh build)
+	$(CARGO_TEST) $(call stage_targets,console-browser) -- --nocapture
+
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)

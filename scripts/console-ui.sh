@@ -40,12 +40,24 @@ modules() {
   fi
 }
 
+# Type check, then the unit tests; prints `console-ui: N passed, M failed` for the suite's count.
+check() {
+  npx tsc --noEmit
+  local report
+  report="$(mktemp)"
+  local status=0
+  npx vitest run --reporter=default --reporter=json --outputFile="$report" || status=$?
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("console-ui: %d passed, %d failed" % (r["numPassedTests"], r["numFailedTests"]))' "$report"
+  rm -f "$report"
+  return "$status"
+}
+
 case "${1:-build}" in
   modules) modules ;;
-  check) modules && npm run --silent check ;;
+  check) modules && check ;;
   build)
     modules
-    npm run --silent check
+    check
     start=$SECONDS
     npx vite build --logLevel warn
     log "console UI built into $UI/dist in $((SECONDS - start))s"

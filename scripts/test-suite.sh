@@ -39,6 +39,7 @@ LANES=(
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test"
+  "console-ui console-browser"
 )
 # stage -> the stages of other lanes it waits for
 # Tools are not waited for here: each stage installs the ones it names (Makefile), under each
@@ -52,6 +53,7 @@ declare -A NEEDS=(
   [compat]="test-build"
   [e2e-testbed]="test-build"
   [e2e-install]="e2e-build e2e-images"
+  [console-browser]="test-build"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
 declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10)

@@ -35,6 +35,8 @@ CLAIMS = {
     # the testbed plus the images: the operator and Kodo scenarios, the Helm install
     "e2e-operator": {"rustqueue-e2e": ["operator"]},
     "e2e-install": {"rustqueue-e2e": ["install"]},
+    # Debian's Chromium and the console's built pages (make console-ui)
+    "console-browser": {"rustqueue-console": ["pages"]},
 }
 
 

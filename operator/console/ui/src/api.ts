@@ -288,7 +288,9 @@ async function post<T>(path: string, body: unknown, csrf?: string | null): Promi
 }
 
 export const management = {
-  unlock: (confirmation: string) => post<ManagementStatus>('unlock', { confirmation }),
+  /** Answers the session's `{unlocked, expires_at_ms, csrf_token}` (and sets its cookie). */
+  unlock: (confirmation: string) =>
+    post<Partial<ManagementStatus>>('unlock', { confirmation }),
   lock: (csrf: string | null | undefined) => post<unknown>('lock', {}, csrf),
   preview: (req: PreviewRequest, csrf: string | null | undefined) =>
     post<Preview>('preview', req, csrf),

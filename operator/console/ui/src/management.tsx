@@ -85,8 +85,9 @@ export function ManagementProvider({ children }: { children: ReactNode }) {
           status={status}
           onClose={() => setUnlockOpen(false)}
           onUnlocked={(s) => {
-            setStatus(s);
+            setStatus((prev) => (prev ? { ...prev, ...s } : prev));
             setUnlockOpen(false);
+            void refresh();
           }}
         />
       )}
@@ -159,7 +160,7 @@ function UnlockDialog({
 }: {
   status: ManagementStatus;
   onClose: () => void;
-  onUnlocked: (s: ManagementStatus) => void;
+  onUnlocked: (s: Partial<ManagementStatus>) => void;
 }) {
   const { t } = useI18n();
   const [text, setText] = useState('');

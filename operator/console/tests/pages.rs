@@ -1,0 +1,158 @@
+//! The console's web pages in a real browser: Debian's headless Chromium, driven by
+//! `operator/console/ui/browser/check.mjs` (playwright-core), loads the built pages from the real
+//! console backend, which collects from three real `rustqueued` brokers, with management on.
+//! The script checks every page in both themes (an axe-core scan, no console error, no failed
+//! request), the numbers against the snapshot the backend served, theme and language across a
+//! reload, and creates a topic through the dialogs; the test then sees the topic on its owner.
+//!
+//! Needs the built pages (`make console-ui`), Node.js with the UI's npm packages (the same
+//! command installs them) and Chromium (`scripts/deps.sh chromium`): `make console-browser`
+//! provides all three. Screenshots go to `<target>/console-screenshots` (docs/console.md shows
+//! them).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use support::{Cluster, Served, wait_for};
+
+fn ui_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("ui")
+}
+
+fn screenshots_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/debug/deps/browser-<hash> -> <target>/console-screenshots
+    exe.ancestors().nth(3).unwrap().join("console-screenshots")
+}
+
+fn chromium() -> PathBuf {
+    let bin =
+        PathBuf::from(std::env::var("CHROMIUM_BIN").unwrap_or_else(|_| "/usr/bin/chromium".into()));
+    assert!(
+        bin.exists(),
+        "no Chromium at {}: run `scripts/deps.sh chromium` (make console-browser does), or set CHROMIUM_BIN",
+        bin.display()
+    );
+    bin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_works_in_chromium_against_real_brokers() {
+    let ui = ui_dir();
+    assert!(
+        ui.join("dist/index.html").exists() && ui.join("node_modules").exists(),
+        "the console's pages are not built in {}: run `make console-ui`",
+        ui.display()
+    );
+    let chromium = chromium();
+    let cluster = Cluster::start(3, true).await;
+    let mut config = cluster.config(true);
+    config.static_dir = ui.join("dist");
+    let mut served = Served::start_with(&cluster, config).await;
+    // With management on, a broker takes nothing until the console's first fence sync.
+    served.run_loops();
+    wait_for(
+        "the first complete snapshot (fences synced)",
+        60,
+        || async {
+            let (status, s) = served.snapshot().await;
+            (status.is_success() && s["complete"] == true).then_some(())
+        },
+    )
+    .await;
+    // A topic on two owners with a backlog, and one on the third.
+    for (b, n) in [(0, 5), (1, 3)] {
+        let broker = &cluster.brokers[b];
+        broker.admin("/topic/create?topic=orders").await;
+        broker
+            .admin("/channel/create?topic=orders&channel=billing")
+            .await;
+        for i in 0..n {
+            assert!(
+                broker
+                    .publish("orders", &format!("order {i}"))
+                    .await
+                    .is_success()
+            );
+        }
+    }
+    cluster.brokers[2].admin("/topic/create?topic=clicks").await;
+    wait_for("a complete snapshot with the backlog", 60, || async {
+        let (status, s) = served.snapshot().await;
+        let orders = s["topics"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "orders")?
+            .clone();
+        (status.is_success() && s["complete"] == true && orders["channels"][0]["depth"] == 8)
+            .then_some(())
+    })
+    .await;
+
+    let out = screenshots_dir();
+    let start = Instant::now();
+    let run = Command::new("node")
+        .current_dir(&ui)
+        .arg("browser/check.mjs")
+        .args(["--url", &format!("{}/", served.url)])
+        .arg("--out")
+        .arg(&out)
+        .args(["--management", "--topic", "created-in-browser"])
+        .env("CHROMIUM_BIN", &chromium)
+        .output()
+        .expect("running node (Node.js 20 or newer is needed)");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "the browser check failed (above)");
+    assert!(
+        stdout.contains("ok   created topic on the topics page"),
+        "{stdout}"
+    );
+    println!(
+        "browser check: {:.1} s; screenshots in {}",
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
+    // The topic the dialogs created is on one broker, and its catalog object is ACTIVE.
+    let topic = cluster
+        .mem
+        .topic("created-in-browser")
+        .expect("a RustQueueTopic was created");
+    assert_eq!(
+        serde_json::to_value(topic.spec.phase).unwrap(),
+        "ACTIVE",
+        "{:?}",
+        topic.spec
+    );
+    let mut holders = Vec::new();
+    for b in &cluster.brokers {
+        if b.topic("created-in-browser").await.is_some() {
+            holders.push(b.name.clone());
+        }
+    }
+    assert_eq!(
+        holders, topic.spec.owners,
+        "the owners the CR names hold the topic"
+    );
+    for page in [
+        "overview",
+        "brokers",
+        "topics",
+        "storage",
+        "operations",
+        "configuration",
+    ] {
+        for theme in ["light", "dark"] {
+            let shot = out.join(format!("{page}-{theme}.png"));
+            assert!(
+                std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
+                "no screenshot {}",
+                shot.display()
+            );
+        }
+    }
+}
