@@ -39,6 +39,82 @@ fn chromium() -> PathBuf {
     bin
 }
 
+/// A topic on two owners with a backlog of 8 on its channel, and one on the third broker.
+async fn seed(cluster: &Cluster, served: &Served) {
+    for (b, n) in [(0, 5), (1, 3)] {
+        let broker = &cluster.brokers[b];
+        broker.admin("/topic/create?topic=orders").await;
+        broker
+            .admin("/channel/create?topic=orders&channel=billing")
+            .await;
+        for i in 0..n {
+            let status = broker.publish("orders", &format!("order {i}")).await;
+            assert!(status.is_success(), "{status}");
+        }
+    }
+    cluster.brokers[2].admin("/topic/create?topic=clicks").await;
+    wait_for("a complete snapshot with the backlog", 60, || async {
+        let (status, s) = served.snapshot().await;
+        let orders = s["topics"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "orders")?
+            .clone();
+        (status.is_success() && s["complete"] == true && orders["channels"][0]["depth"] == 8)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Runs the browser check against `url`; its output.
+fn check_in_chromium(ui: &Path, url: &str, out: &Path) -> String {
+    let start = Instant::now();
+    let run = Command::new("node")
+        .current_dir(ui)
+        .arg("browser/check.mjs")
+        .args(["--url", &format!("{url}/")])
+        .arg("--out")
+        .arg(out)
+        .args(["--management", "--topic", "created-in-browser"])
+        .env("CHROMIUM_BIN", chromium())
+        .output()
+        .expect("running node (Node.js 20 or newer is needed)");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "the browser check failed (above)");
+    println!(
+        "browser check: {:.1} s; screenshots in {}",
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
+    stdout
+}
+
+/// The topic the dialogs created is ACTIVE in the catalog and held by exactly its owners.
+async fn assert_created(cluster: &Cluster, topic: &str) {
+    let t = cluster
+        .mem
+        .topic(topic)
+        .expect("a RustQueueTopic was created");
+    assert_eq!(
+        serde_json::to_value(t.spec.phase).unwrap(),
+        "ACTIVE",
+        "{:?}",
+        t.spec
+    );
+    let mut holders = Vec::new();
+    for b in &cluster.brokers {
+        if b.topic(topic).await.is_some() {
+            holders.push(b.name.clone());
+        }
+    }
+    assert_eq!(
+        holders, t.spec.owners,
+        "the owners the CR names hold the topic"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_works_in_chromium_against_real_brokers() {
     let ui = ui_dir();
@@ -47,7 +123,6 @@ async fn every_page_works_in_chromium_against_real_brokers() {
         "the console's pages are not built in {}: run `make console-ui`",
         ui.display()
     );
-    let chromium = chromium();
     let cluster = Cluster::start(3, true).await;
     let mut config = cluster.config(true);
     config.static_dir = ui.join("dist");
@@ -63,81 +138,14 @@ async fn every_page_works_in_chromium_against_real_brokers() {
         },
     )
     .await;
-    // A topic on two owners with a backlog, and one on the third.
-    for (b, n) in [(0, 5), (1, 3)] {
-        let broker = &cluster.brokers[b];
-        broker.admin("/topic/create?topic=orders").await;
-        broker
-            .admin("/channel/create?topic=orders&channel=billing")
-            .await;
-        for i in 0..n {
-            assert!(
-                broker
-                    .publish("orders", &format!("order {i}"))
-                    .await
-                    .is_success()
-            );
-        }
-    }
-    cluster.brokers[2].admin("/topic/create?topic=clicks").await;
-    wait_for("a complete snapshot with the backlog", 60, || async {
-        let (status, s) = served.snapshot().await;
-        let orders = s["topics"]
-            .as_array()?
-            .iter()
-            .find(|t| t["name"] == "orders")?
-            .clone();
-        (status.is_success() && s["complete"] == true && orders["channels"][0]["depth"] == 8)
-            .then_some(())
-    })
-    .await;
-
+    seed(&cluster, &served).await;
     let out = screenshots_dir();
-    let start = Instant::now();
-    let run = Command::new("node")
-        .current_dir(&ui)
-        .arg("browser/check.mjs")
-        .args(["--url", &format!("{}/", served.url)])
-        .arg("--out")
-        .arg(&out)
-        .args(["--management", "--topic", "created-in-browser"])
-        .env("CHROMIUM_BIN", &chromium)
-        .output()
-        .expect("running node (Node.js 20 or newer is needed)");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
-    assert!(run.status.success(), "the browser check failed (above)");
+    let stdout = check_in_chromium(&ui, &served.url, &out);
     assert!(
         stdout.contains("ok   created topic on the topics page"),
         "{stdout}"
     );
-    println!(
-        "browser check: {:.1} s; screenshots in {}",
-        start.elapsed().as_secs_f64(),
-        out.display()
-    );
-    // The topic the dialogs created is on one broker, and its catalog object is ACTIVE.
-    let topic = cluster
-        .mem
-        .topic("created-in-browser")
-        .expect("a RustQueueTopic was created");
-    assert_eq!(
-        serde_json::to_value(topic.spec.phase).unwrap(),
-        "ACTIVE",
-        "{:?}",
-        topic.spec
-    );
-    let mut holders = Vec::new();
-    for b in &cluster.brokers {
-        if b.topic("created-in-browser").await.is_some() {
-            holders.push(b.name.clone());
-        }
-    }
-    assert_eq!(
-        holders, topic.spec.owners,
-        "the owners the CR names hold the topic"
-    );
+    assert_created(&cluster, "created-in-browser").await;
     for page in [
         "overview",
         "brokers",
