@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use rustqueue_api::telemetry::LogFormat;
 use rustqueue_console::Console;
 use rustqueue_console::config::Config;
 use rustqueue_console::kube_store::KubeCluster;
@@ -23,19 +24,49 @@ async fn terminated() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// What the command line asks for: everything else is configured by environment variables.
+enum Args {
+    Version,
+    Run(LogFormat),
+}
+
+/// `--version`, or `--log-format text|json` (default `RUSTQUEUE_LOG_FORMAT`, else text).
+fn args() -> Args {
+    let mut format = std::env::var(rustqueue_api::telemetry::LOG_FORMAT_ENV)
+        .ok()
+        .map_or(Ok(LogFormat::Text), |v| v.parse());
+    let mut argv = std::env::args().skip(1);
+    while let Some(a) = argv.next() {
+        match a.as_str() {
+            "--version" | "-V" => return Args::Version,
+            "--log-format" => format = argv.next().unwrap_or_default().parse(),
+            other => match other.strip_prefix("--log-format=") {
+                Some(v) => format = v.parse(),
+                None => fail(&format!(
+                    "unknown argument {other:?}: rustqueue-console takes --version and \
+                     --log-format text|json; everything else is environment (docs/console.md)"
+                )),
+            },
+        }
+    }
+    Args::Run(format.unwrap_or_else(|e| fail(&e)))
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("rustqueue-console: {message}");
+    std::process::exit(2)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if std::env::args().nth(1).is_some_and(|a| a == "--version") {
-        println!("rustqueue-console {}", env!("CARGO_PKG_VERSION"));
-        return Ok(());
-    }
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "rustqueue_console=info".into()),
-        )
-        .init();
+    let log_format = match args() {
+        Args::Version => {
+            println!("rustqueue-console {}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
+        Args::Run(f) => f,
+    };
+    rustqueue_api::telemetry::init_logging(log_format, "rustqueue_console=info");
     let config = Config::from_env().context("invalid configuration")?;
     let client = kube::Client::try_default()
         .await
