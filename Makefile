@@ -115,6 +115,7 @@ crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
 	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
 	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
 	scripts/install-manifests.py
+	scripts/crd-doc.py
 
 # --- console web pages: React + Carbon, built with the machine's Node.js (docs/console.md) -------
 .PHONY: console-ui
@@ -330,6 +331,7 @@ deps-helm: ## install the pinned helm (built from its Go module) into the cache
 .PHONY: chart-test
 chart-test: deps-helm ## the Helm chart without a cluster: up to date, lint --strict, templates, schema refusals
 	scripts/install-manifests.py --check
+	scripts/crd-doc.py --check
 	scripts/test-chart.py
 
 # The operator-framework's validators (default bundle checks plus the operatorframework suite's

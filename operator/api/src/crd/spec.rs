@@ -21,6 +21,7 @@ use super::status::RustQueueStatus;
     kind = "RustQueue",
     plural = "rustqueues",
     shortname = "rq",
+    category = "rustqueue",
     namespaced,
     status = "RustQueueStatus",
     derive = "PartialEq",

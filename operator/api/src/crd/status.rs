@@ -26,8 +26,10 @@ pub struct RustQueueStatus {
     /// Highest storage feature level any broker has activated (a floor; never lowered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_storage_feature_level: Option<u32>,
-    /// Standard conditions, sorted by type.
+    /// Standard conditions, sorted by type; a map keyed by `type` for server-side apply and
+    /// `kubectl patch`, as Kubernetes' own conditions.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The operation in progress or last finished (cleared when the spec withdraws it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +91,7 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// RFC 3339 time of the last change of status or reason.
+    #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: String,
 }
 
@@ -200,11 +203,14 @@ pub struct OperationStatus {
     #[serde(default)]
     pub message: String,
     /// RFC 3339 start (reset when a person resumes a paused or approval-waiting rollout).
+    #[schemars(extend("format" = "date-time"))]
     pub started_at: String,
     /// RFC 3339 last update.
+    #[schemars(extend("format" = "date-time"))]
     pub updated_at: String,
     /// RFC 3339 completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
     pub completed_at: Option<String>,
     /// Image before a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
