@@ -24,6 +24,8 @@ pub const COMPONENT_RUNTIME: &str = "runtime";
 pub const COMPONENT_DISCOVERY: &str = "discovery";
 /// Component of the producer gateway DaemonSet, its Pods and Service.
 pub const COMPONENT_GATEWAY: &str = "gateway";
+/// Component of the console Deployment, its Pod, Service, RBAC and NetworkPolicy.
+pub const COMPONENT_CONSOLE: &str = "console";
 /// Component of the Kodo gateway Pods (guarded by their own NetworkPolicy).
 pub const COMPONENT_KODO_GATEWAY: &str = "kodo-gateway";
 
@@ -46,6 +48,8 @@ pub const BROKER_HTTP_PORT: u16 = 4151;
 pub const GATEWAY_TCP_PORT: u16 = 4150;
 /// HTTP port of the producer gateway (`/pub`, `/mpub`, ... forwarded to a broker).
 pub const GATEWAY_HTTP_PORT: u16 = 4151;
+/// HTTP port of the console (its API, UI, `/healthz` and `/readyz`).
+pub const CONSOLE_HTTP_PORT: u16 = 4180;
 /// Port of the operator's `/healthz`, `/readyz`, `/metrics`.
 pub const OPERATOR_HTTP_PORT: u16 = 8080;
 
@@ -76,4 +80,29 @@ pub mod env {
     pub const DATA_PATH: &str = "RUSTQUEUE_DATA_PATH";
     /// Message index cache size.
     pub const MESSAGE_INDEX_CACHE_BYTES: &str = "RUSTQUEUE_MESSAGE_INDEX_CACHE_BYTES";
+}
+
+/// The console's environment (docs/console.md): what the operator sets on `<n>-console` and
+/// `rustqueue-console` reads.
+pub mod console_env {
+    /// Listen address, `$(POD_IP):4180` as the operator renders it.
+    pub const ADDRESS: &str = "RUSTQUEUE_CONSOLE_ADDRESS";
+    /// The RustQueue the console watches (in `POD_NAMESPACE`).
+    pub const NAME: &str = "RUSTQUEUE_NAME";
+    /// File holding the console token (re-read on every use).
+    pub const TOKEN_FILE: &str = "RUSTQUEUE_CONSOLE_TOKEN_FILE";
+    /// Seconds between collections (1..5).
+    pub const POLL_SECONDS: &str = "RUSTQUEUE_CONSOLE_POLL_SECONDS";
+    /// Minutes of rate history (1..60).
+    pub const HISTORY_MINUTES: &str = "RUSTQUEUE_CONSOLE_HISTORY_MINUTES";
+    /// Seconds between full catalog fetches of an unchanged broker (poll..300).
+    pub const CATALOG_REFRESH_SECONDS: &str = "RUSTQUEUE_CONSOLE_CATALOG_REFRESH_SECONDS";
+    /// The brokers' HTTP port.
+    pub const BROKER_HTTP_PORT: &str = "RUSTQUEUE_BROKER_HTTP_PORT";
+    /// `true` opens the management API (the RustQueue's `consoleManagementEnabled`).
+    pub const MANAGEMENT_ENABLED: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_ENABLED";
+    /// Seconds an unlocked management session lasts (60..1800).
+    pub const MANAGEMENT_UNLOCK_SECONDS: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_UNLOCK_SECONDS";
+    /// Seconds a deleted topic or channel stays fenced (60..86400).
+    pub const TOMBSTONE_SECONDS: &str = "RUSTQUEUE_CONSOLE_TOMBSTONE_SECONDS";
 }
