@@ -110,10 +110,9 @@ ci: test ## same as test
 
 # --- operator CRD: generated from operator/api; drift fails crdgen and config tests ----------
 .PHONY: crds
-crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
-	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd > crds/rustqueue.io_rustqueues.yaml.tmp
-	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
-	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
+crds: ## regenerate crds/ and config/crd/ from the Rust types (RustQueue, RustQueueTopic, RustQueueChannel)
+	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd --dir crds
+	cp crds/rustqueue.io_*.yaml config/crd/
 	scripts/install-manifests.py
 
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
