@@ -77,8 +77,8 @@ unit: deps-argocd-health ## unit and integration tests that need only a compiler
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
 .PHONY: crash
-crash: ## storage crash tests alone: 1,200 simulated crash points + real SIGKILL failpoints (unit runs them too)
-	$(CARGO_TEST) --test crash_sim --test crash_sigkill
+crash: ## crash tests alone: 1,200 simulated storage crash points + real SIGKILL failpoints in storage and console management (unit runs them too)
+	$(CARGO_TEST) --test crash_sim --test crash_sigkill --test console_manage_sigkill
 
 .PHONY: check
 check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)

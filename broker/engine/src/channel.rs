@@ -372,14 +372,25 @@ impl ChanState {
 
     /// Empties the channel through `through` (in-flight deliveries are dropped).
     pub fn empty(&mut self, through: u64) -> ChannelCommand {
-        self.in_flight.clear();
-        self.deadlines.clear();
-        self.ready.clear();
-        self.deferred.clear();
-        self.attempts.clear();
-        for c in self.consumers.values_mut() {
-            c.in_flight = 0;
+        // Only positions at or below `through`: a replayed management `empty` must not drop
+        // what was published after it was first applied.
+        let dropped: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.position <= through)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dropped {
+            if let Some(f) = self.in_flight.remove(&id) {
+                self.deadlines.remove(&(f.deadline, f.token));
+                if let Some(c) = self.consumers.get_mut(&f.consumer) {
+                    c.in_flight = c.in_flight.saturating_sub(1);
+                }
+            }
         }
+        self.ready = self.ready.split_off(&(through + 1));
+        self.deferred.retain(|(_, p)| *p > through);
+        self.attempts.retain(|p, _| *p > through);
         let cmd = ChannelCommand::Empty { through };
         self.durable.apply(&cmd);
         self.cursor = self.cursor.max(through + 1);

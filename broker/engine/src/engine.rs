@@ -232,16 +232,31 @@ impl Engine {
 
     /// Empties every channel of a topic (and moves the unrouted boundary to the tail).
     pub async fn empty_topic(&self, topic: &str) -> Result<(), EngineError> {
+        let through = self.tail_position(topic)?;
+        self.empty_topic_through(topic, through).await
+    }
+
+    /// The last position published to a topic so far (0 before the first publish).
+    pub fn tail_position(&self, topic: &str) -> Result<u64, EngineError> {
+        let t = self.existing(topic)?;
+        Ok(lock(&t.log).next_position() - 1)
+    }
+
+    /// Empties every channel of a topic through `through` only (and moves the unrouted
+    /// boundary past it): applying it again later leaves newer messages alone.
+    pub async fn empty_topic_through(&self, topic: &str, through: u64) -> Result<(), EngineError> {
         let t = self.existing(topic)?;
         for c in t.channel_list() {
-            self.empty_channel(topic, &c.name).await?;
+            self.empty_channel_through(topic, &c.name, through).await?;
         }
         if !t.ephemeral {
             let next = lock(&t.log).next_position();
             let mut manifest = lock(&t.manifest);
-            if manifest.unrouted_from_position.is_some() {
+            if let Some(from) = manifest.unrouted_from_position
+                && from <= through
+            {
                 let mut m = manifest.clone();
-                m.unrouted_from_position = Some(next);
+                m.unrouted_from_position = Some((through + 1).min(next));
                 m.next_position = next;
                 self.inner.store.write_manifest(&m)?;
                 *manifest = m;
@@ -260,9 +275,12 @@ impl Engine {
             self.inner.store.write_manifest(&m)?;
             *manifest = m;
         }
-        t.paused.store(paused, Ordering::SeqCst);
+        let was = t.paused.swap(paused, Ordering::SeqCst);
         for c in t.channel_list() {
             c.notify.notify_waiters();
+        }
+        if was != paused {
+            self.inner.registry.note_change(!t.ephemeral)?;
         }
         Ok(())
     }
@@ -284,9 +302,19 @@ impl Engine {
 
     /// Finishes every message of the channel published so far.
     pub async fn empty_channel(&self, topic: &str, channel: &str) -> Result<(), EngineError> {
+        let through = self.tail_position(topic)?;
+        self.empty_channel_through(topic, channel, through).await
+    }
+
+    /// Finishes every message of the channel at or below `through` (newer ones stay).
+    pub async fn empty_channel_through(
+        &self,
+        topic: &str,
+        channel: &str,
+        through: u64,
+    ) -> Result<(), EngineError> {
         let t = self.existing(topic)?;
         let c = t.channel(channel).ok_or(EngineError::ChannelNotFound)?;
-        let through = lock(&t.log).next_position() - 1;
         let cmd = lock(&c.st).empty(through);
         c.notify.notify_waiters();
         Ok(c.persist(vec![cmd]).await?)
@@ -302,9 +330,18 @@ impl Engine {
         let t = self.existing(topic)?;
         let c = t.channel(channel).ok_or(EngineError::ChannelNotFound)?;
         let cmd = rustqueue_storage::ChannelCommand::Pause(paused);
-        lock(&c.st).durable.apply(&cmd);
+        let was = {
+            let mut st = lock(&c.st);
+            let was = st.durable.paused;
+            st.durable.apply(&cmd);
+            was
+        };
         c.notify.notify_waiters();
-        Ok(c.persist(vec![cmd]).await?)
+        c.persist(vec![cmd]).await?;
+        if was != paused {
+            self.inner.registry.note_change(!c.ephemeral)?;
+        }
+        Ok(())
     }
 
     /// SUB: registers a consumer (creating topic and channel if needed).
@@ -333,6 +370,7 @@ impl Engine {
     /// nsqd-shaped statistics, optionally filtered to one topic / channel.
     pub fn stats(&self, topic: Option<&str>, channel: Option<&str>) -> EngineStats {
         let now = Instant::now();
+        let now_ns = crate::types::now_ns();
         let topics: Vec<Arc<Topic>> = self
             .inner
             .registry
@@ -368,10 +406,16 @@ impl Engine {
                     client_count: st.consumers.len() as u64,
                     clients: st.client_stats(),
                     paused: st.durable.paused,
+                    ephemeral: c.ephemeral,
+                    ack_cursor: st.durable.ack_floor,
+                    ack_gap: st.durable.acked.len() as u64,
                 });
             }
             let log = lock(&t.log);
             let (unsynced_messages, unsynced_bytes) = log.unsynced();
+            let sync_lag_ms = log
+                .oldest_unsynced_timestamp()
+                .map_or(0, |ts| (now_ns - ts).max(0) as u64 / 1_000_000);
             out.push(TopicStats {
                 topic_name: t.name.clone(),
                 name: t.name.clone(),
@@ -384,6 +428,9 @@ impl Engine {
                 unsynced_messages,
                 unsynced_bytes,
                 last_durable_position: log.durable_position(),
+                segment_count: log.segment_count() as u64,
+                segment_bytes: log.segment_bytes(),
+                sync_lag_ms,
             });
         }
         let health = self
@@ -445,7 +492,7 @@ impl Engine {
         self.inner.store.quarantine().summary()
     }
 
-    /// Changes whenever a topic or channel is created or deleted.
+    /// Changes whenever a topic or channel is created, deleted, paused or unpaused.
     pub fn registry_revision(&self) -> u64 {
         self.inner.registry.revision()
     }

@@ -52,6 +52,12 @@ pub use rustqueue_storage::{
     DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, RealFs,
     StorageError,
 };
+/// Small durable files beside the data (the server's management catalog and fences): JSON
+/// written atomically (temp, fsync, rename, directory fsync) and read back, and the
+/// compile-time failpoints of real SIGKILL tests (feature `crash-injection`).
+pub mod durable {
+    pub use rustqueue_storage::{Fs, crash_failpoint, read_json, write_json_at};
+}
 pub use types::{
     ChannelStats, ClientInfo, ClientStats, ConsumerOptions, Delivery, EngineHealth, EngineStats,
     MessageId, TopicStats, valid_name,

@@ -74,7 +74,7 @@ impl Registry {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// Changes whenever a topic or channel is created or deleted.
+    /// Changes whenever a topic or channel is created, deleted, paused or unpaused.
     pub(crate) fn revision(&self) -> u64 {
         self.revision.load(Ordering::SeqCst)
     }
@@ -87,6 +87,16 @@ impl Registry {
     /// Topic names in order.
     pub(crate) fn names(&self) -> Vec<String> {
         read(&self.topics).keys().cloned().collect()
+    }
+
+    /// Records a change of a topic or channel (pause, unpause) in the revision: durably for a
+    /// durable one, in memory for an ephemeral one.
+    pub(crate) fn note_change(&self, durable: bool) -> Result<(), EngineError> {
+        if durable {
+            self.store.bump_revision()?;
+        }
+        self.bump_local_revision();
+        Ok(())
     }
 
     fn bump_local_revision(&self) {

@@ -86,7 +86,7 @@ pub struct EngineStats {
 }
 
 /// One topic in `/stats`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct TopicStats {
     /// Topic name.
     pub topic_name: String,
@@ -110,10 +110,20 @@ pub struct TopicStats {
     pub unsynced_bytes: u64,
     /// Highest position on stable storage.
     pub last_durable_position: u64,
+    /// Segment files (native stats only; not in nsqd's `/stats`).
+    #[serde(skip)]
+    pub segment_count: u64,
+    /// Bytes of records in those segment files (native stats only).
+    #[serde(skip)]
+    pub segment_bytes: u64,
+    /// Age of the oldest appended-but-unsynced message, ms; 0 when all is synced (native
+    /// stats only).
+    #[serde(skip)]
+    pub sync_lag_ms: u64,
 }
 
 /// One channel in `/stats`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ChannelStats {
     /// Channel name.
     pub channel_name: String,
@@ -141,6 +151,15 @@ pub struct ChannelStats {
     pub clients: Vec<ClientStats>,
     /// Paused.
     pub paused: bool,
+    /// Kept in memory only (native stats only; not in nsqd's `/stats`).
+    #[serde(skip)]
+    pub ephemeral: bool,
+    /// Every position at or below is finished (native stats only).
+    #[serde(skip)]
+    pub ack_cursor: u64,
+    /// Finished positions above the cursor (native stats only).
+    #[serde(skip)]
+    pub ack_gap: u64,
 }
 
 /// One consumer in `/stats`.

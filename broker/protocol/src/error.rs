@@ -57,6 +57,12 @@ pub enum ErrorCode {
     Closing,
     /// Delivery failed inside the broker.
     DeliveryFailed,
+    /// The topic is tombstoned by console management until its fence expires.
+    TopicTombstoned,
+    /// The channel is tombstoned by console management until its fence expires.
+    ChannelTombstoned,
+    /// Console management fences are not synced yet; retry later.
+    ManagementUnavailable,
 }
 
 impl ErrorCode {
@@ -87,6 +93,9 @@ impl ErrorCode {
             Self::TouchFailed => "E_TOUCH_FAILED",
             Self::Closing => "E_CLOSING",
             Self::DeliveryFailed => "E_DELIVERY_FAILED",
+            Self::TopicTombstoned => "E_TOPIC_TOMBSTONED",
+            Self::ChannelTombstoned => "E_CHANNEL_TOMBSTONED",
+            Self::ManagementUnavailable => "E_MANAGEMENT_UNAVAILABLE",
         }
     }
 
@@ -101,6 +110,9 @@ impl ErrorCode {
                 | Self::Draining
                 | Self::PubRetry
                 | Self::Closing
+                | Self::TopicTombstoned
+                | Self::ChannelTombstoned
+                | Self::ManagementUnavailable
         )
     }
 }

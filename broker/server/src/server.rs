@@ -141,12 +141,15 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         Duration::from_secs(l.auth_max_ttl_seconds),
         l.auth_response_bytes as usize,
     );
-    let control = Arc::new(crate::control::from_config(
-        &cfg,
-        engine.clone(),
-        cfg.network.advertised_tcp_port.unwrap_or(tcp_addr.port()),
-        cfg.network.advertised_http_port.unwrap_or(http_addr.port()),
-    ));
+    let control = Arc::new(
+        crate::control::from_config(
+            &cfg,
+            engine.clone(),
+            cfg.network.advertised_tcp_port.unwrap_or(tcp_addr.port()),
+            cfg.network.advertised_http_port.unwrap_or(http_addr.port()),
+        )
+        .map_err(|e| StartError::Engine(format!("management files: {e}")))?,
+    );
     let shared = Arc::new(Shared {
         control,
         identify: identify_limits(&cfg, tls.is_some()),

@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex};
 // The face the engine sees: everything else is private to this crate.
 pub use audit::EvictionAudit;
 pub use channel::{ChannelCommand, ChannelState};
+pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
 pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
@@ -49,7 +50,7 @@ pub use log::{
     Synced, TopicLog, is_damaged_body, read_bodies_from, read_body_from,
 };
 pub use memfs::MemFs;
-pub use meta::{Compatibility, Manifest, read_compatibility};
+pub use meta::{Compatibility, Manifest, read_compatibility, read_json, write_json_at};
 pub use quarantine::{
     DamageKind, Detector, Finding, Quarantine, QuarantineRecord, QuarantineSummary,
 };

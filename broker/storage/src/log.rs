@@ -597,6 +597,11 @@ impl TopicLog {
         self.segments.len()
     }
 
+    /// Bytes of records over all segment files (zeros written ahead of the tail excluded).
+    pub fn segment_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
     /// Deletes whole sealed segments whose every position is below `floor` (a prefix only;
     /// the active segment is never deleted). The caller persists the manifest first.
     pub fn gc(&mut self, floor: u64) -> Result<usize, StorageError> {

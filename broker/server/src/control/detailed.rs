@@ -152,6 +152,7 @@ mod tests {
             client_count: 0,
             clients: Vec::new(),
             paused: false,
+            ..ChannelStats::default()
         }
     }
 
@@ -168,6 +169,7 @@ mod tests {
             unsynced_messages: 0,
             unsynced_bytes: 0,
             last_durable_position: 9,
+            ..TopicStats::default()
         };
         let stats = EngineStats {
             health: "OK".into(),

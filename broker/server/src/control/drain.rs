@@ -85,7 +85,8 @@ pub fn status(state: &ControlState) -> DrainStatus {
     }
 }
 
-/// Readiness, checked in the documented order: draining, disk pressure, storage fault.
+/// Readiness, checked in the documented order: draining, disk pressure, storage fault,
+/// management fences not synced since start.
 pub fn health(state: &ControlState) -> Health {
     let h = state.engine.health();
     let reason = if state.is_draining() {
@@ -94,6 +95,8 @@ pub fn health(state: &ControlState) -> Health {
         Some(NotReadyReason::DiskPressure)
     } else if h.storage_fault.is_some() {
         Some(NotReadyReason::StorageFault)
+    } else if !state.fences.ready() {
+        Some(NotReadyReason::ManagementFencesStale)
     } else {
         None
     };
@@ -126,6 +129,7 @@ mod tests {
             client_count: 0,
             clients: vec![],
             paused: false,
+            ..ChannelStats::default()
         }
     }
 
@@ -142,6 +146,7 @@ mod tests {
             unsynced_messages: 0,
             unsynced_bytes: 0,
             last_durable_position: 0,
+            ..TopicStats::default()
         }
     }
 

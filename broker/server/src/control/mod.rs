@@ -4,16 +4,22 @@
 //! - [`tokens`]: scoped token files, re-read on every check (rotation without restart).
 //! - [`capabilities`]: storage feature levels, the build-time ceiling and the reader fence.
 //! - [`drain`]: drain / delivery freeze and the readiness formulas.
-//! - [`registry`]: `/v1/registry`, `/v1/registry/head` and `/v1/stats` bodies.
+//! - [`registry`]: `/v1/registry` and `/v1/registry/head` bodies and the readiness formulas.
+//! - [`stats`]: `/v1/stats` in the contract's shape.
+//! - [`observe`]: `/v1/observe/head` and `/v1/observe` (console token).
+//! - [`manage`]: console management: operation catalog, tombstone fences, fence sync.
 //! - [`metrics`]: the Prometheus registry with the metric names listed in docs/api.md.
 //! - [`routes`]: the axum router over a [`ControlState`].
 
 pub mod capabilities;
 pub mod detailed;
 pub mod drain;
+pub mod manage;
 pub mod metrics;
+pub mod observe;
 pub mod registry;
 pub mod routes;
+pub mod stats;
 pub mod tokens;
 
 use std::path::PathBuf;
@@ -51,6 +57,13 @@ pub struct ControlState {
     pub data_path: PathBuf,
     /// Prometheus metrics.
     pub metrics: metrics::Metrics,
+    /// Tombstone fences (never refusing with management off).
+    pub fences: manage::Fences,
+    /// The operation catalog; `Some` only with `security.console_management_enabled` (the
+    /// `/v1/manage/*` routes exist only then).
+    pub management: Option<manage::Management>,
+    /// Settings `/v1/observe` reports.
+    pub settings: observe::ObserveSettings,
     draining: AtomicBool,
 }
 
@@ -70,6 +83,9 @@ impl ControlState {
             binary,
             data_path,
             metrics: metrics::Metrics::new(),
+            fences: manage::Fences::disabled(),
+            management: None,
+            settings: observe::ObserveSettings::default(),
             draining: AtomicBool::new(false),
         }
     }
@@ -123,13 +139,15 @@ pub fn preflight(cfg: &crate::config::Config) -> Result<(), capabilities::Capabi
     )
 }
 
-/// The control state of a broker started from `cfg` with the given advertised ports.
+/// The control state of a broker started from `cfg` with the given advertised ports. With
+/// console management on, the operation catalog and the fences are read from the data root
+/// (a damaged one refuses the start).
 pub fn from_config(
     cfg: &crate::config::Config,
     engine: Engine,
     tcp_port: u16,
     http_port: u16,
-) -> ControlState {
+) -> Result<ControlState, rustqueue_engine::StorageError> {
     let mut state = ControlState::new(
         engine,
         token_files(&cfg.security),
@@ -146,5 +164,10 @@ pub fn from_config(
     state
         .metrics
         .set_detail(m.detailed_queue_metrics.then_some(m.max_detailed_series));
-    state
+    state.settings = observe::ObserveSettings::of(cfg);
+    if cfg.security.console_management_enabled {
+        state.fences = manage::Fences::open(&cfg.storage.data_path)?;
+        state.management = Some(manage::Management::open(&cfg.storage.data_path)?);
+    }
+    Ok(state)
 }

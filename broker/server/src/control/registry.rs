@@ -1,35 +1,77 @@
-//! `/v1/registry`, `/v1/registry/head` and `/v1/stats` bodies.
+//! `/v1/registry` and `/v1/registry/head` bodies.
 //!
-//! Readiness: `publish_ready` = accepting ∧ storage healthy ∧ disk admission ok;
-//! `consume_ready` = delivering ∧ storage healthy ∧ (accepting ∨ backlog/in-flight remains);
-//! head `ready` = delivering ∧ storage healthy. (Management fences are not implemented, so
-//! they are always ready.)
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! Readiness: `publish_ready` = accepting ∧ storage healthy ∧ fences ready ∧ disk admission
+//! ok; `consume_ready` = delivering ∧ storage healthy ∧ fences ready ∧ (accepting ∨
+//! backlog/in-flight remains); head `ready` = delivering ∧ storage healthy ∧ fences ready.
+//! Fences are ready unless console management is on and no `/v1/manage/fences/sync` has
+//! arrived since start ([`super::manage::Fences::ready`]).
 
 use rustqueue_api::contract::{DATA_FORMAT, Registry, RegistryHead, RegistryTopic};
 use rustqueue_engine::EngineStats;
-use serde::Serialize;
 
 use super::ControlState;
 use super::capabilities::CapabilityError;
 use super::drain::{counts, topic_stored};
 
-fn head_from(state: &ControlState, stats: &EngineStats) -> RegistryHead {
-    let h = state.engine.health();
-    let storage_ok = h.storage_fault.is_none() && !h.shutting_down;
-    let accepting = !state.is_draining();
-    let delivering = !h.deliveries_frozen;
+/// The readiness facts behind the registry's ready flags and the observe head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadyFacts {
+    /// Storage not isolated and not shutting down.
+    pub storage_ok: bool,
+    /// Not draining.
+    pub accepting: bool,
+    /// Deliveries not frozen.
+    pub delivering: bool,
+    /// No disk pressure.
+    pub disk_ok: bool,
+    /// Management fences synced (always with management off).
+    pub fences_ready: bool,
+}
+
+impl ReadyFacts {
+    /// The facts as they are now.
+    pub fn now(state: &ControlState) -> ReadyFacts {
+        let h = state.engine.health();
+        ReadyFacts {
+            storage_ok: h.storage_fault.is_none() && !h.shutting_down,
+            accepting: !state.is_draining(),
+            delivering: !h.deliveries_frozen,
+            disk_ok: h.disk_pressure.is_none(),
+            fences_ready: state.fences.ready(),
+        }
+    }
+
+    /// Head `ready`: delivering ∧ storage ∧ fences.
+    pub fn ready(self) -> bool {
+        self.delivering && self.storage_ok && self.fences_ready
+    }
+
+    /// `publish_ready`: accepting ∧ storage ∧ fences ∧ disk.
+    pub fn publish_ready(self) -> bool {
+        self.accepting && self.storage_ok && self.fences_ready && self.disk_ok
+    }
+
+    /// `consume_ready`: delivering ∧ storage ∧ fences ∧ (accepting ∨ work left).
+    pub fn consume_ready(self, has_work: bool) -> bool {
+        self.ready() && (self.accepting || has_work)
+    }
+}
+
+/// Whether anything is stored, waiting or in flight.
+pub fn has_work(stats: &EngineStats) -> bool {
     let c = counts(stats);
-    let has_work = c.stored_messages > 0 || c.depth > 0 || c.in_flight > 0;
-    let consume_ready = delivering && storage_ok && (accepting || has_work);
+    c.stored_messages > 0 || c.depth > 0 || c.in_flight > 0
+}
+
+fn head_from(state: &ControlState, stats: &EngineStats) -> RegistryHead {
+    let f = ReadyFacts::now(state);
     RegistryHead {
         format: DATA_FORMAT,
         revision: state.engine.registry_revision(),
         node_id: state.node.node_id,
-        ready: delivering && storage_ok,
-        publish_ready: accepting && storage_ok && h.disk_pressure.is_none(),
-        consume_ready,
+        ready: f.ready(),
+        publish_ready: f.publish_ready(),
+        consume_ready: f.consume_ready(has_work(stats)),
     }
 }
 
@@ -63,98 +105,4 @@ pub fn full(state: &ControlState) -> Result<Registry, CapabilityError> {
         topics,
         compatibility: state.capabilities()?,
     })
-}
-
-/// `GET /v1/stats` body.
-#[derive(Debug, Serialize)]
-pub struct NativeStats {
-    /// Always true: this broker reports every topic it holds.
-    pub complete: bool,
-    /// Node id.
-    pub node_id: u32,
-    /// Wall clock of collection (ms since the epoch).
-    pub collected_at_ms: u64,
-    /// Topics in name order.
-    pub topics: Vec<NativeTopic>,
-}
-
-/// One topic in `/v1/stats`.
-#[derive(Debug, Serialize)]
-pub struct NativeTopic {
-    /// Topic name.
-    pub name: String,
-    /// Paused.
-    pub paused: bool,
-    /// Monotonic published count.
-    pub published_count: u64,
-    /// Messages still held for consumers.
-    pub message_count: u64,
-    /// Highest position on stable storage.
-    pub last_durable_position: u64,
-    /// Appended but not yet fsynced messages.
-    pub unsynced_messages: u64,
-    /// Appended but not yet fsynced bytes.
-    pub unsynced_bytes: u64,
-    /// Channels in name order.
-    pub channels: Vec<NativeChannel>,
-}
-
-/// One channel in `/v1/stats`.
-#[derive(Debug, Serialize)]
-pub struct NativeChannel {
-    /// Channel name.
-    pub name: String,
-    /// Ready backlog.
-    pub depth: u64,
-    /// Monotonic count of messages that reached the channel.
-    pub message_count: u64,
-    /// In flight.
-    pub in_flight_count: u64,
-    /// Deferred.
-    pub deferred_count: u64,
-    /// Monotonic REQ count.
-    pub requeue_count: u64,
-    /// Monotonic timeout count.
-    pub timeout_count: u64,
-    /// Paused.
-    pub paused: bool,
-}
-
-/// `GET /v1/stats`, optionally filtered to a topic and channel.
-pub fn stats(state: &ControlState, topic: Option<&str>, channel: Option<&str>) -> NativeStats {
-    let s = state.engine.stats(topic, channel);
-    NativeStats {
-        complete: true,
-        node_id: state.node.node_id,
-        collected_at_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-        topics: s
-            .topics
-            .iter()
-            .map(|t| NativeTopic {
-                name: t.name.clone(),
-                paused: t.paused,
-                published_count: t.message_count,
-                message_count: topic_stored(t),
-                last_durable_position: t.last_durable_position,
-                unsynced_messages: t.unsynced_messages,
-                unsynced_bytes: t.unsynced_bytes,
-                channels: t
-                    .channels
-                    .iter()
-                    .map(|c| NativeChannel {
-                        name: c.name.clone(),
-                        depth: c.depth,
-                        message_count: c.message_count,
-                        in_flight_count: c.in_flight_count,
-                        deferred_count: c.deferred_count,
-                        requeue_count: c.requeue_count,
-                        timeout_count: c.timeout_count,
-                        paused: c.paused,
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }
 }

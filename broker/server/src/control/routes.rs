@@ -1,6 +1,7 @@
 //! The control router: `/v1/health`, `/v1/capabilities`, `/v1/drain`, `/v1/registry`,
-//! `/v1/registry/head`, `/v1/stats`, `/v1/storage/scrub` and `/metrics`, with the token
-//! scopes of docs/api.md, "Tokens".
+//! `/v1/registry/head`, `/v1/stats`, `/v1/storage/scrub`, `/v1/observe/head`, `/v1/observe`,
+//! `/metrics` and, with console management on, `/v1/manage/*`, with the token scopes of
+//! docs/api.md, "Tokens".
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,28 +12,38 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rustqueue_api::contract::{DrainRequest, ErrorBody, TokenScope, paths};
+use rustqueue_api::contract::{DrainRequest, ErrorBody, ScrubReport, TokenScope, paths};
 
 use super::tokens::AuthOutcome;
-use super::{ControlState, drain, registry};
+use super::{ControlState, drain, observe, registry};
 
 /// Registry reads accept the registry or the console token.
 const READERS: [TokenScope; 2] = [TokenScope::Registry, TokenScope::Console];
 const ADMIN: [TokenScope; 1] = [TokenScope::Admin];
+/// Observation and management: the console token only.
+pub(super) const CONSOLE: [TokenScope; 1] = [TokenScope::Console];
 
 /// The control endpoints over `state`, ready to merge into the broker's HTTP router (of any
 /// state type).
 pub fn router<S: Clone + Send + Sync + 'static>(state: Arc<ControlState>) -> Router<S> {
-    Router::new()
+    let router = Router::new()
         .route(paths::HEALTH, get(health))
         .route(paths::CAPABILITIES, get(capabilities))
         .route(paths::DRAIN, get(drain_get).post(drain_post))
         .route(paths::REGISTRY, get(registry_full))
         .route(paths::REGISTRY_HEAD, get(registry_head))
-        .route("/v1/stats", get(stats))
-        .route("/v1/storage/scrub", post(scrub))
-        .route(paths::METRICS, get(metrics))
-        .with_state(state)
+        .route(paths::STATS, get(stats))
+        .route(paths::STORAGE_SCRUB, post(scrub))
+        .route(paths::OBSERVE_HEAD, get(observe_head))
+        .route(paths::OBSERVE, get(observe_full))
+        .route(paths::METRICS, get(metrics));
+    // Not registered at all with management off: the paths answer 404 like any unknown one.
+    let router = if state.management.is_some() {
+        router.merge(super::manage::routes::routes())
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 /// A contract error response `{"message": code, "detail": detail}`.
@@ -47,7 +58,12 @@ pub fn error(status: StatusCode, code: &str, detail: impl Into<String>) -> Respo
         .into_response()
 }
 
-fn authorize(state: &ControlState, headers: &HeaderMap, scopes: &[TokenScope]) -> Option<Response> {
+/// `None` when the request may proceed, else the 401/503 answer.
+pub(super) fn authorize(
+    state: &ControlState,
+    headers: &HeaderMap,
+    scopes: &[TokenScope],
+) -> Option<Response> {
     match state.tokens.check(headers, scopes) {
         AuthOutcome::Open | AuthOutcome::Granted => None,
         AuthOutcome::Unauthorized => {
@@ -169,7 +185,27 @@ async fn stats(
 ) -> Response {
     let topic = q.get("topic").map(String::as_str);
     let channel = q.get("channel").map(String::as_str);
-    Json(registry::stats(&s, topic, channel)).into_response()
+    Json(super::stats::stats(&s, topic, channel)).into_response()
+}
+
+async fn observe_head(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &CONSOLE) {
+        return r;
+    }
+    match observe::head(&s) {
+        Ok(h) => Json(h).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string()),
+    }
+}
+
+async fn observe_full(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
+    if let Some(r) = authorize(&s, &headers, &CONSOLE) {
+        return r;
+    }
+    match observe::full(&s) {
+        Ok(o) => Json(o).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string()),
+    }
 }
 
 async fn scrub(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Response {
@@ -178,9 +214,11 @@ async fn scrub(State(s): State<Arc<ControlState>>, headers: HeaderMap) -> Respon
     }
     // The engine times the pass and counts a failure as a storage error.
     match s.engine.scrub().await {
-        Ok(records) => {
-            Json(serde_json::json!({"status": "ok", "records_checked": records})).into_response()
-        }
+        Ok(records_checked) => Json(ScrubReport {
+            status: "ok".into(),
+            records_checked,
+        })
+        .into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE", e.to_string()),
     }
 }

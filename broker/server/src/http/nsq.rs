@@ -13,6 +13,7 @@ use rustqueue_protocol::command::{decode_mpub_body, split_text_mpub};
 use rustqueue_protocol::names::is_valid_name;
 
 use super::{ApiError, ApiResult};
+use crate::control::manage::Refusal;
 use crate::http::info::engine_error;
 use crate::state::Shared;
 
@@ -50,6 +51,38 @@ fn defer(q: &HashMap<String, String>, shared: &Shared) -> ApiResult<Option<Durat
     Ok((ms > 0).then(|| Duration::from_millis(ms as u64)))
 }
 
+/// A management fence's refusal: 409 `E_TOPIC_TOMBSTONED` / `E_CHANNEL_TOMBSTONED`, or 503
+/// `E_MANAGEMENT_UNAVAILABLE` before the first fence sync.
+fn fenced(r: Refusal) -> ApiError {
+    let status = match r {
+        Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Refusal::TopicTombstoned | Refusal::ChannelTombstoned => StatusCode::CONFLICT,
+    };
+    ApiError::new(status, r.code())
+}
+
+/// nsqd's admin routes under the fences: create is refused while fenced, and every action
+/// while fences are not synced yet.
+fn admin_fences(
+    shared: &Shared,
+    action: &str,
+    topic: &str,
+    channel: Option<&str>,
+) -> ApiResult<()> {
+    let f = &shared.control.fences;
+    if !f.ready() {
+        return Err(fenced(Refusal::Unavailable));
+    }
+    if action == "create" {
+        match channel {
+            Some(c) => f.check_channel(topic, c),
+            None => f.check_topic(topic),
+        }
+        .map_err(fenced)?;
+    }
+    Ok(())
+}
+
 fn too_big(code: &'static str) -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code)
 }
@@ -75,6 +108,7 @@ async fn commit(
     if shared.control.is_draining() {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "E_DRAINING"));
     }
+    shared.control.fences.check_topic(topic).map_err(fenced)?;
     shared
         .engine
         .publish(topic, bodies, defer)
@@ -179,6 +213,7 @@ async fn topic_action(
     Query(q): Params,
 ) -> ApiResult<&'static str> {
     let topic = admin_topic(&q)?;
+    admin_fences(&shared, &action, &topic, None)?;
     let e = &shared.engine;
     let result = match action.as_str() {
         "create" => e.create_topic(&topic),
@@ -199,6 +234,7 @@ async fn channel_action(
 ) -> ApiResult<&'static str> {
     let topic = admin_topic(&q)?;
     let channel = admin_channel(&q)?;
+    admin_fences(&shared, &action, &topic, Some(&channel))?;
     let e = &shared.engine;
     let result = match action.as_str() {
         "create" => e.create_channel(&topic, &channel),

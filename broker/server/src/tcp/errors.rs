@@ -3,6 +3,8 @@
 use rustqueue_engine::{DeliveryError, EngineError, PublishError};
 use rustqueue_protocol::{ErrorCode, ProtocolError};
 
+use crate::control::manage::Refusal;
+
 /// A failed PUB/MPUB/DPUB. Pre-commit refusals are retriable and keep the connection.
 pub fn publish(e: &PublishError, cmd: &str) -> ProtocolError {
     let code = match e {
@@ -36,4 +38,15 @@ pub fn delivery(e: &DeliveryError, cmd: &str, id: &str) -> ProtocolError {
         _ => ErrorCode::TouchFailed,
     };
     ProtocolError::new(code, format!("{cmd} {id} failed {e}"))
+}
+
+/// A PUB/MPUB/DPUB or SUB refused by a management fence: non-fatal, the connection stays open
+/// (a publisher may go on publishing to other topics).
+pub fn fenced(r: Refusal, cmd: &str, topic: &str) -> ProtocolError {
+    let code = match r {
+        Refusal::Unavailable => ErrorCode::ManagementUnavailable,
+        Refusal::TopicTombstoned => ErrorCode::TopicTombstoned,
+        Refusal::ChannelTombstoned => ErrorCode::ChannelTombstoned,
+    };
+    ProtocolError::new(code, format!("{cmd} {topic} refused: {}", r.detail()))
 }

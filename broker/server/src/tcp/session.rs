@@ -462,6 +462,9 @@ impl Session {
         if let Some(err) = self.check_auth("SUB", &topic, Some(&channel)).await {
             return self.fail(err).await;
         }
+        if let Err(r) = self.shared.control.fences.check_channel(&topic, &channel) {
+            return self.fail(errors::fenced(r, "SUB", &topic)).await;
+        }
         let facts = self
             .stats
             .facts
@@ -522,6 +525,9 @@ impl Session {
         if self.shared.control.is_draining() {
             let err = ProtocolError::new(ErrorCode::Draining, format!("{cmd} failed: draining"));
             return self.fail(err).await;
+        }
+        if let Err(r) = self.shared.control.fences.check_topic(&topic) {
+            return self.fail(errors::fenced(r, cmd, &topic)).await;
         }
         let count = bodies.len() as u64;
         match self.shared.engine.publish(&topic, bodies, defer).await {
