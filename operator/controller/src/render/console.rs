@@ -1,7 +1,7 @@
 //! The console `<n>-console` (docs/console.md): `rustqueue-console` in a one-replica Deployment
 //! (`Recreate`: it is the catalog's single writer), its Service on 4180, a ServiceAccount whose
 //! Role reads the RustQueue, its Pods, claims and Events (and, with management, writes the
-//! RustQueueTopic/RustQueueChannel catalog and Events), and a NetworkPolicy that lets it be
+//! RustQueueTopic/RustQueueChannel catalog and records Events), and a NetworkPolicy that lets it be
 //! reached on 4180 and reach only the brokers' HTTP port, discovery, the API server and DNS.
 //!
 //! A runtime object like discovery: it runs the runtime image, so a blocked rollout never
@@ -97,7 +97,7 @@ const WRITE: &[&str] = &[
 const RECORD: &[&str] = &["create", "patch"];
 
 /// `<n>-console` Role: its own RustQueue (by name), the Pods, claims and Events of the
-/// namespace; with `management`, the catalog and Event writes (core and `events.k8s.io`).
+/// namespace; with `management`, the catalog and the Events it records (core group).
 pub fn role(owner: &Owner<'_>, management: bool) -> Role {
     let mut rules = vec![
         PolicyRule {
@@ -114,7 +114,6 @@ pub fn role(owner: &Owner<'_>, management: bool) -> Role {
                 WRITE,
             ),
             rule("", &["events"], RECORD),
-            rule("events.k8s.io", &["events"], RECORD),
         ]);
     }
     Role {
@@ -288,6 +287,7 @@ fn pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, auth_secret: &str, image: &
 fn console_env(owner: &Owner<'_>, spec: &RustQueueSpec) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
     let c = &spec.console;
     vec![
+        pod::field_env(env::POD_NAME, "metadata.name"),
         pod::field_env(env::POD_NAMESPACE, "metadata.namespace"),
         pod::field_env(env::POD_IP, "status.podIP"),
         pod::env(e::ADDRESS, format!("$(POD_IP):{CONSOLE_HTTP_PORT}")),
