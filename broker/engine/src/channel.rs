@@ -7,14 +7,15 @@
 //! exactly the unfinished messages with their recorded attempts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustqueue_storage::{ChannelCommand, ChannelState, Entry, TopicLog};
 use tokio::sync::{Notify, mpsc};
 
 use crate::error::DeliveryError;
+use crate::metrics::{Counter, EngineMetrics};
 use crate::types::{ClientInfo, ClientStats};
 
 mod wal;
@@ -98,6 +99,8 @@ pub(crate) struct ChanState {
     attempts: Map<u64, u16>,
     pub consumers: BTreeMap<u64, ConsumerState>,
     next_token: u64,
+    /// Where timeouts are counted (`rustqueue_timed_out_messages_total`).
+    metrics: Option<Arc<EngineMetrics>>,
 }
 
 impl ChanState {
@@ -112,6 +115,7 @@ impl ChanState {
             attempts: Map::default(),
             consumers: BTreeMap::new(),
             next_token: 1,
+            metrics: None,
             durable,
         };
         for (&pos, &(avail, attempts)) in &s.durable.requeued {
@@ -121,8 +125,15 @@ impl ChanState {
         s
     }
 
+    /// Counts this channel's timeouts in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<EngineMetrics>) -> ChanState {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// Returns timed-out deliveries to the channel; yields the timeout counter command if any.
     pub fn expire(&mut self, now: Instant) -> Option<ChannelCommand> {
+        let before = self.durable.timeout_count;
         let mut any = false;
         while let Some((&(deadline, token), &id)) = self.deadlines.first_key_value() {
             if deadline > now {
@@ -140,6 +151,9 @@ impl ChanState {
                     any = true;
                 }
             }
+        }
+        if any && let Some(m) = &self.metrics {
+            m.add(Counter::TimedOut, self.durable.timeout_count - before);
         }
         any.then_some(ChannelCommand::Timeout {
             timeout_count: self.durable.timeout_count,

@@ -51,6 +51,7 @@ counters! {
     FetchBytes => "rustqueue_consumer_fetch_bytes_total", Counter, "Body bytes read for delivery";
     Finished => "rustqueue_finished_messages_total", Counter, "FINs applied";
     Requeued => "rustqueue_requeued_messages_total", Counter, "REQs applied";
+    TimedOut => "rustqueue_timed_out_messages_total", Counter, "Deliveries whose in-flight timeout passed before a FIN, REQ or TOUCH (deliverable again)";
     DeadLetters => "rustqueue_dead_letter_messages_total", Counter, "Messages moved to a dead-letter topic";
     StorageErrors => "rustqueue_storage_errors_total", Counter, "Storage write, fsync, read or scrub failures";
     QuarantinedMessages => "rustqueue_storage_quarantined_messages_total", Counter, "Messages found damaged at rest (read, startup scan or scrub) and quarantined: never delivered, each counted once";

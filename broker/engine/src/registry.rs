@@ -160,7 +160,7 @@ impl Registry {
         let c = Arc::new(Channel {
             name: name.to_string(),
             ephemeral: is_ephemeral(name),
-            st: Mutex::new(ChanState::new(state)),
+            st: Mutex::new(ChanState::new(state).with_metrics(self.metrics.clone())),
             notify: Notify::new(),
             arrivals: Notify::new(),
             wal_tx: tx,

@@ -203,7 +203,7 @@ async fn tombstones_refuse_publish_subscribe_and_create_until_they_expire() {
     )
     .await;
     http_pub(b, "t").await;
-    let until = now_ms() + 1_500;
+    let until = now_ms() + 600_000;
     let v = ok(
         b,
         "topics",
@@ -242,7 +242,10 @@ async fn tombstones_refuse_publish_subscribe_and_create_until_they_expire() {
     }
     assert!(topic(b, "t").await.is_none(), "nothing recreated the topic");
 
-    // The fence expires: publishing goes through again.
+    // Shortened to expire soon (a tombstone replaces the expiry), it lapses: publishing goes
+    // through again.
+    let soon = json!({"topic": "t", "tombstone_until_ms": now_ms() + 2_000});
+    ok(b, "topics", "tombstone", soon).await;
     common::eventually(async || http_pub(b, "t").await.0 == StatusCode::OK).await;
     assert_eq!(head(b).await.management.tombstones, 0);
     m.b.stop().await;
@@ -542,4 +545,46 @@ async fn fences_and_operations_survive_a_restart_but_readiness_waits_for_a_sync(
         "the catalog was read back"
     );
     m.b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_storage_failures_have_their_codes_and_record_nothing() {
+    let tokens = token_dir();
+    let c = tokens.path().join("console");
+    let b = Broker::start_with(move |cfg| {
+        cfg.security.console_token_file = Some(c);
+        cfg.security.console_management_enabled = true;
+        cfg.queue.max_topics = 1;
+    })
+    .await;
+    sync(&b, "r1", json!({}), json!([])).await;
+    ok(&b, "topics", "create", json!({"topic": "a"})).await;
+    let (s, v) = manage(&b, "topics", "create", json!({"topic": "b"})).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::TOO_MANY_REQUESTS, "E_THROTTLED")
+    );
+    // The refused create is forgotten, not left pending on its topic.
+    let until = now_ms() + 600_000;
+    let fence = json!({"topic": "b", "tombstone_until_ms": until});
+    ok(&b, "topics", "tombstone", fence).await;
+
+    // A directory where the catalog's temp file goes: the write fails, nothing is recorded.
+    let tmp = b.dir.path().join("management-operations.json.tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let id = op();
+    let pause = json!({"topic": "a", "operation_id": id});
+    let (s, v) = manage(&b, "topics", "pause", pause.clone()).await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "E_STORAGE")
+    );
+    assert!(!topic(&b, "a").await.unwrap().paused, "not acted on");
+    std::fs::remove_dir(&tmp).unwrap();
+    let v = ok(&b, "topics", "pause", pause).await;
+    assert_eq!(
+        v["changed"], true,
+        "the same id is new: it was never recorded"
+    );
+    b.stop().await;
 }

@@ -231,3 +231,29 @@ async fn stats_and_scrub_answer_the_contract_types() {
     assert_eq!(r.status, "ok");
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_times_out_is_counted_where_metrics_count_it() {
+    let t = tokens();
+    let b = broker(&t).await;
+    let mut p = b.client().await;
+    p.publish("t", b"m").await;
+    let mut c = b.client().await;
+    c.identify(r#"{"msg_timeout":1000}"#).await;
+    c.expect_ok().await;
+    c.subscribe("t", "c", 1).await;
+    let (_, attempts, _) = c.expect_message().await;
+    assert_eq!(attempts, 1);
+    // Not FINed: after the 1 s timeout it is delivered again.
+    let (_, attempts, _) = c.expect_message().await;
+    assert_eq!(attempts, 2);
+    let (_, text) = get(&b, paths::OBSERVE_HEAD, Some("console-secret")).await;
+    let head: ObserveHead = serde_json::from_str(&text).unwrap();
+    assert_eq!(head.runtime.timed_out_messages_total, 1);
+    let m = b.metrics().await;
+    assert_eq!(
+        common::metric(&m, "rustqueue_timed_out_messages_total"),
+        Some(1.0)
+    );
+    b.stop().await;
+}

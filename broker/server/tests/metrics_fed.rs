@@ -12,7 +12,11 @@ use common::{Broker, eventually, metric};
 use rustqueue_engine::{Counter, Timer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 12] = [
+const MAY_BE_ZERO: [(&str, &str); 13] = [
+    (
+        "rustqueue_timed_out_messages_total",
+        "needs an in-flight timeout; tests/console_observe.rs",
+    ),
     (
         "rustqueue_protective_evictions_total",
         "needs disk pressure; tests/protective_eviction.rs",

@@ -165,9 +165,7 @@ fn runtime(state: &ControlState, publish_inflight_bytes: u64) -> RuntimeCounters
         delivered_messages_total: e.counter(Counter::Delivered),
         finished_messages_total: e.counter(Counter::Finished),
         requeued_messages_total: e.counter(Counter::Requeued),
-        // No /metrics series counts in-flight timeouts yet (the channels' durable
-        // timeout_count in the catalog does); reported as 0 rather than counted twice.
-        timed_out_messages_total: 0,
+        timed_out_messages_total: e.counter(Counter::TimedOut),
         dead_letter_messages_total: e.counter(Counter::DeadLetters),
         retention_expired_messages_total: 0,
         auth_failures_total: m.auth_failures_total.get(),

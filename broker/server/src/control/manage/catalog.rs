@@ -208,6 +208,12 @@ impl Catalog {
         self.trim();
     }
 
+    /// Drops a pending operation that was refused before it changed anything.
+    pub fn forget(&mut self, pending_id: &str) {
+        self.operations
+            .retain(|r| r.state != OpState::Pending || r.operation_id != pending_id);
+    }
+
     fn trim(&mut self) {
         if self.operations.len() <= MAX_COMPLETED {
             return;

@@ -58,9 +58,6 @@ pub enum ManageError {
     /// Storage failed (503); the operation stays pending, resend the same request.
     #[error("storage failed: {0}; resend the same request once the broker is healthy")]
     Storage(String),
-    /// Anything else (500).
-    #[error("{0}")]
-    Internal(String),
 }
 
 impl ManageError {
@@ -77,7 +74,6 @@ impl ManageError {
             }
             Self::Fenced(_) => StatusCode::CONFLICT,
             Self::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -95,7 +91,6 @@ impl ManageError {
             Self::Fenced(r) => r.code(),
             Self::Throttled(_) => "E_THROTTLED",
             Self::Storage(_) => "E_STORAGE",
-            Self::Internal(_) => "E_INTERNAL",
         }
     }
 

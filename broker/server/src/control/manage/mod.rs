@@ -142,7 +142,17 @@ impl Management {
         subject: &Subject,
         plan: catalog::Plan,
     ) -> Result<ManageResponse, ManageError> {
-        ops::apply(ctx.engine, ctx.fences, subject, plan).await?;
+        if let Err(e) = ops::apply(ctx.engine, ctx.fences, subject, plan).await {
+            if matches!(e, ManageError::Throttled(_)) {
+                // A topic or channel limit refused the create before it changed anything:
+                // forget it, so it does not hold its topic as pending.
+                let mut next = catalog.clone();
+                next.forget(pending_id);
+                self.save(&next, "manage_forget_before_rename").await?;
+                *catalog = next;
+            }
+            return Err(e);
+        }
         crash_failpoint("manage_after_action");
         let result = ManageResponse {
             revision: ctx.engine.registry_revision(),

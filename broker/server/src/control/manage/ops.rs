@@ -7,9 +7,9 @@
 //! console's resend) it leaves the broker as applying it once would, and never touches a
 //! message published after the first attempt.
 //!
-//! Order inside an action: the fence file first (delete and tombstone fence before deleting,
-//! so nothing recreates the topic in between; create clears the fence before creating), then
-//! the engine.
+//! Order inside an action: delete fences before it deletes (so nothing recreates the topic in
+//! between); create creates before it clears the fence (a create the topic limit refuses
+//! leaves the fence in place, and a crash in between leaves the fence until the resend).
 
 use rustqueue_api::contract::{ManageAction, ManageKind};
 use rustqueue_engine::durable::crash_failpoint;
@@ -172,8 +172,8 @@ async fn apply_topic(e: &Engine, fences: &Fences, s: &Subject, plan: Plan) -> En
     let t = s.topic.as_str();
     match s.action {
         ManageAction::Create => {
-            fence_or_fail(fences, s, None).await?;
-            e.create_topic(t)
+            e.create_topic(t)?;
+            fence_or_fail(fences, s, None).await
         }
         ManageAction::Pause => e.pause_topic(t, true).await,
         ManageAction::Unpause => e.pause_topic(t, false).await,
@@ -199,8 +199,8 @@ async fn apply_channel(
     let t = s.topic.as_str();
     match s.action {
         ManageAction::Create => {
-            fence_or_fail(fences, s, None).await?;
-            e.create_channel(t, c)
+            e.create_channel(t, c)?;
+            fence_or_fail(fences, s, None).await
         }
         ManageAction::Pause => e.pause_channel(t, c, true).await,
         ManageAction::Unpause => e.pause_channel(t, c, false).await,
