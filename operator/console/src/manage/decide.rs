@@ -272,19 +272,21 @@ fn topic_target<'a>(req: &ActionRequest, view: &View<'a>) -> Result<Target<'a>, 
     }
     Ok(Target {
         action,
-        owners: owners_of(tv.map(|t| t.owners.as_slice()), &cr.spec.owners, req.action),
+        owners: owners_of(tv.map(|t| t.owners.as_slice()), &cr.spec.owners),
         subject: object_subject(SubjectKind::Topic, &cr.metadata),
         topic: tv,
         channel: None,
     })
 }
 
-/// Observed owners when the brokers hold it, else (nothing observed yet, or a retry of a
-/// recorded operation) the object's.
-fn owners_of(observed: Option<&[String]>, recorded: &[String], action: UiAction) -> Vec<String> {
-    let mut v = match observed {
-        Some(o) if !o.is_empty() && action != UiAction::Retry => o.to_vec(),
-        _ => recorded.to_vec(),
+/// The object's recorded owners (the collector keeps them in step with the brokers once
+/// settled, and a finished operation sets them before the next snapshot can show them); the
+/// observed ones only while nothing is recorded.
+fn owners_of(observed: Option<&[String]>, recorded: &[String]) -> Vec<String> {
+    let mut v = if recorded.is_empty() {
+        observed.unwrap_or_default().to_vec()
+    } else {
+        recorded.to_vec()
     };
     v.sort();
     v
@@ -329,11 +331,7 @@ fn channel_target<'a>(req: &ActionRequest, view: &View<'a>) -> Result<Target<'a>
             )),
             _ => Ok(Target {
                 action: CatalogAction::Create,
-                owners: owners_of(
-                    tv.map(|t| t.owners.as_slice()),
-                    &parent.spec.owners,
-                    req.action,
-                ),
+                owners: owners_of(tv.map(|t| t.owners.as_slice()), &parent.spec.owners),
                 subject: cr.map_or_else(
                     || catalog_subject(view),
                     |c| object_subject(SubjectKind::Channel, &c.metadata),
@@ -348,7 +346,7 @@ fn channel_target<'a>(req: &ActionRequest, view: &View<'a>) -> Result<Target<'a>
     let action = existing_action(req, &what, cr.spec.phase, cr.spec.operation.as_ref())?;
     Ok(Target {
         action,
-        owners: owners_of(cv.map(|c| c.owners.as_slice()), &cr.spec.owners, req.action),
+        owners: owners_of(cv.map(|c| c.owners.as_slice()), &cr.spec.owners),
         subject: object_subject(SubjectKind::Channel, &cr.metadata),
         topic: tv,
         channel: cv,

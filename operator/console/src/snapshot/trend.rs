@@ -97,7 +97,14 @@ impl Trend {
             s.deliver_per_second = rate(counters.delivered, prev.delivered);
             s.finish_per_second = rate(counters.finished, prev.finished);
         }
-        self.last = Some((membership, at_ms, counters));
+        // Two collections in the same millisecond: keep the older baseline, so the delta is
+        // counted by the next sample instead of lost.
+        let same_instant = self
+            .last
+            .is_some_and(|(m, t, _)| m == membership && at_ms <= t);
+        if !same_instant {
+            self.last = Some((membership, at_ms, counters));
+        }
         if self.samples.len() == self.capacity {
             self.samples.pop_front();
         }
@@ -156,6 +163,22 @@ mod tests {
                 "row {i}"
             );
         }
+    }
+
+    #[test]
+    fn a_delta_within_one_millisecond_is_counted_by_the_next_sample() {
+        let mut t = Trend::new(10);
+        t.record(1_000, 1, c(0, 0, 0, 0), (0, 0, 0.0));
+        assert_eq!(
+            t.record(1_000, 1, c(10, 0, 0, 0), (0, 0, 0.0))
+                .publish_per_second,
+            0.0
+        );
+        assert_eq!(
+            t.record(2_000, 1, c(10, 0, 0, 0), (0, 0, 0.0))
+                .publish_per_second,
+            10.0
+        );
     }
 
     #[test]

@@ -108,7 +108,10 @@ fn code(r: Result<Decision, ApiError>) -> &'static str {
 }
 
 #[test]
-#[allow(clippy::too_many_lines, reason = "one row per refusal of docs/console.md, formatted one field a line")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one row per refusal of docs/console.md, formatted one field a line"
+)]
 fn every_refusal_has_its_code() {
     use ManageKind::{Channel, Topic};
     type Edit = fn(&mut Snapshot, &mut Catalog);
