@@ -256,11 +256,8 @@ IMAGE_BIN_DIR = $(IMAGES_TARGET)/$(IMAGE_PROFILE)
 ifeq ($(IMAGE_PROFILE),release)
 IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console --bins
 else ifeq ($(IMAGE_PROFILE),debug)
-# cargo builds a package's binaries with its integration tests: one test target of each; a
-# package without one (rustqueue-console) has its binary built on its own
-IMAGE_BINS_ALONE = $(call stage_targets,image-bins-alone)
-IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins) \
-  $(if $(IMAGE_BINS_ALONE),&& $(CARGO) build --workspace --all-features --locked $(IMAGE_BINS_ALONE))
+# cargo builds a package's binaries with its integration tests: one test target of each
+IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins)
 else
 $(error IMAGE_PROFILE must be release or debug, not $(IMAGE_PROFILE))
 endif

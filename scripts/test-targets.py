@@ -9,10 +9,7 @@ below by the stage that provides it; every other test target, every library's an
 unit tests and the doc tests are `unit`'s. A new file under some crate's `tests/` therefore runs
 in `unit` unless it is claimed here.
 
-Usage: scripts/test-targets.py STAGE   prints the cargo target options of STAGE (image-bins: the
-                                        test targets that build the images' binaries;
-                                        image-bins-alone: `--bin` options of the image binaries
-                                        no test target builds)
+Usage: scripts/test-targets.py STAGE   prints the cargo target options of STAGE
        scripts/test-targets.py --check  fails when a claim names no target, or when one target
                                         name belongs to two stages (`--test NAME` selects every
                                         package's target of that name)
@@ -41,12 +38,9 @@ CLAIMS = {
 }
 
 
-# The packages whose binaries the OCI images hold, and (for a package without an integration
-# test target, which is what makes `cargo test --no-run` build a package's binaries) the binary
-# `image-bins-alone` names for a `cargo build` of its own.
+# The packages whose binaries the OCI images hold.
 IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway",
                   "rustqueue-console"}
-IMAGE_BINS = {"rustqueue-console": "rustqueue-console"}
 
 
 def test_targets():
@@ -149,14 +143,10 @@ def main():
         for (pkg, name) in sorted(owner):
             if pkg in IMAGE_PACKAGES and owner[(pkg, name)] == "unit":
                 first.setdefault(pkg, name)
-        missing = IMAGE_PACKAGES - first.keys() - IMAGE_BINS.keys()
+        missing = IMAGE_PACKAGES - first.keys()
         if missing:
             raise SystemExit(f"test-targets: no unit test target builds the binaries of {sorted(missing)}")
         print(" ".join(f"--test {n}" for n in sorted(first.values())))
-        return
-    if arg == "image-bins-alone":
-        alone = sorted(pkg for pkg in IMAGE_BINS if not any(p == pkg for (p, _) in owner))
-        print(" ".join(f"--bin {IMAGE_BINS[pkg]}" for pkg in alone))
         return
     if arg == "--check":
         for stage in ["unit", *CLAIMS]:
