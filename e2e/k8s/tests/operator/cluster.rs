@@ -118,7 +118,11 @@ fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
     // The release's runtime binaries work (only its broker is bad): the operator moves
     // discovery, the gateway and the console to the release once every broker runs it. They
     // write nothing, so they may run as the directory image's root.
-    for runtime in ["rustqueue-discovery", "rustqueue-gateway", "rustqueue-console"] {
+    for runtime in [
+        "rustqueue-discovery",
+        "rustqueue-gateway",
+        "rustqueue-console",
+    ] {
         let real = broker_binary().with_file_name(runtime);
         let real = real.display();
         let run = format!("exec {real} \"$@\"");

@@ -757,3 +757,65 @@ async fn console_pod(c: &Cluster) -> String {
     })
     .await
 }
+
+/// `console.enabled: false` removes every `queue-console` object (the Deployment last) and the
+/// RustQueue is Ready without it; `true` brings it back, serving a snapshot, and Ready waits
+/// for it again.
+pub async fn turning_the_console_off_removes_it_and_on_brings_it_back(c: &Cluster) {
+    let objects = [
+        "deployment",
+        "service",
+        "serviceaccount",
+        "role",
+        "rolebinding",
+        "networkpolicy",
+    ];
+    let present = |c: &Cluster| -> Vec<String> {
+        objects
+            .iter()
+            .filter(|kind| {
+                rustqueue_e2e::tools::kubectl(
+                    c.kubeconfig(),
+                    &["get", kind, "queue-console", "-n", NS],
+                )
+                .success
+            })
+            .map(|k| k.to_string())
+            .collect()
+    };
+    c.patch_spec_ok(r#"{"console":{"enabled":false}}"#);
+    let generation = c.rq().await.and_then(|rq| rq.generation());
+    c.until("Ready without the console", LONG, |rq| {
+        rq.is_ready() && rq.status()["observedGeneration"].as_i64() == generation
+    })
+    .await;
+    eventually("every queue-console object deleted", LONG, || async {
+        let left = present(c);
+        if left.is_empty() {
+            Poll::Done(())
+        } else {
+            Poll::Saw(left)
+        }
+    })
+    .await;
+    c.patch_spec_ok(r#"{"console":{"enabled":true}}"#);
+    let generation = c.rq().await.and_then(|rq| rq.generation());
+    let rq = c
+        .until("Ready with the console back", LONG, |rq| {
+            rq.is_ready() && rq.status()["observedGeneration"].as_i64() == generation
+        })
+        .await;
+    let runtime = rq
+        .condition("RuntimeAvailable")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        runtime["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("console 1 Pod Ready")),
+        "{runtime}"
+    );
+    assert_eq!(present(c).len(), objects.len(), "every console object back");
+    let s = snapshot(&console_url(c).await).await;
+    assert_eq!(s["cluster"]["name"], RQ, "the console serves again");
+}
