@@ -7,32 +7,22 @@ use std::time::Duration;
 
 use rustqueue_api::labels;
 
-/// Listen address of the HTTP server.
-pub const ADDRESS: &str = "RUSTQUEUE_CONSOLE_ADDRESS";
+/// Session lifetime (60..1800).
+pub use rustqueue_api::labels::console_env::MANAGEMENT_UNLOCK_SECONDS as UNLOCK_SECONDS;
+pub use rustqueue_api::labels::console_env::{
+    ADDRESS, BROKER_HTTP_PORT, CATALOG_REFRESH_SECONDS, HISTORY_MINUTES, MANAGEMENT_ENABLED, NAME,
+    POLL_SECONDS, TOKEN_FILE, TOMBSTONE_SECONDS,
+};
 /// Namespace of the RustQueue (the Pod's own).
-pub const NAMESPACE: &str = "POD_NAMESPACE";
-/// Name of the RustQueue.
-pub const NAME: &str = "RUSTQUEUE_NAME";
-/// The console token file, re-read on every broker call.
-pub const TOKEN_FILE: &str = "RUSTQUEUE_CONSOLE_TOKEN_FILE";
-/// The built web pages.
+pub use rustqueue_api::labels::env::POD_NAMESPACE as NAMESPACE;
+
+/// The built web pages (read by the console only).
 pub const STATIC_DIR: &str = "RUSTQUEUE_CONSOLE_STATIC_DIR";
-/// Seconds between collections.
-pub const POLL_SECONDS: &str = "RUSTQUEUE_CONSOLE_POLL_SECONDS";
-/// Minutes of trend kept in memory.
-pub const HISTORY_MINUTES: &str = "RUSTQUEUE_CONSOLE_HISTORY_MINUTES";
-/// Most seconds between two full observations of one broker.
-pub const CATALOG_REFRESH_SECONDS: &str = "RUSTQUEUE_CONSOLE_CATALOG_REFRESH_SECONDS";
-/// The brokers' HTTP port.
-pub const BROKER_HTTP_PORT: &str = "RUSTQUEUE_BROKER_HTTP_PORT";
-/// Turns the management flow on.
-pub const MANAGEMENT_ENABLED: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_ENABLED";
-/// Lifetime of an unlocked management session.
-pub const UNLOCK_SECONDS: &str = "RUSTQUEUE_CONSOLE_MANAGEMENT_UNLOCK_SECONDS";
-/// How long a deleted topic or channel stays fenced.
-pub const TOMBSTONE_SECONDS: &str = "RUSTQUEUE_CONSOLE_TOMBSTONE_SECONDS";
-/// Base URL of discovery, whose `/v1/health` gates management.
+/// Base URL of discovery, whose `/v1/health` gates management (read by the console only;
+/// default `http://<name>-discovery:4161`).
 pub const DISCOVERY_URL: &str = "RUSTQUEUE_CONSOLE_DISCOVERY_URL";
+/// Where the console image holds its built web pages.
+pub const DEFAULT_STATIC_DIR: &str = "/usr/share/rustqueue-console";
 
 /// A variable that is set but not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +84,7 @@ impl Config {
         let name = get(NAME).unwrap_or_else(|| "rustqueue".into());
         let namespace = get(NAMESPACE).unwrap_or_else(|| "default".into());
         let address = match get(ADDRESS) {
-            None => SocketAddr::from(([0, 0, 0, 0], 4180)),
+            None => SocketAddr::from(([0, 0, 0, 0], labels::CONSOLE_HTTP_PORT)),
             Some(v) => v.parse().map_err(|_| ConfigError {
                 name: ADDRESS,
                 value: v.clone(),
@@ -107,7 +97,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(labels::SECRETS_DIR).join("console-token")),
             static_dir: get(STATIC_DIR)
-                .unwrap_or_else(|| "/usr/share/rustqueue-console".into())
+                .unwrap_or_else(|| DEFAULT_STATIC_DIR.into())
                 .into(),
             poll: Duration::from_secs(poll_seconds),
             history: Duration::from_secs(

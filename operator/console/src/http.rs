@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::json;
@@ -107,7 +107,7 @@ async fn snapshot(State(app): State<App>) -> Response {
 
 /// A file under the static directory, else `index.html` (the pages route by hash), else the
 /// placeholder when the pages are not built.
-async fn static_file(State(app): State<App>, uri: Uri, _headers: HeaderMap) -> Response {
+async fn static_file(State(app): State<App>, uri: Uri) -> Response {
     let root = &app.config.static_dir;
     if let Some(path) = safe_join(root, uri.path())
         && let Ok(bytes) = tokio::fs::read(&path).await

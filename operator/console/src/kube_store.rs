@@ -308,3 +308,84 @@ impl CatalogStore for KubeCluster {
         self.event(e).boxed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_pod_reads_its_ready_condition_restarts_image_and_claim() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "q-1", "uid": "u1"},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "broker", "image": "rustqueue:1"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-q-1"}}]
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.244.0.7",
+                "startTime": "2026-01-02T03:04:05Z",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "broker", "image": "rustqueue:1", "imageID": "sha256:ab",
+                    "restartCount": 2, "ready": true}]
+            }
+        }))
+        .unwrap();
+        let b = broker_pod(pod);
+        assert_eq!((b.name.as_str(), b.uid.as_str()), ("q-1", "u1"));
+        assert_eq!(b.pod_ip.as_deref(), Some("10.244.0.7"));
+        assert!(b.ready);
+        assert_eq!((b.restarts, b.image_id.as_str()), (2, "sha256:ab"));
+        assert_eq!(b.pvc_name.as_deref(), Some("data-q-1"));
+        assert_eq!(b.started_at.as_deref(), Some("2026-01-02T03:04:05Z"));
+        let unready = broker_pod(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "q-2"}})).unwrap(),
+        );
+        assert!(!unready.ready && unready.pod_ip.is_none());
+    }
+
+    #[test]
+    fn a_claim_and_an_event_read_their_sizes_and_times() {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data-q-0"},
+            "spec": {"storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}
+        }))
+        .unwrap();
+        let p = broker_pvc(pvc);
+        assert_eq!(
+            (p.requested.as_deref(), p.capacity.as_deref()),
+            (Some("1Gi"), Some("2Gi"))
+        );
+        assert_eq!(
+            (p.phase.as_str(), p.storage_class.as_deref()),
+            ("Bound", Some("fast"))
+        );
+        let e: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "x"},
+            "involvedObject": {"kind": "Pod", "name": "q-0", "uid": "u"},
+            "reason": "Started", "type": "Normal", "message": "ok", "count": 3,
+            "lastTimestamp": "1970-01-01T00:00:02Z"
+        }))
+        .unwrap();
+        let c = cluster_event(e);
+        assert_eq!(
+            (c.object_name.as_str(), c.count, c.last_seen_ms),
+            ("q-0", 3, 2_000)
+        );
+    }
+
+    #[test]
+    fn api_errors_map_to_conflict_and_not_found() {
+        let api = |code| {
+            kube::Error::Api(
+                serde_json::from_value(serde_json::json!({"status": "Failure", "message": "m", "reason": "r", "code": code}))
+                    .unwrap(),
+            )
+        };
+        assert_eq!(store_error(api(409)), StoreError::Conflict("m".into()));
+        assert_eq!(store_error(api(404)), StoreError::NotFound("m".into()));
+        assert!(matches!(store_error(api(403)), StoreError::Other(_)));
+    }
+}

@@ -241,3 +241,30 @@ async fn built_pages_are_served_with_a_fallback_to_index_html() {
     let health: Value = get("/healthz").await.unwrap().json().await.unwrap();
     assert_eq!(health["status"], "ok");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_token_is_read_again_for_every_call() {
+    let cluster = Cluster::start(1, false).await;
+    let served = Served::start(&cluster, false).await;
+    served.collect().await;
+    assert_eq!(served.snapshot().await.1["complete"], true);
+    cluster.write_token("");
+    served.collect().await;
+    let (_, s) = served.snapshot().await;
+    assert_eq!(s["complete"], false);
+    assert!(
+        s["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("console token unavailable"),
+        "{}",
+        s["errors"]
+    );
+    cluster.write_token(support::TOKEN);
+    served.collect().await;
+    assert_eq!(
+        served.snapshot().await.1["complete"],
+        true,
+        "no restart needed"
+    );
+}

@@ -4,6 +4,15 @@
 //! management client, and a minimal NSQ consumer.
 #![allow(dead_code, reason = "each test file uses a different part")]
 
+mod browser;
+pub mod manage;
+mod nsq;
+
+#[allow(unused_imports, reason = "each test file uses a different part")]
+pub use browser::{Browser, body_path};
+#[allow(unused_imports, reason = "each test file uses a different part")]
+pub use nsq::Consumer;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,9 +25,7 @@ use rustqueue_console::Console;
 use rustqueue_console::cluster::BrokerPod;
 use rustqueue_console::config::Config;
 use rustqueue_console::memory::MemoryCluster;
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use serde_json::Value;
 
 /// The console token the brokers accept.
 pub const TOKEN: &str = "console-secret";
@@ -317,6 +324,16 @@ impl Cluster {
         Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap()
     }
 
+    /// Replaces the console token file's content (the brokers and the console both read it).
+    pub fn write_token(&self, token: &str) {
+        std::fs::write(self.tokens.path().join("console-token"), token).unwrap();
+    }
+
+    /// Stops the fake discovery (its health check then fails).
+    pub fn stop_discovery(&self) {
+        self.discovery_task.abort();
+    }
+
     /// The broker named `name`.
     pub fn broker(&self, name: &str) -> &Broker {
         self.brokers.iter().find(|b| b.name == name).unwrap()
@@ -398,206 +415,6 @@ impl Served {
 
     /// A browser-like client of this console.
     pub fn browser(&self) -> Browser {
-        Browser {
-            url: self.url.clone(),
-            http: reqwest::Client::new(),
-            cookie: None,
-            csrf: None,
-        }
-    }
-}
-
-/// A same-origin client holding the session cookie and CSRF token after unlock.
-pub struct Browser {
-    url: String,
-    http: reqwest::Client,
-    /// `rustqueue_console_session=<id>`.
-    pub cookie: Option<String>,
-    /// The CSRF token.
-    pub csrf: Option<String>,
-}
-
-impl Browser {
-    /// A POST with `Origin` = the console and a JSON body; returns status and JSON.
-    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        self.post_with(path, body, &self.url, "application/json", true)
-            .await
-    }
-
-    /// A POST with a chosen `Origin`, content type and whether to send cookie and CSRF.
-    pub async fn post_with(
-        &self,
-        path: &str,
-        body: &Value,
-        origin: &str,
-        content_type: &str,
-        credentials: bool,
-    ) -> (StatusCode, Value) {
-        let mut req = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .header("Origin", origin)
-            .header("Content-Type", content_type)
-            .body(body.to_string());
-        if credentials {
-            if let Some(c) = &self.cookie {
-                req = req.header("Cookie", c);
-            }
-            if let Some(t) = &self.csrf {
-                req = req.header("X-RustQueue-CSRF", t);
-            }
-        }
-        let r = req.send().await.unwrap();
-        let status = r.status();
-        let cookie = r
-            .headers()
-            .get("set-cookie")
-            .map(|v| v.to_str().unwrap().to_string());
-        let v: Value = r.json().await.unwrap_or(Value::Null);
-        if let Some(c) = cookie {
-            assert!(
-                c.contains("HttpOnly")
-                    && c.contains("SameSite=Strict")
-                    && c.contains("Path=/api/v1/management"),
-                "{c}"
-            );
-        }
-        (status, v)
-    }
-
-    /// Unlocks with `<ns>/<queue>` and keeps the cookie and CSRF token.
-    pub async fn unlock(&mut self) {
-        let r = self
-            .http
-            .post(format!("{}/api/v1/management/unlock", self.url))
-            .header("Origin", &self.url)
-            .header("Content-Type", "application/json")
-            .body(json!({"confirmation": "ns/q"}).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
-        let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
-        self.cookie = Some(cookie.split(';').next().unwrap().to_string());
-        let v: Value = r.json().await.unwrap();
-        self.csrf = Some(v["csrf_token"].as_str().unwrap().to_string());
-    }
-
-    /// Preview then apply (with the typed confirmation when asked); returns the apply's
-    /// status and body.
-    pub async fn act(
-        &self,
-        kind: &str,
-        action: &str,
-        topic: &str,
-        channel: Option<&str>,
-    ) -> (StatusCode, Value) {
-        let req = json!({"kind": kind, "action": action, "topic": topic, "channel": channel});
-        let (status, preview) = self.post("/api/v1/management/preview", &req).await;
-        if status != StatusCode::OK {
-            return (status, preview);
-        }
-        let mut apply = req.clone();
-        apply["action_token"] = preview["action_token"].clone();
-        if preview["confirmation_required"] == true {
-            apply["confirmation"] = json!(channel.unwrap_or(topic));
-        }
-        self.post("/api/v1/management/apply", &apply).await
-    }
-}
-
-/// The first JSON path holding a `body` key, if any.
-pub fn body_path(v: &Value, path: &str) -> Option<String> {
-    match v {
-        Value::Object(m) => m.iter().find_map(|(k, v)| {
-            let p = format!("{path}.{k}");
-            if k == "body" {
-                Some(p)
-            } else {
-                body_path(v, &p)
-            }
-        }),
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| body_path(v, &format!("{path}[{i}]"))),
-        _ => None,
-    }
-}
-
-/// A minimal NSQ V2 consumer: SUB, RDY, FIN every message it reads.
-pub struct Consumer {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Consumer {
-    /// Subscribes to `topic`/`channel` on `addr` with `rdy` in flight.
-    pub async fn subscribe(addr: SocketAddr, topic: &str, channel: &str, rdy: u32) -> Consumer {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(b"  V2").await.unwrap();
-        stream
-            .write_all(format!("SUB {topic} {channel}\n").as_bytes())
-            .await
-            .unwrap();
-        let mut c = Consumer {
-            stream,
-            buf: Vec::new(),
-        };
-        let (kind, data) = c.frame().await;
-        assert_eq!(
-            (kind, data.as_slice()),
-            (0, b"OK".as_slice()),
-            "SUB answered {}",
-            String::from_utf8_lossy(&data)
-        );
-        c.stream
-            .write_all(format!("RDY {rdy}\n").as_bytes())
-            .await
-            .unwrap();
-        c
-    }
-
-    async fn frame(&mut self) -> (u32, Vec<u8>) {
-        loop {
-            if self.buf.len() >= 8 {
-                let size = u32::from_be_bytes(self.buf[0..4].try_into().unwrap()) as usize;
-                if self.buf.len() >= 4 + size {
-                    let kind = u32::from_be_bytes(self.buf[4..8].try_into().unwrap());
-                    let data = self.buf[8..4 + size].to_vec();
-                    self.buf.drain(..4 + size);
-                    return (kind, data);
-                }
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "the broker closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// Reads and finishes `n` messages (answering heartbeats), within 20 s.
-    pub async fn finish(&mut self, n: usize) {
-        let mut done = 0;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while done < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (kind, data) = tokio::time::timeout(left, self.frame())
-                .await
-                .expect("messages in time");
-            match kind {
-                0 if data == b"_heartbeat_" => self.stream.write_all(b"NOP\n").await.unwrap(),
-                2 => {
-                    let id = &data[10..26];
-                    let mut cmd = b"FIN ".to_vec();
-                    cmd.extend_from_slice(id);
-                    cmd.push(b'\n');
-                    self.stream.write_all(&cmd).await.unwrap();
-                    done += 1;
-                }
-                0 => {}
-                _ => panic!("error frame: {}", String::from_utf8_lossy(&data)),
-            }
-        }
+        Browser::new(&self.url)
     }
 }
