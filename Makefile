@@ -110,10 +110,9 @@ ci: test ## same as test
 
 # --- operator CRD: generated from operator/api; drift fails crdgen and config tests ----------
 .PHONY: crds
-crds: ## regenerate crds/ and config/crd/ from the RustQueue Rust types
-	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd > crds/rustqueue.io_rustqueues.yaml.tmp
-	mv crds/rustqueue.io_rustqueues.yaml.tmp crds/rustqueue.io_rustqueues.yaml
-	cp crds/rustqueue.io_rustqueues.yaml config/crd/rustqueue.io_rustqueues.yaml
+crds: ## regenerate crds/ and config/crd/ from the Rust types (RustQueue, RustQueueTopic, RustQueueChannel)
+	$(CARGO) run --quiet --locked -p rustqueue-operator -- crd --dir crds
+	cp crds/rustqueue.io_*.yaml config/crd/
 	scripts/install-manifests.py
 	scripts/crd-doc.py
 
@@ -233,7 +232,7 @@ e2e-images: images ## the scenario's extra releases derived from the built image
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 
 e2e-operator: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
-	scripts/deps.sh python
+	scripts/deps.sh python nsqadmin
 	rm -f $(E2E_FIGURES)
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
 	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time
@@ -272,7 +271,7 @@ export IMAGE_TAG
 IMAGE_PROFILE ?= release
 IMAGE_BIN_DIR = $(IMAGES_TARGET)/$(IMAGE_PROFILE)
 ifeq ($(IMAGE_PROFILE),release)
-IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway --bins
+IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console --bins
 else ifeq ($(IMAGE_PROFILE),debug)
 # cargo builds a package's binaries with its integration tests: one test target of each
 IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins)
@@ -281,7 +280,7 @@ $(error IMAGE_PROFILE must be release or debug, not $(IMAGE_PROFILE))
 endif
 
 .PHONY: images
-images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery and rustqueue-gateway (no Docker; IMAGE_PROFILE=release, or debug): OCI layout + docker-save tarballs in target/images
+images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery, rustqueue-gateway and rustqueue-console (no Docker; IMAGE_PROFILE=release, or debug): OCI layout + docker-save tarballs in target/images
 	scripts/deps.sh crane
 	$(IMAGE_BUILD)
 	scripts/build-images.sh --bin-dir $(IMAGE_BIN_DIR) --out $(IMAGES_TARGET)/images

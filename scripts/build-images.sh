@@ -5,9 +5,10 @@
 #   rustqueue/rustqueue-operator:<tag>  entrypoint rustqueue-operator
 #   rustqueue/rustqueue-discovery:<tag> entrypoint rustqueue-discovery
 #   rustqueue/rustqueue-gateway:<tag>   entrypoint rustqueue-gateway
-#   rustqueue:<tag>                     all four binaries (what config/ and the samples name;
-#                                       the operator runs discovery and the gateway from the
-#                                       brokers' image)
+#   rustqueue/rustqueue-console:<tag>   entrypoint rustqueue-console
+#   rustqueue:<tag>                     all five binaries (what config/ and the samples name;
+#                                       the operator runs discovery, the gateway and the
+#                                       console from the brokers' image)
 #
 # Each image is the same base layer (images/rootfs.sh: Debian packages, CA certificates, users)
 # plus one layer per binary in /usr/local/bin, runs as 65532:65532 and carries OCI annotations
@@ -18,7 +19,7 @@
 #
 # Output (default $CARGO_TARGET_DIR/images, else target/images):
 #   <name>.tar                 docker-save tarball, tagged <repo>:<tag>
-#   oci/                       one OCI image layout holding all five images (ref.name = tag)
+#   oci/                       one OCI image layout holding all six images (ref.name = tag)
 #   <name>.digest              OCI manifest digest (the tarball has the same image ID/config)
 #   images.txt                 `<repo>:<tag> <digest>` per image
 #
@@ -39,9 +40,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# Every binary the all-in-one image holds, the broker first (its entrypoint).
+BINARIES="rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway rustqueue-console"
 crane="$RUSTQUEUE_CACHE/crane-$CRANE_VERSION/bin/crane"
 [ -x "$crane" ] || "$ROOT/scripts/deps.sh" crane
-for b in rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway; do
+for b in $BINARIES; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing: run cargo build --release first"
 done
 
@@ -59,10 +62,10 @@ layer() { # layer <tarball> <dir>
 log "base root filesystem from Debian packages"
 "$ROOT/images/rootfs.sh" "$work/rootfs" "$RUSTQUEUE_CACHE/debian-$(. /etc/os-release &&
   echo "$VERSION_CODENAME")-debs" "$bin_dir/rustqueued" "$bin_dir/rustqueue-operator" \
-  "$bin_dir/rustqueue-discovery" "$bin_dir/rustqueue-gateway" |
+  "$bin_dir/rustqueue-discovery" "$bin_dir/rustqueue-gateway" "$bin_dir/rustqueue-console" |
   sed 's/^/    /' >&2
 layer "$work/layers/base.tar" "$work/rootfs"
-for b in rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway; do
+for b in $BINARIES; do
   mkdir -p "$work/$b/usr/local/bin"
   # Release builds carry line tables for backtraces; the image ships the binary without them.
   install -m 0755 "$bin_dir/$b" "$work/$b/usr/local/bin/$b"
@@ -129,9 +132,10 @@ build rustqueue/rustqueued rustqueued rustqueued
 build rustqueue/rustqueue-operator rustqueue-operator rustqueue-operator
 build rustqueue/rustqueue-discovery rustqueue-discovery rustqueue-discovery
 build rustqueue/rustqueue-gateway rustqueue-gateway rustqueue-gateway
-build rustqueue rustqueued rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway
+build rustqueue/rustqueue-console rustqueue-console rustqueue-console
+build rustqueue rustqueued $BINARIES
 
-# One OCI layout holding the five images (blobs shared); crane writes it, then each index entry
+# One OCI layout holding the six images (blobs shared); crane writes it, then each index entry
 # gets its tag as org.opencontainers.image.ref.name (crane would name the throwaway registry).
 c pull --insecure --format oci "${pushed[@]}" "$out/oci"
 python3 - "$out/oci/index.json" "$out/images.txt" <<'PY'
@@ -144,6 +148,6 @@ for m in index["manifests"]:
 index["manifests"].sort(key=lambda m: m["annotations"]["org.opencontainers.image.ref.name"])
 json.dump(index, open(index_path, "w"), indent=2)
 PY
-rm -rf "$work/rootfs" "$work/rustqueued" "$work/rustqueue-operator" "$work/rustqueue-discovery" \
-  "$work/rustqueue-gateway"
+rm -rf "$work/rootfs"
+for b in $BINARIES; do rm -rf "${work:?}/$b"; done
 log "images written to $out in $((SECONDS - start))s"

@@ -56,7 +56,8 @@ k() { "$kubectl" --kubeconfig "$kc" "$@"; }
 
 log "installing the operator: kubectl apply -k config/default"
 k apply -k "$ROOT/config/default" >/dev/null
-k wait --for=condition=Established crd/rustqueues.rustqueue.io --timeout=60s >/dev/null
+k wait --for=condition=Established --timeout=60s crd/rustqueues.rustqueue.io \
+  crd/rustqueuetopics.rustqueue.io crd/rustqueuechannels.rustqueue.io >/dev/null
 
 # The sample, adapted to the testbed as a user adapts it to a cluster: its StorageClass, and no
 # disk watermarks (a testbed volume is a directory on the shared host disk, without a quota).
@@ -105,6 +106,9 @@ for _ in $(seq 1 60); do
   "$in_cluster" curl -sf "http://$discovery/lookup?topic=demo" >/dev/null && break
   sleep 1
 done
+console="http://$queue-console.$ns.svc:4180"
+"$in_cluster" curl -sf "$console/api/v1/snapshot" >/dev/null ||
+  die "the console's snapshot at $console/api/v1/snapshot did not answer"
 consumed="$(timeout 60 "$in_cluster" "$nsq_tail" --lookupd-http-address="$discovery" --topic=demo --channel=demo -n 1 2>"$work/nsq_tail.log" || true)"
 [ "$consumed" = "hello from make cluster" ] ||
   { cat "$work/nsq_tail.log" >&2; die "nsq_tail via $discovery read '$consumed'"; }
@@ -124,6 +128,11 @@ From this machine, $in_cluster runs a command as a Pod sees the network (the
 testbed's network namespace and the cluster DNS). Publish and consume (both just checked):
   $in_cluster curl -d 'hello' '$publish/pub?topic=demo'
   $in_cluster $nsq_tail --lookupd-http-address=$discovery --topic=demo --channel=demo -n 1
+
+The console (docs/console.md) at $console, its snapshot (just checked):
+  $in_cluster curl -s $console/api/v1/snapshot
+On a real cluster (the testbed has no kubectl port-forward), open it with
+  kubectl -n $ns port-forward svc/$queue-console 4180:4180    # then http://127.0.0.1:4180/
 
 Ctrl-C tears everything down.
 TXT

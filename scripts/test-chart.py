@@ -6,7 +6,8 @@
 - `helm template` with the defaults renders exactly config/'s objects: the ClusterRole and the
   Role grant the same calls as config/rbac (which the operator's tests hold to calls.rs), and
   the operator's Pod is config/manager's, names and labels aside;
-- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB),
+- non-default values reach what they name (replicas, image, namespaces, the RustQueue, PDB,
+  the console values as the RustQueue's spec.console and consoleManagementEnabled),
   and the monitoring switches render config/prometheus's objects in the release namespace;
   the NOTES are checked by the testbed's `helm install` (e2e/k8s/tests/install);
 - bad values are refused by values.schema.json, each with a message naming the value.
@@ -89,12 +90,13 @@ def main():
     # -- defaults: config/'s objects ---------------------------------------------------------
     objs = template()
     kinds = sorted(k for k, _ in objs)
-    check(kinds == sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+    check(kinds == sorted(["CustomResourceDefinition"] * 3 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                            "Role", "RoleBinding", "Deployment", "PodDisruptionBudget"]),
           f"the defaults render the operator and nothing else: {kinds}")
-    crd = objs[("CustomResourceDefinition", "rustqueues.rustqueue.io")]
-    check(crd == yaml.safe_load((ROOT / "crds/rustqueue.io_rustqueues.yaml").read_text()),
-          "the chart's CRD is the generated crds/ one")
+    for plural in ("rustqueues", "rustqueuetopics", "rustqueuechannels"):
+        crd = objs.get(("CustomResourceDefinition", f"{plural}.rustqueue.io"))
+        check(crd == yaml.safe_load((ROOT / f"crds/rustqueue.io_{plural}.yaml").read_text()),
+              f"the chart's {plural} CRD is the generated crds/ one")
     name = "rustqueue-operator"
     check(grants(objs[("ClusterRole", name)]["rules"]) == grants(config("rbac/cluster_role.yaml")["rules"]),
           "the ClusterRole grants exactly config/rbac/cluster_role.yaml's calls")
@@ -133,6 +135,27 @@ def main():
     check(objs[("ClusterRoleBinding", "rq-operator")]["subjects"][0]["namespace"] == "queues",
           "the bindings follow the release namespace")
 
+    # -- the console values become the RustQueue's spec.console ----------------------------------
+    spec = template("queue.create=true")[("RustQueue", "queue")]["spec"]
+    check(spec["consoleManagementEnabled"] is False and spec["console"] == {
+        "enabled": True, "pollIntervalSeconds": 2, "catalogRefreshSeconds": 30, "historyMinutes": 15,
+        "management": {"unlockSeconds": 1800, "tombstoneSeconds": 600},
+        "resources": {"cpuRequest": "50m", "memoryRequest": "96Mi", "cpuLimit": "500m", "memoryLimit": "256Mi"}},
+          f"the console defaults reach the RustQueue, management off: {spec.get('console')}")
+    spec = template("queue.create=true", "console.management.enabled=true", "console.pollIntervalSeconds=5",
+                    "console.catalogRefreshSeconds=60", "console.historyMinutes=30",
+                    "console.management.unlockSeconds=600", "console.management.tombstoneSeconds=120",
+                    "console.resources.limits.cpu=null")[("RustQueue", "queue")]["spec"]
+    c = spec["console"]
+    check(spec["consoleManagementEnabled"] is True and c["pollIntervalSeconds"] == 5 and c["catalogRefreshSeconds"] == 60
+          and c["historyMinutes"] == 30 and c["management"] == {"unlockSeconds": 600, "tombstoneSeconds": 120}
+          and c["resources"]["cpuLimit"] is None and c["resources"]["memoryLimit"] == "256Mi",
+          f"console.* values reach spec.console and management spec.consoleManagementEnabled: {spec.get('console')}")
+    spec = template("queue.create=true", "console.enabled=false",
+                    "console.management.enabled=true")[("RustQueue", "queue")]["spec"]
+    check(spec["console"]["enabled"] is False and spec["consoleManagementEnabled"] is False,
+          "console.enabled=false turns the console and its management off")
+
     # -- monitoring: config/prometheus's own objects, in the release namespace ------------------
     sources = {}
     for f in sorted((ROOT / "config/prometheus").glob("*.yaml")):
@@ -170,6 +193,11 @@ def main():
         ("queue.spec.diskHighWatermarkPercent=101", "diskHighWatermarkPercent"),
         ("queue.spec.rollout.paused=yes", "paused"),
         ("monitoring.serviceMonitor.interval=often", "interval"),
+        ("console.pollIntervalSeconds=9", "pollIntervalSeconds"),
+        ("console.historyMinutes=0", "historyMinutes"),
+        ("console.management.unlockSeconds=3600", "unlockSeconds"),
+        ("console.management.enable=true", "enable"),
+        ("queue.spec.consoleManagementEnabled=true", "consoleManagementEnabled"),
     ]:
         p = helm("template", "rustqueue", str(CHART), "--kube-version", KUBE, "--set", value, expect_ok=False)
         message = (p.stderr.strip().splitlines() or [""])[-1] if p.returncode else ""

@@ -3,7 +3,7 @@
 #
 #   - each docker-save tarball is tagged <repo>:<tag>, its config runs as 65532:65532 with the
 #     expected entrypoint, and carries the version/revision/source labels;
-#   - the OCI layout names the five images and their manifests carry the OCI annotations, with
+#   - the OCI layout names the six images and their manifests carry the OCI annotations, with
 #     the same digests as the tarballs;
 #   - the flattened filesystem holds no shell (nothing to `sh -c` into), has the nonroot user and
 #     the CA bundle;
@@ -89,7 +89,9 @@ check rustqueue/rustqueued rustqueued rustqueued
 check rustqueue/rustqueue-operator rustqueue-operator rustqueue-operator
 check rustqueue/rustqueue-discovery rustqueue-discovery rustqueue-discovery
 check rustqueue/rustqueue-gateway rustqueue-gateway rustqueue-gateway
-check rustqueue rustqueued rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway
+check rustqueue/rustqueue-console rustqueue-console rustqueue-console
+check rustqueue rustqueued rustqueued rustqueue-operator rustqueue-discovery rustqueue-gateway \
+  rustqueue-console
 
 python3 - "$out/oci" "$out/images.txt" <<'PY' || fail "OCI layout"
 import json, os, sys

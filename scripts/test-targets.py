@@ -41,7 +41,8 @@ CLAIMS = {
 
 
 # The packages whose binaries the OCI images hold.
-IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway"}
+IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway",
+                  "rustqueue-console"}
 
 
 def test_targets():

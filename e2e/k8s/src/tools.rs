@@ -86,6 +86,20 @@ pub fn pynsq_python() -> PathBuf {
     p
 }
 
+/// The official nsqadmin (`scripts/deps.sh nsqadmin`), pinned in scripts/versions.env.
+pub fn nsqadmin_path() -> PathBuf {
+    let p = cache_dir().join(format!(
+        "nsqadmin-{}/bin/nsqadmin",
+        pinned("NSQADMIN_VERSION")
+    ));
+    assert!(
+        p.exists(),
+        "{} missing: run `scripts/deps.sh nsqadmin`",
+        p.display()
+    );
+    p
+}
+
 /// `program`, resolving names with `resolv_conf` as `/etc/resolv.conf` (bind-mounted in a
 /// mount namespace of its own, as a Pod's is) when given.
 fn with_resolv_conf(resolv_conf: Option<&Path>, program: &Path) -> Command {

@@ -66,6 +66,13 @@ fn each_cross_field_mistake_is_refused_with_its_message() {
             |s| s.kodo_compatibility.enabled = true,
             "kodoCompatibility needs minBrokers = maxBrokers = 3",
         ),
+        (
+            |s| {
+                s.console.poll_interval_seconds = 5;
+                s.console.catalog_refresh_seconds = 4;
+            },
+            "console.catalogRefreshSeconds must be at least console.pollIntervalSeconds",
+        ),
     ];
     for (edit, message) in cases {
         let mut s = spec();

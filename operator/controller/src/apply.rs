@@ -21,7 +21,8 @@ use serde::de::DeserializeOwned;
 
 use crate::Error;
 use crate::observe::{RuntimeWorkloads, daemon_set_workload, deployment_workload};
-use crate::render::{Children, auth_secret, generate_tokens};
+use crate::plan::Workload;
+use crate::render::{Children, ConsoleObjects, auth_secret, generate_tokens};
 use crate::status::Transition;
 
 /// A namespaced object the applier can server-side apply.
@@ -86,10 +87,49 @@ pub async fn apply_runtime(
     let discovery = ssa_returning::<Deployment>(client, ns, &c.discovery).await?;
     let gateway = ssa_returning::<DaemonSet>(client, ns, &c.gateway).await?;
     ssa::<PodDisruptionBudget>(client, ns, &c.discovery_pdb).await?;
+    let console = match &c.console {
+        Some(objects) => Some(apply_console(client, ns, objects).await?),
+        None => None,
+    };
     Ok(RuntimeWorkloads {
         discovery: deployment_workload(&discovery),
         gateway: daemon_set_workload(&gateway),
+        console,
     })
+}
+
+/// Apply the console: its identity and Role before the Pod that uses them, its
+/// NetworkPolicy before it listens, the Deployment last (returned as the apply left it).
+async fn apply_console(
+    client: &kube::Client,
+    ns: &str,
+    c: &ConsoleObjects,
+) -> Result<Workload, Error> {
+    ssa::<ServiceAccount>(client, ns, &c.service_account).await?;
+    ssa::<Role>(client, ns, &c.role).await?;
+    ssa::<RoleBinding>(client, ns, &c.role_binding).await?;
+    ssa::<NetworkPolicy>(client, ns, &c.network_policy).await?;
+    ssa::<Service>(client, ns, &c.service).await?;
+    let deployment = ssa_returning::<Deployment>(client, ns, &c.deployment).await?;
+    Ok(deployment_workload(&deployment))
+}
+
+/// Remove the console of RustQueue `n` (`spec.console.enabled: false`): every object named
+/// `<n>-console` this RustQueue controls, the Deployment last, so while it exists the next
+/// reconcile sees the console and finishes.
+pub async fn delete_console(
+    client: &kube::Client,
+    ns: &str,
+    n: &str,
+    uid: &str,
+) -> Result<(), Error> {
+    let name = crate::render::names::console(n);
+    delete_owned::<Service>(client, ns, &name, uid).await?;
+    delete_owned::<NetworkPolicy>(client, ns, &name, uid).await?;
+    delete_owned::<RoleBinding>(client, ns, &name, uid).await?;
+    delete_owned::<Role>(client, ns, &name, uid).await?;
+    delete_owned::<ServiceAccount>(client, ns, &name, uid).await?;
+    delete_owned::<Deployment>(client, ns, &name, uid).await
 }
 
 /// Delete `name` of kind `K` if it exists and is controller-owned by the RustQueue `uid` (a

@@ -6,14 +6,20 @@
 
 /// Namespaced calls, in every namespace the operator manages (`ClusterRole`).
 pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
-    // controller: the RustQueue watch; status: merge of the status subresource.
-    ("rustqueue.io", "rustqueues", &["list", "watch"]),
+    // controller: the RustQueue watch; status: merge of the status subresource. `get`: held
+    // so the operator may grant it to the console's Role.
+    ("rustqueue.io", "rustqueues", &["get", "list", "watch"]),
     ("rustqueue.io", "rustqueues/status", &["patch"]),
     // observe: broker, probe, Kodo Gateway and discovery Pods (and the controller's Pod
-    // watch); apply: DeletePod, CreateProbePod, DeleteProbePod.
-    ("", "pods", &["list", "watch", "create", "delete"]),
-    // observe: broker claims; apply: PatchClaim.
-    ("", "persistentvolumeclaims", &["list", "patch"]),
+    // watch); apply: DeletePod, CreateProbePod, DeleteProbePod. `get`: held for the console's
+    // Role.
+    ("", "pods", &["get", "list", "watch", "create", "delete"]),
+    // observe: broker claims; apply: PatchClaim. `get`, `watch`: held for the console's Role.
+    (
+        "",
+        "persistentvolumeclaims",
+        &["get", "list", "watch", "patch"],
+    ),
     // observe: the auth Secret; apply: CreateAuthSecret.
     ("", "secrets", &["get", "create"]),
     // observe: broker ConfigMaps; apply: ApplyBrokerSet (SSA), DeleteConfigMap.
@@ -25,8 +31,8 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         "services",
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
-    // apply: ApplyRuntime (SSA).
-    ("", "serviceaccounts", &["create", "patch"]),
+    // apply: ApplyRuntime (SSA); DeleteConsole (get, then delete).
+    ("", "serviceaccounts", &["get", "create", "patch", "delete"]),
     // observe: get (brokers, Kodo Gateways); controller: owns; apply: ApplyBrokerSet and
     // ApplyRuntime (SSA), DeleteKodoGateways (get, then delete: only the Gateways', never the
     // brokers'; `apply::kodo_gateway_objects`).
@@ -36,11 +42,12 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     // observe: get (is the runtime available); controller: owns; apply: ApplyRuntime, the
-    // discovery Deployment and the gateway DaemonSet (SSA).
+    // discovery and console Deployments and the gateway DaemonSet (SSA); DeleteConsole (get,
+    // then delete).
     (
         "apps",
         "deployments",
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     (
         "apps",
@@ -61,12 +68,17 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
         "networkpolicies",
         &["get", "create", "patch", "delete"],
     ),
-    // apply: ApplyRuntime (SSA).
-    ("rbac.authorization.k8s.io", "roles", &["create", "patch"]),
+    // apply: ApplyRuntime (SSA, the runtime's and the console's); DeleteConsole (get, then
+    // delete).
+    (
+        "rbac.authorization.k8s.io",
+        "roles",
+        &["get", "create", "patch", "delete"],
+    ),
     (
         "rbac.authorization.k8s.io",
         "rolebindings",
-        &["create", "patch"],
+        &["get", "create", "patch", "delete"],
     ),
     // Not called: held so the operator may grant it to the brokers' runtime Role.
     (
@@ -76,6 +88,24 @@ pub const NAMESPACED: &[(&str, &str, &[&str])] = &[
     ),
     // apply: record_transition (the Event recorder creates, then patches a series).
     ("events.k8s.io", "events", &["create", "patch"]),
+    // Not called: held for the console's Role (it lists Events and, with management, records
+    // its own).
+    ("", "events", &["get", "list", "watch", "create", "patch"]),
+    // Not called: held so the operator may grant them to the console's Role (management).
+    (
+        "rustqueue.io",
+        "rustqueuetopics",
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    ),
+    (
+        "rustqueue.io",
+        "rustqueuechannels",
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    ),
 ];
 
 /// Cluster-scoped reads (`ClusterRole`).

@@ -240,9 +240,15 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
     // the status again from what the apply left (the actions are not repeated).
     let status = match applied_runtime {
         Some(rt)
-            if (Some(rt.discovery), Some(rt.gateway)) != (observed.discovery, observed.gateway) =>
+            if (
+                Some(rt.discovery),
+                Some(rt.gateway),
+                rt.console.or(observed.console),
+            ) != (observed.discovery, observed.gateway, observed.console) =>
         {
-            let after = observed.clone().with_runtime(rt.discovery, rt.gateway);
+            let after = observed
+                .clone()
+                .with_runtime(rt.discovery, rt.gateway, rt.console);
             plan(&rq.spec, &after, &desired, &previous, now)
         }
         _ => decided,
@@ -293,6 +299,9 @@ impl Applier<'_> {
             }
             Action::DeleteKodoGateways => {
                 apply::delete_kodo_gateways(client, ns, self.owner.name, self.owner.uid).await
+            }
+            Action::DeleteConsole => {
+                apply::delete_console(client, ns, self.owner.name, self.owner.uid).await
             }
             Action::Drain { pod, goal } => {
                 let req = DrainRequest {

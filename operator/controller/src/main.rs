@@ -1,4 +1,5 @@
-//! `rustqueue-operator`: `crd` prints the CRD; `run` (the default) starts the operator.
+//! `rustqueue-operator`: `crd` prints the CRDs (or writes them into a directory); `run` (the
+//! default) starts the operator.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,8 +39,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the RustQueue CustomResourceDefinition as YAML.
-    Crd,
+    /// Print the CustomResourceDefinitions (RustQueue, RustQueueTopic, RustQueueChannel) as
+    /// one YAML stream, or write each to its file in `--dir`.
+    Crd {
+        /// Write `rustqueue.io_<plural>.yaml` files here instead of printing them.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Run the operator (the default).
     Run,
 }
@@ -85,12 +91,24 @@ fn identity() -> String {
         .unwrap_or_else(|| format!("operator-{}", std::process::id()))
 }
 
+/// `crd`: every CRD to stdout, or each into its file under `dir`.
+fn write_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let Some(dir) = dir else {
+        print!("{}", crdgen::crd_stream());
+        return Ok(());
+    };
+    for (file, yaml) in crdgen::crd_files() {
+        let path = dir.join(file);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Some(Command::Crd) = cli.command {
-        print!("{}", crdgen::crd_yaml());
-        return Ok(());
+    if let Some(Command::Crd { dir }) = cli.command {
+        return write_crds(dir.as_deref());
     }
     tracing_subscriber::fmt()
         .json()

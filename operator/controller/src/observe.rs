@@ -124,8 +124,8 @@ impl Observer<'_> {
             .list(&probe_selector)
             .await
             .map_err(|e| Error::kube("list capability probe Pods", e))?;
-        let (discovery, gateway, discovery_template_mode) = self.runtime(name).await?;
-        let kodo = self.kodo(name, discovery_template_mode).await?;
+        let runtime = self.runtime(name).await?;
+        let kodo = self.kodo(name, runtime.discovery_template_mode).await?;
         let tokens = secret.as_ref().and_then(|s| secret_tokens(&secret_name, s));
         let registry = tokens.as_ref().map(|t| t.registry.as_str());
         let brokers =
@@ -155,8 +155,9 @@ impl Observer<'_> {
                 .collect(),
             probes: probes.items.iter().map(probe).collect(),
             auth: auth_state(spec, &secret_name, secret.as_ref()),
-            discovery,
-            gateway,
+            discovery: runtime.discovery,
+            gateway: runtime.gateway,
+            console: runtime.console,
             kodo,
         };
         Ok((observed, tokens))
@@ -216,17 +217,18 @@ impl Observer<'_> {
         })
     }
 
-    /// The discovery Deployment and the gateway DaemonSet, as their controllers report them,
-    /// and the mode label of the discovery Pod template.
-    async fn runtime(
-        &self,
-        name: &str,
-    ) -> Result<(Option<Workload>, Option<Workload>, Option<DiscoveryMode>), Error> {
+    /// The discovery and console Deployments and the gateway DaemonSet, as their controllers
+    /// report them, and the mode label of the discovery Pod template.
+    async fn runtime(&self, name: &str) -> Result<RuntimeRead, Error> {
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), self.namespace);
         let discovery = deployments
             .get_opt(&names::discovery(name))
             .await
             .map_err(|e| Error::kube("get discovery Deployment", e))?;
+        let console = deployments
+            .get_opt(&names::console(name))
+            .await
+            .map_err(|e| Error::kube("get console Deployment", e))?;
         let daemon_sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), self.namespace);
         let gateway = daemon_sets
             .get_opt(&names::gateway(name))
@@ -236,11 +238,12 @@ impl Observer<'_> {
             .as_ref()
             .and_then(|d| d.spec.template.metadata.as_ref())
             .and_then(|m| mode_label(m.labels.as_ref()));
-        Ok((
-            discovery.as_ref().map(deployment_workload),
-            gateway.as_ref().map(daemon_set_workload),
-            mode,
-        ))
+        Ok(RuntimeRead {
+            discovery: discovery.as_ref().map(deployment_workload),
+            gateway: gateway.as_ref().map(daemon_set_workload),
+            console: console.as_ref().map(deployment_workload),
+            discovery_template_mode: mode,
+        })
     }
 
     async fn broker(&self, pod: &Pod, registry_token: Option<&str>) -> BrokerPod {
@@ -483,13 +486,24 @@ fn auth_state(spec: &RustQueueSpec, name: &str, secret: Option<&Secret>) -> Auth
     }
 }
 
-/// The discovery Deployment and the gateway DaemonSet as one apply left them.
+/// The runtime workloads as one reading found them.
+struct RuntimeRead {
+    discovery: Option<Workload>,
+    gateway: Option<Workload>,
+    console: Option<Workload>,
+    discovery_template_mode: Option<DiscoveryMode>,
+}
+
+/// The discovery Deployment, the gateway DaemonSet and the console Deployment (when enabled)
+/// as one apply left them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeWorkloads {
     /// The discovery Deployment.
     pub discovery: Workload,
     /// The producer gateway DaemonSet.
     pub gateway: Workload,
+    /// The console Deployment; `None` when the console is disabled (not applied).
+    pub console: Option<Workload>,
 }
 
 /// A Deployment's Pods: `spec.replicas` wanted, `updatedReplicas` on the latest template,

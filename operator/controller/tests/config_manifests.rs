@@ -16,11 +16,18 @@ fn config(path: &str) -> String {
 }
 
 #[test]
-fn config_crd_is_the_generated_crd() {
-    assert!(
-        config("crd/rustqueue.io_rustqueues.yaml") == rustqueue_operator::crdgen::crd_yaml(),
-        "config/crd is stale: run `make crds`"
-    );
+fn config_crd_holds_every_generated_crd() {
+    let kustomization = config("crd/kustomization.yaml");
+    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+        assert!(
+            config(&format!("crd/{file}")) == yaml,
+            "config/crd/{file} is stale: run `make crds`"
+        );
+        assert!(
+            kustomization.contains(&format!("- {file}")),
+            "config/crd/kustomization.yaml does not list {file}"
+        );
+    }
 }
 
 #[test]
@@ -133,4 +140,31 @@ fn the_manager_runs_two_replicas_of_the_operator() {
         .find(|e| e.name == "RUSTQUEUE_OPERATOR_HTTP_ADDRESS")
         .unwrap();
     assert_eq!(bind.value.as_deref(), Some("$(POD_IP):8080"));
+}
+
+/// RBAC refuses to let the operator grant what it does not hold: every rule of the Roles it
+/// renders (the runtime's, the console's with and without management) is in its ClusterRole.
+#[test]
+fn the_operator_holds_every_permission_it_grants_its_children() {
+    use rustqueue_operator::render::{ConsoleObjects, Owner, role};
+    let cluster_role: ClusterRole =
+        serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
+    let held = grants(&cluster_role.rules.unwrap());
+    let owner = Owner {
+        name: "queue",
+        namespace: "ns",
+        uid: "u",
+    };
+    let mut granted = grants(&role(&owner).rules.unwrap());
+    for management in [false, true] {
+        let mut spec = rustqueue_api::crd::RustQueueSpec::with_image("rustqueue:dev");
+        spec.console_management_enabled = management;
+        let console = ConsoleObjects::render(&owner, &spec, "queue-auth", "rustqueue:dev").unwrap();
+        granted.extend(grants(&console.role.rules.unwrap()));
+    }
+    let missing: Vec<_> = granted.difference(&held).collect();
+    assert!(
+        missing.is_empty(),
+        "granted to a child but not held: {missing:?}"
+    );
 }

@@ -1,5 +1,5 @@
-//! The install paths carry the generated CRD too: the Helm chart's `crds/` and the OLM bundle's
-//! `manifests/` must be byte for byte what `rustqueue-operator crd` prints (`make crds`
+//! The install paths carry the generated CRDs too: the Helm chart's `crds/` and the OLM bundle's
+//! `manifests/` must hold, byte for byte, every CRD `rustqueue-operator crd` prints (`make crds`
 //! regenerates them through scripts/install-manifests.py; see docs/install.md).
 
 use std::path::PathBuf;
@@ -12,19 +12,21 @@ fn repo_file(path: &str) -> String {
 }
 
 #[test]
-fn the_helm_chart_ships_the_generated_crd() {
-    assert!(
-        repo_file("config/helm/rustqueue/crds/rustqueue.io_rustqueues.yaml")
-            == rustqueue_operator::crdgen::crd_yaml(),
-        "config/helm/rustqueue/crds is stale: run `make crds`"
-    );
+fn the_helm_chart_ships_the_generated_crds() {
+    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+        assert!(
+            repo_file(&format!("config/helm/rustqueue/crds/{file}")) == yaml,
+            "config/helm/rustqueue/crds/{file} is stale: run `make crds`"
+        );
+    }
 }
 
 #[test]
-fn the_olm_bundle_ships_the_generated_crd() {
-    assert!(
-        repo_file("olm/manifests/rustqueue.io_rustqueues.yaml")
-            == rustqueue_operator::crdgen::crd_yaml(),
-        "olm/manifests is stale: run `make crds`"
-    );
+fn the_olm_bundle_ships_the_generated_crds() {
+    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+        assert!(
+            repo_file(&format!("olm/manifests/{file}")) == yaml,
+            "olm/manifests/{file} is stale: run `make crds`"
+        );
+    }
 }

@@ -120,6 +120,8 @@ async fn the_rendered_chart_passes_a_server_side_dry_run(b: &Bed) {
     let out = b.kubectl_ok(&["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
     for object in [
         "customresourcedefinition.apiextensions.k8s.io/rustqueues.rustqueue.io created (server dry run)",
+        "customresourcedefinition.apiextensions.k8s.io/rustqueuetopics.rustqueue.io created (server dry run)",
+        "customresourcedefinition.apiextensions.k8s.io/rustqueuechannels.rustqueue.io created (server dry run)",
         "deployment.apps/rustqueue-operator created (server dry run)",
         "clusterrole.rbac.authorization.k8s.io/rustqueue-operator created (server dry run)",
         "role.rbac.authorization.k8s.io/rustqueue-operator created (server dry run)",

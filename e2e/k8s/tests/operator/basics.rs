@@ -10,23 +10,30 @@ use rustqueue_e2e::{Poll, eventually, repo_root};
 
 use crate::cluster::{Cluster, DEV, LONG, NS, RQ, http_post};
 
-/// `kubectl apply -k config/default`: namespace, CRD, RBAC and the two-replica operator.
+/// The CRDs `config/crd` installs: the RustQueue and the console's catalog.
+const CRDS: [&str; 3] = [
+    "rustqueues.rustqueue.io",
+    "rustqueuetopics.rustqueue.io",
+    "rustqueuechannels.rustqueue.io",
+];
+
+/// `kubectl apply -k config/default`: namespace, the three CRDs, RBAC and the two-replica
+/// operator.
 pub async fn the_operator_installs_from_config_default(c: &Cluster) {
     let install = install_dir(c);
     let out = kubectl_ok(c.kubeconfig(), &["apply", "-k", install.to_str().unwrap()]);
-    assert!(
-        out.contains("customresourcedefinition.apiextensions.k8s.io/rustqueues.rustqueue.io"),
-        "kubectl apply -k config/default did not create the CRD:\n{out}"
-    );
-    kubectl_ok(
-        c.kubeconfig(),
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/rustqueues.rustqueue.io",
-            "--timeout=60s",
-        ],
-    );
+    for crd in CRDS {
+        assert!(
+            out.contains(&format!(
+                "customresourcedefinition.apiextensions.k8s.io/{crd}"
+            )),
+            "kubectl apply -k config/default did not create the CRD {crd}:\n{out}"
+        );
+    }
+    let crds = CRDS.map(|crd| format!("crd/{crd}"));
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(crds.iter().map(String::as_str));
+    kubectl_ok(c.kubeconfig(), &args);
 }
 
 /// `config/default`'s namespace enforces Pod Security `restricted`, and the API server applies

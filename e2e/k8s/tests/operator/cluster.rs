@@ -93,7 +93,7 @@ pub fn broker_binary() -> PathBuf {
 /// The testbed's images: the user's artifacts and the derived releases from the archives, pushed
 /// into its registry and run from their own root file system as the rendered securityContext
 /// says; [`FLAKY`] as a directory holding a `rustqueued` wrapper script (and working
-/// `rustqueue-discovery` and `rustqueue-gateway` wrappers). A directory image runs
+/// `rustqueue-discovery`, `rustqueue-gateway` and `rustqueue-console` wrappers). A directory image runs
 /// as root in the host's file system, so the wrapper runs the broker as [`NONROOT`] itself:
 /// files it writes on a claim stay writable for the images' brokers that follow it.
 fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
@@ -116,9 +116,13 @@ fn testbed_images(mut opts: TestbedOptions, scratch: &Path) -> TestbedOptions {
     std::fs::create_dir_all(&dir).expect("image dir");
     let mut scripts = vec![("rustqueued".to_string(), body)];
     // The release's runtime binaries work (only its broker is bad): the operator moves
-    // discovery and the gateway to the release once every broker runs it. They write nothing,
-    // so they may run as the directory image's root.
-    for runtime in ["rustqueue-discovery", "rustqueue-gateway"] {
+    // discovery, the gateway and the console to the release once every broker runs it. They
+    // write nothing, so they may run as the directory image's root.
+    for runtime in [
+        "rustqueue-discovery",
+        "rustqueue-gateway",
+        "rustqueue-console",
+    ] {
         let real = broker_binary().with_file_name(runtime);
         let real = real.display();
         let run = format!("exec {real} \"$@\"");

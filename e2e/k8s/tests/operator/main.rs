@@ -13,6 +13,7 @@
 mod artifacts;
 mod basics;
 mod cluster;
+mod console;
 mod discovery;
 mod dns;
 mod failures;
@@ -29,6 +30,7 @@ use rustqueue_e2e::steps::{figure, step};
 use artifacts::*;
 use basics::*;
 use cluster::{Cluster, DEV};
+use console::*;
 use discovery::*;
 use dns::*;
 use failures::*;
@@ -65,6 +67,9 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(the_printer_columns_show_phase_desired_and_ready(&c)).await;
         step!(argocd_health_reads_the_ready_cluster_as_healthy(&c)).await;
         step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
+        step!(official_nsqadmin_lists_every_brokers_topics_through_discovery(&c)).await;
+        step!(the_console_reports_the_brokers_under_load_without_message_bodies(&c)).await;
+        step!(turning_the_console_off_removes_it_and_on_brings_it_back(&c)).await;
         step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
         step!(a_client_reaches_every_broker_by_its_dns_name(&c)).await;
         step!(consumers_find_every_broker_through_the_discovery_service(
@@ -109,7 +114,8 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
 }
 
 /// The sample's storage and its brokers changed one at a time, on a cluster of its own (so
-/// `make test` runs it beside the first scenario): a feature level raised only after a capable
+/// `make test` runs it beside the first scenario): console management turned on and used
+/// (create, pause, empty, delete, a console killed mid-operation), a feature level raised only after a capable
 /// binary, the rollback fence it sets and a lowering refused, a rollout finished by the standby after the leader dies,
 /// maintenance, claims that grow and never shrink, and a drained scale-down.
 #[test]
@@ -118,6 +124,23 @@ fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
         let c = Cluster::start().await;
         step!(the_operator_installs_from_config_default(&c)).await;
         step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
+        let session = step!(console_management_turns_on_with_the_one_switch(&c)).await;
+        let owner = step!(
+            a_topic_created_in_the_console_lands_on_an_owner_and_becomes_active(&c, &session)
+        )
+        .await;
+        step!(channels_are_paused_resumed_and_emptied_through_the_console(
+            &c, &session, &owner
+        ))
+        .await;
+        step!(a_deleted_topic_refuses_publishes_while_tombstoned(
+            &c, &session, &owner
+        ))
+        .await;
+        step!(a_console_killed_mid_operation_finishes_it_exactly_once(
+            &c, &session
+        ))
+        .await;
         step!(a_feature_level_activates_only_after_a_capable_binary(
             &c, &DEV
         ))

@@ -34,9 +34,9 @@ fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     by_label && by_expression
 }
 
-/// Every Pod of the instance (brokers, discovery, gateways and any probe left) is selected by
-/// exactly one of its two policies; the brokers' policy opens exactly the ports the broker
-/// containers declare.
+/// Every Pod of the instance (brokers, discovery, gateways, the console and any probe left) is
+/// selected by exactly one of its three policies; the brokers' and the console's policies open
+/// exactly the ports their containers declare.
 pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
     c.ready(3).await;
     let api: Api<NetworkPolicy> = Api::namespaced(c.client.clone(), NS);
@@ -51,7 +51,11 @@ pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
     let names: Vec<&String> = policies.keys().collect();
     assert_eq!(
         names,
-        [&format!("{RQ}-broker-ingress"), &format!("{RQ}-internal")],
+        [
+            &format!("{RQ}-broker-ingress"),
+            &format!("{RQ}-console"),
+            &format!("{RQ}-internal")
+        ],
         "the instance's NetworkPolicies"
     );
     let pods: Vec<Pod> = c
@@ -70,7 +74,7 @@ pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
         })
         .map(String::as_str)
         .collect();
-    for component in ["broker", "discovery", "gateway"] {
+    for component in ["broker", "discovery", "gateway", "console"] {
         assert!(
             components.contains(component),
             "no {component} Pod among {components:?}"
@@ -88,14 +92,15 @@ pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
             .map(|(n, _)| n)
             .collect();
         assert_eq!(guarding.len(), 1, "Pod {name} is guarded by {guarding:?}");
-        if labels
+        let own_policy = match labels
             .get("app.kubernetes.io/component")
             .map(String::as_str)
-            != Some("broker")
         {
-            continue;
-        }
-        assert_eq!(guarding[0], &format!("{RQ}-broker-ingress"), "Pod {name}");
+            Some("broker") => format!("{RQ}-broker-ingress"),
+            Some("console") => format!("{RQ}-console"),
+            _ => continue,
+        };
+        assert_eq!(guarding[0], &own_policy, "Pod {name}");
         let declared: Vec<i32> = pod
             .spec
             .iter()
@@ -116,7 +121,7 @@ pub async fn network_policies_guard_every_pod_of_the_instance(c: &Cluster) {
             .flatten()
             .map(|p| match &p.port {
                 Some(IntOrString::Int(n)) => *n,
-                other => panic!("a broker policy port is not a number: {other:?}"),
+                other => panic!("a {own_policy} port is not a number: {other:?}"),
             })
             .collect();
         assert_eq!(

@@ -7,6 +7,7 @@
 //! under `crds/`.
 
 mod catalog;
+mod console;
 mod defaults;
 mod spec;
 mod status;
@@ -16,6 +17,7 @@ pub use catalog::{
     RustQueueChannelSpec, RustQueueTopic, RustQueueTopicSpec, channel_object_name,
     topic_object_name,
 };
+pub use console::{Console, ConsoleManagement, ConsoleResources};
 pub use spec::{
     BrokerResources, BrokerScheduling, KodoCompatibility, Maintenance, PublishAckMode, Rollout,
     RustQueue, RustQueueSpec, Toleration,

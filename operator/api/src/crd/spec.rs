@@ -186,9 +186,13 @@ pub struct RustQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub registry_secret_name: Option<String>,
-    /// Let the console manage topics and channels.
+    /// Let the console manage topics and channels: the brokers open `/v1/manage/*` and the
+    /// console its management API (the one switch for both).
     #[serde(default)]
     pub console_management_enabled: bool,
+    /// The console `<n>-console` the operator runs (docs/console.md).
+    #[serde(default)]
+    pub console: super::Console,
     /// Secret with `tls.crt`, `tls.key` (and `ca.crt`) for client TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]

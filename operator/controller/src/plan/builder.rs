@@ -43,6 +43,7 @@ impl Observed {
             claim_template_size: None,
             discovery: Some(Workload::available(2)),
             gateway: Some(Workload::available(3)),
+            console: Some(Workload::available(1)),
             kodo: KodoObserved::default(),
         })
     }
@@ -263,6 +264,12 @@ impl ObservedBuilder {
     /// The gateway DaemonSet as observed (`None`: absent).
     pub fn gateway(mut self, w: Option<Workload>) -> Self {
         self.0.gateway = w;
+        self
+    }
+
+    /// The console Deployment as observed (`None`: absent).
+    pub fn console(mut self, w: Option<Workload>) -> Self {
+        self.0.console = w;
         self
     }
 

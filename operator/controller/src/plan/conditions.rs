@@ -132,7 +132,8 @@ pub enum ConditionType {
     BrokersAvailable,
     /// Every claim is bound with the requested class and size.
     StorageReady,
-    /// Discovery and the gateway run their latest template, every Pod Ready.
+    /// Discovery, the gateway and (when enabled) the console run their latest template, every
+    /// Pod Ready.
     RuntimeAvailable,
     /// A broker has quarantined damage at rest on record.
     StorageDamage,
@@ -215,37 +216,57 @@ pub(super) fn cond(
 }
 
 /// `RuntimeAvailable`: whether what clients connect to besides the brokers — the discovery
-/// Deployment (lookupd address) and the gateway DaemonSet (producer address) — runs its latest
-/// template on every Pod, each Ready.
-pub(super) fn runtime(obs: &Observed) -> ConditionSpec {
+/// Deployment (lookupd address) and the gateway DaemonSet (producer address) — and, while
+/// `console` is enabled, the console Deployment run their latest template on every Pod, each
+/// Ready.
+pub(super) fn runtime(obs: &Observed, console: bool) -> ConditionSpec {
     let part = |what: &str, w: Option<&Workload>| match w {
         None => Some(format!("{what}: not created yet")),
         Some(w) => w.unavailable().map(|m| format!("{what}: {m}")),
     };
-    let discovery = part("discovery", obs.discovery.as_ref());
-    let gateway = part("gateway", obs.gateway.as_ref());
-    match (discovery, gateway) {
-        (None, None) => {
+    let parts = [
+        (
+            "DiscoveryUnavailable",
+            part("discovery", obs.discovery.as_ref()),
+        ),
+        ("GatewayUnavailable", part("gateway", obs.gateway.as_ref())),
+        (
+            "ConsoleUnavailable",
+            console
+                .then(|| part("console", obs.console.as_ref()))
+                .flatten(),
+        ),
+    ];
+    let missing: Vec<(&str, String)> = parts
+        .into_iter()
+        .filter_map(|(reason, m)| Some((reason, m?)))
+        .collect();
+    match missing.as_slice() {
+        [] => {
             let pods = |w: Option<&Workload>| w.map_or(0, |w| w.ready);
+            let mut message = format!(
+                "discovery {} Pods Ready, gateway {} Pods Ready",
+                pods(obs.discovery.as_ref()),
+                pods(obs.gateway.as_ref())
+            );
+            if console {
+                message.push_str(&format!(
+                    ", console {} Pod Ready",
+                    pods(obs.console.as_ref())
+                ));
+            }
+            cond(C::RuntimeAvailable, true, "AllReady", &message)
+        }
+        [(reason, m)] => cond(C::RuntimeAvailable, false, reason, m),
+        _ => {
+            let all: Vec<&str> = missing.iter().map(|(_, m)| m.as_str()).collect();
             cond(
                 C::RuntimeAvailable,
-                true,
-                "AllReady",
-                &format!(
-                    "discovery {} Pods Ready, gateway {} Pods Ready",
-                    pods(obs.discovery.as_ref()),
-                    pods(obs.gateway.as_ref())
-                ),
+                false,
+                "RuntimeUnavailable",
+                &all.join("; "),
             )
         }
-        (Some(d), None) => cond(C::RuntimeAvailable, false, "DiscoveryUnavailable", &d),
-        (None, Some(g)) => cond(C::RuntimeAvailable, false, "GatewayUnavailable", &g),
-        (Some(d), Some(g)) => cond(
-            C::RuntimeAvailable,
-            false,
-            "RuntimeUnavailable",
-            &format!("{d}; {g}"),
-        ),
     }
 }
 

@@ -148,7 +148,7 @@ pub fn plan(
     let kodo_conditions = gates(&i, &storage, &mut out).unwrap_or_else(|Stopped(c)| c);
     let unavailable = unavailable(name, obs, out.desired_brokers.max(current(obs)));
     out.ready_brokers = ready_count(name, obs, out.desired_brokers.max(current(obs)));
-    let runtime = conditions::runtime(obs);
+    let runtime = conditions::runtime(obs, spec.console.enabled);
     out.conditions = conditions::derive(&out, &storage, &unavailable, runtime, desired);
     out.conditions.push(conditions::storage_damage(obs));
     out.conditions.extend(kodo_conditions);
@@ -200,6 +200,9 @@ fn gates(
     operations::decide(&ctx, storage, out);
     if cut.delete_gateways {
         out.actions.push(Action::DeleteKodoGateways);
+    }
+    if !i.spec.console.enabled && i.obs.console.is_some() {
+        out.actions.push(Action::DeleteConsole);
     }
     if let Some((phase, message)) = kodo::overlay(&cut, out.phase) {
         out.phase = phase;
@@ -339,5 +342,7 @@ fn claim_ordinal(name: &str, claim: &str) -> Option<i32> {
         .ok()
 }
 
+#[cfg(test)]
+mod console_tests;
 #[cfg(test)]
 mod tests;

@@ -186,6 +186,8 @@ pub struct Observed {
     pub discovery: Option<Workload>,
     /// The producer gateway DaemonSet; `None` when it does not exist.
     pub gateway: Option<Workload>,
+    /// The console Deployment `<n>-console` (`None`: absent).
+    pub console: Option<Workload>,
     /// The Kodo Gateways and the discovery publisher mode.
     pub kodo: KodoObserved,
 }
@@ -241,9 +243,17 @@ pub struct DiscoveryPod {
 impl Observed {
     /// This reading with the runtime workloads replaced, e.g. by what applying their new
     /// template returned.
-    pub fn with_runtime(mut self, discovery: Workload, gateway: Workload) -> Self {
+    pub fn with_runtime(
+        mut self,
+        discovery: Workload,
+        gateway: Workload,
+        console: Option<Workload>,
+    ) -> Self {
         self.discovery = Some(discovery);
         self.gateway = Some(gateway);
+        if console.is_some() {
+            self.console = console;
+        }
         self
     }
 }
@@ -352,7 +362,8 @@ pub enum Action {
     },
     /// Apply what keeps clients working with the running brokers: ServiceAccount, Role,
     /// RoleBinding, the internal NetworkPolicy, the broker and discovery Services, and the
-    /// discovery Deployment and PDB, its Pods running `image`.
+    /// discovery Deployment and PDB, its Pods running `image`; and the console's objects
+    /// while `spec.console.enabled` (its Pod running `image` too).
     ApplyRuntime {
         /// The image the brokers run: the target's only once every broker runs the target
         /// revision, so a blocked or unfinished rollout cannot take discovery down with it.
@@ -363,6 +374,10 @@ pub enum Action {
     /// Remove the Kodo Gateways: delete their Services, PDB and NetworkPolicy, then their
     /// StatefulSet — each only when controller-owned by this RustQueue.
     DeleteKodoGateways,
+    /// Remove the console (`spec.console.enabled: false`): delete its Service,
+    /// NetworkPolicy, RoleBinding, Role and ServiceAccount, then its Deployment — each only
+    /// when controller-owned by this RustQueue.
+    DeleteConsole,
     /// Apply the target ConfigMap, the broker StatefulSet with `replicas` (OnDelete: no Pod
     /// is replaced by this; the drained scale-down lowers `replicas` here) and the PDB.
     ApplyBrokerSet {

@@ -8,7 +8,7 @@ use crate::render::{DesiredInputs, Owner};
 
 const NOW: u64 = 2_000_000_000;
 
-fn spec() -> RustQueueSpec {
+pub(super) fn spec() -> RustQueueSpec {
     RustQueueSpec::with_image("rustqueue:b")
 }
 
@@ -68,7 +68,7 @@ fn rollout_op(spec: &RustQueueSpec, phase: OperationPhase, started_ago: u64) -> 
     }
 }
 
-fn run(spec: &RustQueueSpec, obs: &Observed, previous: Option<OperationStatus>) -> Plan {
+pub(super) fn run(spec: &RustQueueSpec, obs: &Observed, previous: Option<OperationStatus>) -> Plan {
     let status = RustQueueStatus {
         current_operation: previous,
         ..RustQueueStatus::default()
@@ -1193,7 +1193,7 @@ fn a_runtime_template_applied_in_this_reconcile_is_not_available_yet() {
         observed: false,
         ..Workload::available(3)
     };
-    let after = before.with_runtime(Workload::available(2), just_applied);
+    let after = before.with_runtime(Workload::available(2), just_applied, None);
     let p = run(&spec(), &after, None);
     let ready = cond(&p, "Ready");
     assert!(!ready.status);

@@ -6,6 +6,7 @@
 //! [`Children::in_apply_order`].
 
 mod config;
+mod console;
 mod desired;
 mod discovery;
 mod gateway;
@@ -32,6 +33,7 @@ use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels;
 
 pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
+pub use console::ConsoleObjects;
 pub use desired::{Desired, DesiredInputs};
 pub use discovery::{discovery_deployment, discovery_pdb, discovery_service};
 pub use gateway::{gateway_daemon_set, gateway_service};
@@ -126,6 +128,11 @@ pub mod names {
     pub fn internal_network_policy(n: &str) -> String {
         format!("{n}-internal")
     }
+    /// The console's Deployment, Service, ServiceAccount, Role, RoleBinding and
+    /// NetworkPolicy.
+    pub fn console(n: &str) -> String {
+        format!("{n}-console")
+    }
     /// Runtime ServiceAccount, Role and RoleBinding.
     pub fn runtime(n: &str) -> String {
         format!("{n}-runtime")
@@ -217,6 +224,8 @@ pub struct Children {
     pub gateway: DaemonSet,
     /// The Kodo Gateway objects, when the layout keeps them.
     pub kodo: Option<KodoObjects>,
+    /// The console's objects, while `spec.console.enabled`.
+    pub console: Option<ConsoleObjects>,
 }
 
 impl Children {
@@ -234,6 +243,7 @@ impl Children {
             discovery_deployment(owner, spec, &inputs.auth_secret_name, runtime_image, layout);
         let discovery_svc = discovery_service(owner, layout);
         Self {
+            console: ConsoleObjects::render(owner, spec, &inputs.auth_secret_name, runtime_image),
             kodo: layout
                 .gateway_replicas
                 .map(|r| KodoObjects::render(owner, spec, runtime_image, r)),
@@ -297,6 +307,16 @@ impl Children {
             ]);
         }
         out.extend([j(&self.discovery), j(&self.gateway), j(&self.discovery_pdb)]);
+        if let Some(c) = &self.console {
+            out.extend([
+                j(&c.service_account),
+                j(&c.role),
+                j(&c.role_binding),
+                j(&c.network_policy),
+                j(&c.service),
+                j(&c.deployment),
+            ]);
+        }
         out
     }
 }
@@ -362,7 +382,7 @@ mod tests {
             &KodoLayout::default(),
         );
         let objs = c.in_apply_order();
-        assert_eq!(objs.len(), 14);
+        assert_eq!(objs.len(), 20);
         for o in objs {
             let refs = &o["metadata"]["ownerReferences"];
             assert_eq!(refs[0]["uid"], "uid-1", "{}", o["kind"]);
@@ -408,7 +428,13 @@ mod tests {
                 "Service",
                 "Deployment",
                 "DaemonSet",
-                "PodDisruptionBudget"
+                "PodDisruptionBudget",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "NetworkPolicy",
+                "Service",
+                "Deployment"
             ]
         );
     }
@@ -420,7 +446,7 @@ mod tests {
             ..KodoLayout::default()
         };
         let objs = Children::render(&owner(), &spec(), &inputs(), "img", &layout).in_apply_order();
-        assert_eq!(objs.len(), 19);
+        assert_eq!(objs.len(), 25);
         let at = |name: &str| {
             objs.iter()
                 .position(|o| o["metadata"]["name"] == name && o["kind"] != "Service")

@@ -1,7 +1,8 @@
 //! NetworkPolicies: on a cluster that enforces them, only the NSQ ports of a broker are
 //! reachable (`<n>-broker-ingress`: TCP 4150 and HTTP 4151, from any namespace), and the
 //! instance's other Pods (discovery, the gateway, the probe) take ingress from any
-//! namespace (`<n>-internal`). A port a broker opens later is closed until listed here.
+//! namespace (`<n>-internal`). A port a broker opens later is closed until listed here. The
+//! console has a policy of its own (`render/console.rs`).
 
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -61,8 +62,8 @@ pub fn broker_network_policy(owner: &Owner<'_>) -> NetworkPolicy {
     )
 }
 
-/// `<n>-internal`: every Pod of the instance except brokers (and the Kodo gateway, which has
-/// policies of its own) accepts ingress from any namespace.
+/// `<n>-internal`: every Pod of the instance except brokers (and the Kodo gateway and the
+/// console, which have policies of their own) accepts ingress from any namespace.
 pub fn internal_network_policy(owner: &Owner<'_>) -> NetworkPolicy {
     let mut instance = selector_labels(owner.name, labels::COMPONENT_BROKER);
     instance.remove(labels::COMPONENT);
@@ -74,6 +75,7 @@ pub fn internal_network_policy(owner: &Owner<'_>) -> NetworkPolicy {
             values: Some(vec![
                 labels::COMPONENT_BROKER.into(),
                 labels::COMPONENT_KODO_GATEWAY.into(),
+                labels::COMPONENT_CONSOLE.into(),
             ]),
         }]),
     };
@@ -153,5 +155,7 @@ mod tests {
         assert!(!selects(&internal, &other_instance));
         let gateway = super::super::object_labels("queue", labels::COMPONENT_KODO_GATEWAY);
         assert!(!selects(&internal, &gateway) && !selects(&broker, &gateway));
+        let console = super::super::object_labels("queue", labels::COMPONENT_CONSOLE);
+        assert!(!selects(&internal, &console) && !selects(&broker, &console));
     }
 }
