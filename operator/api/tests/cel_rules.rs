@@ -73,6 +73,13 @@ fn each_cross_field_mistake_is_refused_with_its_message() {
             },
             "console.catalogRefreshSeconds must be at least console.pollIntervalSeconds",
         ),
+        (
+            |s| {
+                s.console_management_enabled = true;
+                s.console.enabled = false;
+            },
+            "consoleManagementEnabled needs console.enabled",
+        ),
     ];
     for (edit, message) in cases {
         let mut s = spec();

@@ -70,6 +70,10 @@ use super::status::RustQueueStatus;
         .message("kodoCompatibility needs minBrokers = maxBrokers = 3, storageFeatureLevel 2, maxMessageBytes 104857600, publishAckMode durable, bootstrapRetentionSeconds >= 180, connectionDeliveryInflightBytes >= 134217728 and nodeDeliveryInflightBytes >= 536870912"),
     validation = Rule::new("!self.kodoCompatibility.enabled || !self.kodoCompatibility.decommissionConfirmed")
         .message("kodoCompatibility.decommissionConfirmed must be false while kodoCompatibility.enabled is true (set it only when disabling the profile)"),
+    // With management on, a broker takes no traffic until the console syncs its fences
+    // (docs/console.md): without a console the brokers would never become Ready.
+    validation = Rule::new("!self.consoleManagementEnabled || self.console.enabled")
+        .message("consoleManagementEnabled needs console.enabled: with management on, brokers take no traffic until the console has synced their delete fences"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RustQueueSpec {
