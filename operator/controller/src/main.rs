@@ -35,6 +35,10 @@ struct Cli {
     /// cluster need not wait 11 minutes per cutover (docs/kodo.md). Unset in production.
     #[arg(long, env = "RUSTQUEUE_OPERATOR_KODO_MAX_GRACE_SECONDS", global = true)]
     kodo_max_grace_seconds: Option<u64>,
+    /// Log lines as `text` or `json` (one object a line: timestamp, level, target, message and
+    /// the event's fields); config/manager and the chart set json.
+    #[arg(long, env = rustqueue_api::telemetry::LOG_FORMAT_ENV, default_value = "text", global = true)]
+    log_format: rustqueue_api::telemetry::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -110,13 +114,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(Command::Crd { dir }) = cli.command {
         return write_crds(dir.as_deref());
     }
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "rustqueue_operator=info".into()),
-        )
-        .init();
+    rustqueue_api::telemetry::init_logging(cli.log_format, "rustqueue_operator=info");
     run(cli.http_address, cli.kodo_max_grace_seconds).await
 }
 

@@ -312,6 +312,7 @@ fn console_env(owner: &Owner<'_>, spec: &RustQueueSpec) -> Vec<k8s_openapi::api:
             e::TOMBSTONE_SECONDS,
             c.management.tombstone_seconds.to_string(),
         ),
+        pod::env(rustqueue_api::telemetry::LOG_FORMAT_ENV, "json"),
     ]
 }
 
@@ -422,6 +423,7 @@ mod tests {
             ("RUSTQUEUE_CONSOLE_MANAGEMENT_ENABLED", "true"),
             ("RUSTQUEUE_CONSOLE_MANAGEMENT_UNLOCK_SECONDS", "600"),
             ("RUSTQUEUE_CONSOLE_TOMBSTONE_SECONDS", "120"),
+            ("RUSTQUEUE_LOG_FORMAT", "json"),
         ] {
             assert_eq!(env.get(k).map(String::as_str), Some(v), "{k}");
         }
