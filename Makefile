@@ -282,6 +282,7 @@ endif
 .PHONY: images
 images: ## OCI images of rustqueued, rustqueue-operator, rustqueue-discovery, rustqueue-gateway and rustqueue-console (no Docker; IMAGE_PROFILE=release, or debug): OCI layout + docker-save tarballs in target/images
 	scripts/deps.sh crane
+	$(if $(RUSTQUEUE_SUITE),,scripts/console-ui.sh build)
 	$(IMAGE_BUILD)
 	scripts/build-images.sh --bin-dir $(IMAGE_BIN_DIR) --out $(IMAGES_TARGET)/images
 

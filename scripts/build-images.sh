@@ -11,7 +11,8 @@
 #                                       console from the brokers' image)
 #
 # Each image is the same base layer (images/rootfs.sh: Debian packages, CA certificates, users)
-# plus one layer per binary in /usr/local/bin, runs as 65532:65532 and carries OCI annotations
+# plus one layer per binary in /usr/local/bin (the console's also holds its web pages, built
+# by `make console-ui`, in /usr/share/rustqueue-console), runs as 65532:65532 and carries OCI annotations
 # (and the same values as config labels, which survive `docker save`). crane does the OCI
 # plumbing against a throwaway `crane registry serve` on loopback: `append` pushes the layers,
 # `mutate` sets the config and annotations, `pull --format oci` writes the OCI layout and
@@ -47,6 +48,9 @@ crane="$RUSTQUEUE_CACHE/crane-$CRANE_VERSION/bin/crane"
 for b in $BINARIES; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing: run cargo build --release first"
 done
+# The console's web pages, served from the directory its RUSTQUEUE_CONSOLE_STATIC_DIR defaults to.
+ui_dist="$ROOT/operator/console/ui/dist"
+[ -f "$ui_dist/index.html" ] || die "$ui_dist/index.html is missing: run make console-ui first"
 
 start=$SECONDS
 work="$out/work"
@@ -70,6 +74,10 @@ for b in $BINARIES; do
   # Release builds carry line tables for backtraces; the image ships the binary without them.
   install -m 0755 "$bin_dir/$b" "$work/$b/usr/local/bin/$b"
   strip --strip-debug "$work/$b/usr/local/bin/$b"
+  if [ "$b" = rustqueue-console ]; then
+    mkdir -p "$work/$b/usr/share/rustqueue-console"
+    cp -R "$ui_dist/." "$work/$b/usr/share/rustqueue-console/"
+  fi
   layer "$work/layers/$b.tar" "$work/$b"
 done
 

@@ -73,6 +73,18 @@ PY
       "/usr/local/bin/$b" --version 2>&1) || fail "$repo: $b --version in the image: $version"
     printf '    %-36s runs as 65532 in the image: %s\n' "$repo:$tag" "${version%%$'\n'*}" >&2
   done
+  # Where the console runs, its web pages are in the image, with no reference outside it.
+  if [[ " $* " == *" rustqueue-console "* ]]; then
+    local ui="$fs/usr/share/rustqueue-console"
+    [ -f "$ui/index.html" ] || fail "$repo: no web pages in /usr/share/rustqueue-console"
+    ls "$ui"/assets/*.js "$ui"/assets/*.css "$ui"/assets/*.woff2 >/dev/null 2>&1 ||
+      fail "$repo: the web pages lack their scripts, styles or fonts"
+    if grep -qE 'url\((https?:)?//' "$ui"/assets/*.css; then
+      fail "$repo: the pages' styles load something from outside the image"
+    fi
+    printf '    %-36s web pages: %s files in /usr/share/rustqueue-console\n' "$repo:$tag" \
+      "$(find "$ui" -type f | wc -l)" >&2
+  fi
   local layers unpacked
   layers=$(python3 -c '
 import json, sys, tarfile

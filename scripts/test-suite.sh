@@ -47,6 +47,7 @@ LANES=(
 # `deps` stage (on a new machine promtool alone takes minutes).
 declare -A NEEDS=(
   [test-build]="images"
+  [images]="console-ui"
   [e2e-kodo]="e2e-build e2e-images"
   [e2e-storage]="e2e-build e2e-images"
   [powercut-test]="test-build"

@@ -819,3 +819,45 @@ pub async fn turning_the_console_off_removes_it_and_on_brings_it_back(c: &Cluste
     let s = snapshot(&console_url(c).await).await;
     assert_eq!(s["cluster"]["name"], RQ, "the console serves again");
 }
+
+/// The console Pod serves its web pages from the image (docs/console.md): `/` is the pages'
+/// index, every script, style sheet and font it names loads from the console itself, and an
+/// unknown path falls back to the index (the pages route by hash).
+pub async fn the_console_serves_its_web_pages_from_the_image(c: &Cluster) {
+    let console = console_url(c).await;
+    let get = |path: String| async move {
+        let r = reqwest::Client::new()
+            .get(&path)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    let (status, index) = get(format!("{console}/")).await;
+    assert_eq!(status, 200, "{index}");
+    assert!(
+        index.contains(r#"<div id="root">"#),
+        "not the pages' index: {index}"
+    );
+    let assets: Vec<&str> = index
+        .split('"')
+        .filter(|s| s.starts_with("./assets/"))
+        .collect();
+    assert!(assets.len() >= 2, "no script and style named in {index}");
+    for a in &assets {
+        let (status, body) = get(format!("{console}/{}", a.trim_start_matches("./"))).await;
+        assert_eq!(status, 200, "{a}");
+        assert!(!body.is_empty(), "{a} is empty");
+    }
+    let (status, fallback) = get(format!("{console}/topics")).await;
+    assert_eq!(
+        (status, fallback == index),
+        (200, true),
+        "no fallback to the index"
+    );
+    eprintln!(
+        "console pages: index and {} assets served from the image",
+        assets.len()
+    );
+}

@@ -69,6 +69,7 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
         step!(network_policies_guard_every_pod_of_the_instance(&c)).await;
         step!(official_nsqadmin_lists_every_brokers_topics_through_discovery(&c)).await;
         step!(the_console_reports_the_brokers_under_load_without_message_bodies(&c)).await;
+        step!(the_console_serves_its_web_pages_from_the_image(&c)).await;
         step!(turning_the_console_off_removes_it_and_on_brings_it_back(&c)).await;
         step!(messages_published_over_http_reach_a_pynsq_reader(&c)).await;
         step!(a_client_reaches_every_broker_by_its_dns_name(&c)).await;
