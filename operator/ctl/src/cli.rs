@@ -19,7 +19,8 @@ Exit status: 0 success, 1 failure (one line on stderr saying what failed), 2 `wa
 /// Operate a RustQueue: status, brokers, topics, rollouts, maintenance, storage, support
 /// bundles. Every change is a merge patch of the RustQueue's spec that the operator acts on.
 #[derive(Debug, Parser)]
-#[command(name = "rustqueuectl", version, after_help = EXAMPLES)]
+// A flag given twice takes its last value, as with kubectl (a plugin wrapper may add defaults).
+#[command(name = "rustqueuectl", version, after_help = EXAMPLES, args_override_self = true)]
 pub struct Cli {
     /// Namespace of the RustQueue (default: the kubeconfig context's namespace).
     #[arg(short = 'n', long, env = "RUSTQUEUE_NAMESPACE", global = true)]
@@ -272,6 +273,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_its_last_value_as_with_kubectl() {
+        let cli = Cli::try_parse_from([
+            "rustqueuectl",
+            "--name",
+            "queue",
+            "--name",
+            "nope",
+            "status",
+        ])
+        .unwrap();
+        assert_eq!(cli.name, "nope");
     }
 
     #[test]

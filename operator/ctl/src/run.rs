@@ -101,7 +101,9 @@ pub fn print_as<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Resul
 }
 
 async fn status(ctx: &Ctx, output: Format) -> anyhow::Result<ExitCode> {
-    let rq = ctx.target.queue().await?;
+    let mut rq = ctx.target.queue().await?;
+    // as `kubectl get -o json` prints it (without --show-managed-fields)
+    rq.metadata.managed_fields = None;
     match output {
         Format::Table => print!("{}", summary::render(&rq, jiff::Timestamp::now())),
         f => print_as(&rq, f)?,
