@@ -106,6 +106,8 @@ impl Reach {
                 .with_context(|| format!("{name} at {ip}:{port}")),
             (Via::Auto, Some(ip)) => match direct(ip, port).await {
                 Ok(s) => Ok(s),
+                // The Pod IP answered: the port itself is closed, a port-forward would be too.
+                Err(e) if refused(&e) => Err(e.context(format!("{name} at {ip}:{port}"))),
                 Err(direct_err) => self
                     .forward(name, port)
                     .await
@@ -160,9 +162,14 @@ impl Reach {
 async fn direct(ip: &str, port: u16) -> anyhow::Result<Stream> {
     let tcp = tokio::time::timeout(CONNECT, TcpStream::connect((ip, port)))
         .await
-        .map_err(|_| anyhow!("no connection within {}s", CONNECT.as_secs()))?
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|_| anyhow!("no connection within {}s", CONNECT.as_secs()))??;
     Ok(Stream::Direct(tcp))
+}
+
+/// Whether a connection attempt reached the host and was refused.
+fn refused(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 async fn request(
@@ -220,6 +227,16 @@ pub fn json_2xx(path: &str, status: u16, body: &[u8]) -> anyhow::Result<serde_js
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn a_refused_connection_is_told_from_an_unreachable_address() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = super::direct("127.0.0.1", port).await.err().unwrap();
+        assert!(super::refused(&err), "{err:#}");
+        assert!(!super::refused(&anyhow::anyhow!("no connection within 2s")));
+    }
+
     #[test]
     fn errors_carry_the_brokers_code() {
         let err = super::json_2xx("/v1/stats", 401, br#"{"message":"E_UNAUTHORIZED"}"#)
