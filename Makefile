@@ -258,6 +258,26 @@ e2e-kodo: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the
 fuzz-smoke: ## run each protocol decoder fuzz target (command, identify, mpub) for FUZZ_SECONDS (10)
 	scripts/fuzz-smoke.sh
 
+# --- rustqueuectl, the operator's command line and kubectl plugin: see docs/cli.md --------------
+# One binary; `kubectl-rustqueue` is a link to it, so kubectl finds it as the plugin `rustqueue`.
+PREFIX ?= $(HOME)/.local
+CLI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+CLI_DIST := $(TARGET_DIR)/cli
+.PHONY: install-cli cli-dist
+install-cli: ## build rustqueuectl (release) and install it and the kubectl plugin kubectl-rustqueue into PREFIX/bin (~/.local/bin)
+	$(CARGO) build --release --locked -p rustqueue-ctl --bins
+	install -d $(PREFIX)/bin
+	install -m 0755 $(TARGET_DIR)/release/rustqueuectl $(PREFIX)/bin/rustqueuectl
+	ln -sf rustqueuectl $(PREFIX)/bin/kubectl-rustqueue
+	@echo "installed $(PREFIX)/bin/rustqueuectl and $(PREFIX)/bin/kubectl-rustqueue"
+	@echo "with $(PREFIX)/bin on PATH: rustqueuectl status, or kubectl rustqueue status"
+
+# The release tarball (rustqueuectl, kubectl-rustqueue, completions) and the krew
+# manifest with its sha256 filled in, for this machine's platform.
+cli-dist: ## the rustqueuectl release tarball and its krew manifest in target/cli
+	$(CARGO) build --release --locked -p rustqueue-ctl --bins
+	operator/ctl/dist.sh --bin $(TARGET_DIR)/release/rustqueuectl --version $(CLI_VERSION) --out $(CLI_DIST)
+
 # --- OCI images and the testbed's small conveniences: see docs/images.md and docs/e2e.md --------
 # Images are assembled without a Docker daemon from real Debian packages with crane (pinned in
 # scripts/versions.env); images/Dockerfile builds the same layout for people with Docker.
@@ -271,7 +291,7 @@ export IMAGE_TAG
 IMAGE_PROFILE ?= release
 IMAGE_BIN_DIR = $(IMAGES_TARGET)/$(IMAGE_PROFILE)
 ifeq ($(IMAGE_PROFILE),release)
-IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console --bins
+IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console -p rustqueue-ctl --bins
 else ifeq ($(IMAGE_PROFILE),debug)
 # cargo builds a package's binaries with its integration tests: one test target of each
 IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins)

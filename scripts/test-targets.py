@@ -43,6 +43,9 @@ CLAIMS = {
 # The packages whose binaries the OCI images hold.
 IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway",
                   "rustqueue-console"}
+# Binaries the scenarios run themselves from $RUSTQUEUE_E2E_BIN_DIR beside the images' (the
+# operator scenario drives rustqueuectl as `kubectl rustqueue`); built with them.
+SCENARIO_PACKAGES = IMAGE_PACKAGES | {"rustqueue-ctl"}
 
 
 def test_targets():
@@ -140,12 +143,13 @@ def main():
     check(owner)
     arg = sys.argv[1]
     if arg == "image-bins":
-        # the binaries the images hold come with their packages' integration tests
+        # the binaries the images hold (and the scenarios run) come with their packages'
+        # integration tests
         first = {}
         for (pkg, name) in sorted(owner):
-            if pkg in IMAGE_PACKAGES and owner[(pkg, name)] == "unit":
+            if pkg in SCENARIO_PACKAGES and owner[(pkg, name)] == "unit":
                 first.setdefault(pkg, name)
-        missing = IMAGE_PACKAGES - first.keys()
+        missing = SCENARIO_PACKAGES - first.keys()
         if missing:
             raise SystemExit(f"test-targets: no unit test target builds the binaries of {sorted(missing)}")
         print(" ".join(f"--test {n}" for n in sorted(first.values())))

@@ -14,6 +14,7 @@ mod artifacts;
 mod basics;
 mod cluster;
 mod console;
+mod ctl;
 mod discovery;
 mod dns;
 mod failures;
@@ -31,6 +32,7 @@ use artifacts::*;
 use basics::*;
 use cluster::{Cluster, DEV};
 use console::*;
+use ctl::*;
 use discovery::*;
 use dns::*;
 use failures::*;
@@ -118,7 +120,8 @@ fn the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time() {
 /// `make test` runs it beside the first scenario): console management turned on and used
 /// (create, pause, empty, delete, a console killed mid-operation), a feature level raised only after a capable
 /// binary, the rollback fence it sets and a lowering refused, a rollout finished by the standby after the leader dies,
-/// maintenance, claims that grow and never shrink, and a drained scale-down.
+/// maintenance (also through `kubectl rustqueue`, with its other commands), claims that grow
+/// and never shrink, and a drained scale-down.
 #[test]
 fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
     cluster::runtime().block_on(async {
@@ -150,6 +153,11 @@ fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
         step!(the_feature_level_is_never_lowered_below_the_active_one(&c)).await;
         step!(a_standby_continues_the_leaders_rollout(&c, &DEV)).await;
         step!(maintenance_drains_a_named_broker_and_resumes_it(&c)).await;
+        step!(ctl_maintenance_drains_a_broker_and_gives_it_back(&c)).await;
+        step!(ctl_tail_prints_messages_published_through_the_gateway(&c)).await;
+        step!(ctl_reads_brokers_topics_and_stats(&c)).await;
+        step!(ctl_report_bundles_everything_but_the_tokens(&c)).await;
+        step!(ctl_errors_are_one_line_and_a_non_zero_exit(&c)).await;
         if c.storage_class_expands().await {
             step!(claims_grow_with_storage_size_and_never_shrink(&c)).await;
         } else {

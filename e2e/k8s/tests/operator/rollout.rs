@@ -13,6 +13,10 @@ use rustqueue_e2e::{Poll, eventually};
 use serde_json::Value;
 
 use crate::cluster::{BROKERS, Cluster, LONG, NEXT, NS, RQ, Rq};
+use crate::ctl::{
+    ctl_refuses_to_approve_a_paused_rollout, ctl_resumes_the_rollout,
+    ctl_status_names_the_canary_and_approve_approves_it, ctl_waits_until_ready,
+};
 
 /// What a rollout cost, measured from the spec change.
 #[derive(Debug)]
@@ -285,7 +289,9 @@ pub async fn broker_uids(c: &Cluster) -> BTreeMap<String, String> {
 
 /// `paused` holds a rollout before any broker is touched; unpaused with
 /// `requireCanaryApproval`, it replaces one broker (the canary) and waits, naming the revision
-/// to approve; `approvedRevision` set to it lets the rollout finish.
+/// to approve; `approvedRevision` set to it lets the rollout finish. The person is
+/// `kubectl rustqueue` (ctl.rs): `rollout approve` refused while paused, `rollout resume`,
+/// `status` naming the canary's revision, `rollout approve` setting it, `wait` for Ready.
 pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &str) {
     c.ready(3).await;
     c.patch_spec_ok(&format!(
@@ -297,8 +303,9 @@ pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &st
     assert!(!rq.condition_true("Ready"), "Ready while paused: {rq:?}");
     argocd_health_at("rollout-paused", &rq, "Suspended");
     no_broker_touched_for(c, Duration::from_secs(5), "while paused").await;
+    ctl_refuses_to_approve_a_paused_rollout(c).await;
 
-    c.patch_spec_ok(r#"{"rollout":{"paused":false}}"#);
+    ctl_resumes_the_rollout(c).await;
     let rq = c
         .until("RolloutAwaitingApproval", LONG, |rq| {
             rq.phase() == "RolloutAwaitingApproval"
@@ -320,13 +327,14 @@ pub async fn paused_and_canary_rollouts_wait_for_a_human(c: &Cluster, image: &st
     assert_eq!(on_new, 1, "exactly the canary should run {rev}");
     no_broker_touched_for(c, Duration::from_secs(5), "while awaiting approval").await;
 
-    c.patch_spec_ok(&format!(r#"{{"rollout":{{"approvedRevision":"{rev}"}}}}"#));
+    ctl_status_names_the_canary_and_approve_approves_it(c, &rev).await;
     let (rq, _) = rolled_to(c, &rev, 2 * LONG).await;
     assert!(
         operation(&rq, "Rollout", &rev).is_some_and(|o| o["phase"] == "Completed"),
         "no Completed Rollout to {rev}: {rq:?}"
     );
     c.patch_spec_ok(r#"{"rollout":{"requireCanaryApproval":false,"approvedRevision":null}}"#);
+    ctl_waits_until_ready(c).await;
     c.ready(3).await;
 }
 

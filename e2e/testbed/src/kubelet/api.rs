@@ -1,11 +1,12 @@
-//! The kubelet API, as far as `kubectl logs` needs it: the API server proxies
+//! The kubelet API, as far as `kubectl logs` and port-forwarding need it: the API server proxies
 //! `pods/log` to `https://<Node InternalIP>:<kubelet port>/containerLogs/<ns>/<pod>/<container>`,
 //! so the process kubelet serves that over TLS (the testbed's kubelet serving certificate) on
 //! `127.0.0.1:10250`, the address and port every testbed Node reports. `previous`, `tailLines`
 //! and `limitBytes` are honoured; `follow` returns what is written so far. `/configz` reports
 //! the kubelet configuration fields the testbed has (`clusterDNS`, `clusterDomain`), in the
 //! shape a real kubelet's has (`{"kubeletconfig": {...}}`, reached through the API server's
-//! `nodes/<name>/proxy/configz`).
+//! `nodes/<name>/proxy/configz`). `/portForward/<ns>/<pod>` forwards Pod ports over WebSockets
+//! (see [`super::portforward`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,6 +40,10 @@ pub(crate) async fn serve(k: Arc<Kubelet>) -> Result<JoinHandle<()>, Error> {
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/configz", get(configz))
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(super::portforward::handle).post(super::portforward::handle),
+        )
         .with_state(k);
     Ok(tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -49,7 +54,7 @@ pub(crate) async fn serve(k: Arc<Kubelet>) -> Result<JoinHandle<()>, Error> {
                     return;
                 };
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
                     .await;
             });
         }

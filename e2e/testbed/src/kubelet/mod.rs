@@ -16,6 +16,7 @@ mod env;
 mod ipam;
 mod node;
 mod pod;
+mod portforward;
 mod probe;
 mod run;
 mod security;
