@@ -183,6 +183,18 @@ pub async fn the_printer_columns_show_phase_desired_and_ready(c: &Cluster) {
             .eq(["queue", "Ready", "3", "3"])),
         "expected `queue Ready 3 3`:\n{table}"
     );
+    // `kubectl get rustqueue <name>` names the one object (a category called `rustqueue` would
+    // shadow the kind), and the `rustqueue-all` category lists every kind of ours.
+    let one = kubectl_ok(
+        c.kubeconfig(),
+        &["get", "rustqueue", "queue", "-n", NS, "-o", "name"],
+    );
+    assert_eq!(one.trim(), "rustqueue.rustqueue.io/queue");
+    let all = kubectl_ok(
+        c.kubeconfig(),
+        &["get", "rustqueue-all", "-n", NS, "-o", "name"],
+    );
+    assert!(all.contains("rustqueue.rustqueue.io/queue"), "{all}");
 }
 
 /// Argo CD's health check of docs/argocd.md says Healthy on the live Ready object.

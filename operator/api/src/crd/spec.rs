@@ -21,7 +21,9 @@ use super::status::RustQueueStatus;
     kind = "RustQueue",
     plural = "rustqueues",
     shortname = "rq",
-    category = "rustqueue",
+    // Not "rustqueue": a category named like the kind's singular shadows it, and
+    // `kubectl get rustqueue <name>` then fails with "you must specify only one resource".
+    category = "rustqueue-all",
     namespaced,
     status = "RustQueueStatus",
     derive = "PartialEq",
