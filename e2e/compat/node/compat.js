@@ -240,8 +240,17 @@ async function lookup() {
   const t = topic()
   const box = new Inbox()
   await post(`/topic/create?topic=${t}`)
-  await until(async () => ((await getJSON(A.lookupHttp, `/lookup?topic=${t}`)).producers || []).length > 0,
-    10000, 'topic never listed in /lookup')
+  // nsqd tells the lookup service about a new topic asynchronously: until it has, /lookup
+  // answers 404 TOPIC_NOT_FOUND, which is "not yet", not a failure.
+  const listed = async () => {
+    try {
+      return ((await getJSON(A.lookupHttp, `/lookup?topic=${t}`)).producers || []).length > 0
+    } catch (e) {
+      if (/: 404 /.test(String(e && e.message))) return false
+      throw e
+    }
+  }
+  await until(listed, 10000, 'topic never listed in /lookup')
   await reader(t, 'c', { box, lookupd: A.lookupHttp })
   const w = await writer()
   await send(w, 'publish', t, 'found via lookup')
