@@ -132,6 +132,21 @@ console-browser: $(TESTS_BUILT) ## the console's web pages in headless Chromium 
 	$(if $(RUSTQUEUE_SUITE),,scripts/console-ui.sh build)
 	$(CARGO_TEST) $(call stage_targets,console-browser) -- --nocapture
 
+# --- release: what a user downloads (docs/install.md, "Release artifacts") ---------------------
+.PHONY: release
+release: ## the release into target/release-artifacts: binaries tarball, source, Helm chart, image tarballs, SPDX SBOM, SHA256SUMS (release build)
+	scripts/deps.sh helm crane
+	scripts/console-ui.sh build
+	scripts/release.sh
+
+# The release assembled from the suite's own build (debug binaries and images, so nothing
+# compiles twice) and checked as a user would: sums, contents, versions, a broker started from
+# the example configuration.
+.PHONY: release-test
+release-test: $(TESTS_BUILT) $(IMAGES_BUILT) ## assemble the release from this build and check it as a user would
+	scripts/deps.sh helm
+	scripts/test-release.sh --bin-dir $(TARGET_DIR)/debug --images $(IMAGES_TARGET)/images
+
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)

@@ -38,7 +38,7 @@ LANES=(
   "test-build unit bench-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
-  "e2e-testbed e2e-install images-test chart-test bundle-test"
+  "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
   "console-ui console-browser"
 )
 # stage -> the stages of other lanes it waits for
@@ -55,6 +55,7 @@ declare -A NEEDS=(
   [e2e-testbed]="test-build"
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
+  [release-test]="test-build images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
 declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10)
