@@ -26,7 +26,7 @@ pub struct BrokerRow {
     pub pvc: Option<String>,
     /// The claim's capacity (or request while unbound).
     pub size: Option<String>,
-    /// Disk used, percent (`rustqueue_disk_used_percent`).
+    /// Disk used, percent (`rustqueue_disk_used_ratio` × 100).
     pub used_percent: Option<f64>,
     /// Messages waiting over every channel.
     pub depth: Option<u64>,
@@ -92,12 +92,15 @@ pub fn row(
     }
 }
 
-/// `rustqueue_disk_used_percent` from Prometheus text.
+/// The disk's used share as a percent, from `rustqueue_disk_used_ratio` in Prometheus text.
 pub fn used_percent(metrics: &str) -> Option<f64> {
     metrics.lines().find_map(|l| {
-        let rest = l.strip_prefix("rustqueue_disk_used_percent")?;
+        let rest = l.strip_prefix("rustqueue_disk_used_ratio")?;
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            return None;
+        }
         let value = rest.trim_start_matches(|c| c != ' ').trim();
-        value.parse().ok()
+        value.parse::<f64>().ok().map(|ratio| ratio * 100.0)
     })
 }
 
@@ -190,9 +193,9 @@ mod tests {
 
     #[test]
     fn disk_use_comes_from_the_gauge() {
-        let text = "# HELP rustqueue_disk_used_percent Data disk used\n\
-                    rustqueue_disk_used_percent 41.5\nrustqueue_disk_pressure 0\n";
-        assert_eq!(used_percent(text), Some(41.5));
+        let text = "# HELP rustqueue_disk_used_ratio Share of the data disk in use\n\
+                    rustqueue_disk_used_ratio 0.415\nrustqueue_disk_pressure 0\n";
+        assert!((used_percent(text).unwrap() - 41.5).abs() < 1e-9);
         assert_eq!(used_percent("nothing 1\n"), None);
     }
 }
