@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, KeyToPath, PodSpec, ResourceRequirements, SecretVolumeSource, Service,
-    ServiceAccount, ServiceSpec, Volume,
+    Container, PodSpec, ResourceRequirements, Service, ServiceAccount, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -265,19 +264,7 @@ fn pod_spec(owner: &Owner<'_>, spec: &RustQueueSpec, auth_secret: &str, image: &
             security_context: Some(pod::container_security()),
             ..Container::default()
         }],
-        volumes: Some(vec![Volume {
-            name: "auth".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(auth_secret.into()),
-                items: Some(vec![KeyToPath {
-                    key: TOKEN_KEY.into(),
-                    path: TOKEN_KEY.into(),
-                    ..KeyToPath::default()
-                }]),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        }]),
+        volumes: Some(vec![pod::one_key_secret("auth", auth_secret, TOKEN_KEY)]),
         ..PodSpec::default()
     }
 }

@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
-use k8s_openapi::api::core::v1::{
-    Container, KeyToPath, PodSpec, SecretVolumeSource, Service, ServiceSpec, Volume,
-};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Service, ServiceSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rustqueue_api::crd::RustQueueSpec;
@@ -113,19 +111,7 @@ fn pod_spec(spec: &RustQueueSpec, n: &str, auth_secret: &str, image: &str) -> Po
             security_context: Some(pod::container_security()),
             ..Container::default()
         }],
-        volumes: Some(vec![Volume {
-            name: "auth".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(auth_secret.into()),
-                items: Some(vec![KeyToPath {
-                    key: TOKEN_KEY.into(),
-                    path: TOKEN_KEY.into(),
-                    ..KeyToPath::default()
-                }]),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        }]),
+        volumes: Some(vec![pod::one_key_secret("auth", auth_secret, TOKEN_KEY)]),
         ..PodSpec::default()
     }
 }

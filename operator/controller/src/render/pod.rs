@@ -4,9 +4,9 @@
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, ServicePort, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    KeyToPath, ObjectFieldSelector, PodSecurityContext, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, ServicePort, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -106,6 +106,24 @@ pub(super) fn spread(labels: BTreeMap<String, String>) -> Vec<TopologySpreadCons
             ..TopologySpreadConstraint::default()
         })
         .collect()
+}
+
+/// Volume `name` holding only `key` of Secret `secret` (as a file named `key`): a Pod sees
+/// the one token it needs, never the others of the auth Secret.
+pub(super) fn one_key_secret(name: &str, secret: &str, key: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: Some(vec![KeyToPath {
+                key: key.into(),
+                path: key.into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }
 
 /// No privilege, no capabilities, a read-only root file system.
