@@ -29,7 +29,10 @@ modules() {
       rm -rf "$dir"
       mkdir -p "$dir"
       cp package.json package-lock.json "$dir/"
-      (cd "$dir" && npm_config_cache="$RUSTQUEUE_CACHE/npm-cache" npm ci --no-audit --no-fund --loglevel=error)
+      # No install scripts: the build needs none (native parts come as prebuilt optional
+      # packages), and Carbon's postinstall starts telemetry processes that outlive the install.
+      (cd "$dir" && IBM_TELEMETRY_DISABLED=true npm_config_cache="$RUSTQUEUE_CACHE/npm-cache" \
+        npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
       finish "$name"
     fi
   ) 9>"$RUSTQUEUE_CACHE/.locks/console-ui-modules"
