@@ -146,7 +146,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
         let acked = acked.clone();
         let addr = broker.tcp;
         producers.push(tokio::spawn(async move {
-            let mut c = Client::connect(addr).await;
+            let mut c = common::connect(addr).await;
             for i in 0.. {
                 let body = format!("p{p}-m{i}");
                 if !pub_and_wait(&mut c, body.as_bytes()).await {
@@ -185,7 +185,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     drop(broker);
 
     let again = spawn(dir.path()).await;
-    let mut consumer = Client::connect(again.tcp).await;
+    let mut consumer = common::connect(again.tcp).await;
     consumer.subscribe("ledger", "audit", 2_500).await;
     let mut seen = HashSet::new();
     while !acked.is_subset(&seen) {

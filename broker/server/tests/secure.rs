@@ -65,7 +65,7 @@ async fn tls_upgrade(
     mut c: Client<tokio::net::TcpStream>,
     with_cert: bool,
 ) -> Client<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+    c.send_identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
         .await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["tls_v1"], true);
@@ -88,10 +88,7 @@ async fn tls_upgrade(
         .connect(name, c.io)
         .await
         .unwrap();
-    let mut tls = Client {
-        io,
-        buf: BytesMut::new(),
-    };
+    let mut tls = Client::over(io).with_patience(common::T);
     tls.expect_ok().await;
     tls
 }
@@ -127,7 +124,7 @@ async fn mtls_rejects_a_client_without_a_certificate() {
     let mut good = tls_upgrade(&p, b.client().await, true).await;
     good.publish("t", b"x").await;
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+    c.send_identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
         .await;
     c.expect_response().await;
     let mut roots = rustls::RootCertStore::empty();
@@ -195,7 +192,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Compressed<S> {
 async fn compressed_round_trip(identify: &str, make: fn() -> Compression) {
     let b = Broker::start().await;
     let mut c = b.client().await;
-    c.identify(identify).await;
+    c.send_identify(identify).await;
     c.expect_response().await;
     let mut z = Compressed {
         io: c.io,
@@ -281,7 +278,7 @@ async fn auth_grants_denials_and_ttl_refresh() {
     let b = Broker::start_with(|c| c.security.auth_http_addresses = vec![addr]).await;
 
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true}"#).await;
+    c.send_identify(r#"{"feature_negotiation":true}"#).await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["auth_required"], true);
     c.cmd_body("PUB allowed", b"x").await;
