@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::Client;
 use rustqueue_api::contract::BinaryCapabilities;
 use rustqueue_protocol::Frame;
-use rustqueue_server::control::capabilities::MAX_STORAGE_FEATURE_LEVEL;
+use rustqueue_server::MAX_STORAGE_FEATURE_LEVEL;
 
 fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::TempDir) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rustqueued"));

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::BytesMut;
 use common::{Broker, Client};
 use rustqueue_protocol::Frame;
-use rustqueue_server::compress::Compression;
+use rustqueue_server::testing::Compression;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 struct Pki {
@@ -49,8 +49,8 @@ fn pki() -> Pki {
     }
 }
 
-fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::config::TlsConfig {
-    rustqueue_server::config::TlsConfig {
+fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::TlsConfig {
+    rustqueue_server::TlsConfig {
         certificate_file: p.dir.path().join("server.pem"),
         private_key_file: p.dir.path().join("server.key"),
         client_ca_file: mtls.then(|| p.dir.path().join("ca.pem")),
@@ -380,7 +380,7 @@ async fn the_https_listener_serves_the_http_api_with_the_broker_certificate() {
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     let all = rustls::DEFAULT_VERSIONS;
     let io = tls_connect(&p, addr, all).await.unwrap();
     assert_eq!(
@@ -411,7 +411,7 @@ async fn tls_min_version_1_3_refuses_a_tls_1_2_client() {
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     assert!(
         tls_connect(&p, addr, &[&rustls::version::TLS12])
             .await
@@ -456,7 +456,7 @@ async fn a_renewed_certificate_serves_new_handshakes_while_old_connections_stay_
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     let first = served_certificate(&p, addr).await;
     // A client upgraded to TLS on the NSQ port before the renewal.
     let mut old = tls_upgrade(&p, b.client().await, false).await;
@@ -482,8 +482,8 @@ async fn a_renewed_certificate_serves_new_handshakes_while_old_connections_stay_
         rcgen::KeyPair::generate().unwrap().serialize_pem(),
     )
     .unwrap();
-    let reloader = b.running.as_ref().unwrap().shared.tls.clone().unwrap();
-    assert!(reloader.reload_if_changed().is_err());
+    let running = b.running.as_ref().unwrap();
+    assert!(running.reload_tls_if_changed().is_err());
     assert_eq!(served_certificate(&p, addr).await, renewed);
     b.stop().await;
 }

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rustqueue_server::config::{Config, ConfigFile};
+use rustqueue_server::{Config, ConfigFile};
 
 pub use rustqueue_test_client::Client;
 
@@ -63,8 +63,8 @@ impl Broker {
         tweak(&mut cfg);
         cfg.validate().unwrap();
         let running = rustqueue_server::start(cfg).await.unwrap();
-        let tcp = running.shared.tcp_addr;
-        let http = running.shared.http_addr;
+        let tcp = running.tcp_addr();
+        let http = running.http_addr();
         Broker {
             running: Some(running),
             tcp,
