@@ -25,7 +25,9 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   which waits on the cluster far more than it computes.
 # - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
 #   build, which waits for them: one cargo directory, whose lock the longest chain gets first.
-#   Clippy (its own target dir) and the external tools compile beside it.
+#   Clippy (its own target dir) and the external tools compile beside it. Clippy is the
+#   longest build on a cold machine (niced, ~40 min beside the scenario builds), so nothing
+#   waits behind it in its lane: the fuzz smoke has a lane of its own.
 #   scripts/deps.sh locks each external tool, so two stages never build one twice.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
@@ -34,7 +36,8 @@ LANES=(
   "deps"
   "e2e-kodo"
   "e2e-storage"
-  "lint fuzz-smoke"
+  "lint"
+  "fuzz-smoke"
   "test-build unit bench-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"

@@ -75,8 +75,16 @@ async function snapshot(page) {
 async function open(page, name) {
   await page.goto(`${BASE}#/${name}`);
   await page.waitForSelector(`[data-testid="page-${name}"]`, { timeout: 30_000 });
-  // Let the charts and one more poll settle.
-  await page.waitForTimeout(500);
+  // Screenshots and the accessibility scan wait for the charts (drawn without animation once
+  // their data is in): every chart holder on the page has drawn its SVG.
+  await page.waitForFunction(
+    () =>
+      [...document.querySelectorAll('.cds--chart-holder')].every((h) =>
+        h.querySelector('svg.layout-svg-wrapper path, svg.layout-svg-wrapper rect'),
+      ),
+    null,
+    { timeout: 30_000 },
+  );
 }
 
 async function theme(page, want) {
