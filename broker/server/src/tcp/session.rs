@@ -37,6 +37,17 @@ const MAX_BATCH_MESSAGES: usize = 256;
 /// Fewest body bytes a batch may take before it stops, whatever the output buffer size.
 const MIN_BATCH_BYTES: u64 = 64 * 1024;
 
+/// Longest a consumer that has finished everything it was sent waits for more messages to
+/// share one write (see `Session::buffer_rule`); never longer than its output buffer timeout.
+const IDLE_CLIENT_LINGER: Duration = Duration::from_millis(1);
+
+/// When buffered message frames go out.
+enum Flush {
+    Now,
+    By(Instant),
+    Later,
+}
+
 /// How long a connection closed by a fatal error keeps draining the client's input.
 const LINGER_AFTER_ERROR: Duration = Duration::from_secs(2);
 
@@ -54,6 +65,8 @@ pub struct Session {
     auth: Option<(AuthState, Vec<u8>)>,
     last_recv: Instant,
     flush_at: Option<Instant>,
+    /// When the oldest message frame still in the output buffer was framed.
+    first_buffered: Option<Instant>,
     command_started: Option<Instant>,
     /// FIN/REQ applied in memory whose WAL fsync is still running.
     pending_acks: acks::PendingAcks,
@@ -83,6 +96,7 @@ impl Session {
             auth: None,
             last_recv: Instant::now(),
             flush_at: None,
+            first_buffered: None,
             command_started: None,
             pending_acks: acks::PendingAcks::default(),
             closed_on_error: false,
@@ -136,8 +150,10 @@ impl Session {
             if let Next::Close = self.run_buffered(&mut next_heartbeat).await? {
                 return Ok(());
             }
-            if self.client_waits_on_buffer() {
-                self.flush_now().await?;
+            match self.buffer_rule() {
+                Flush::Now => self.flush_now().await?,
+                Flush::By(at) => self.flush_by(at),
+                Flush::Later => {}
             }
             if self.state == State::Closing
                 && self.consumer.as_ref().is_none_or(|c| c.in_flight() == 0)
@@ -182,8 +198,7 @@ impl Session {
                     }
                 }
                 _ = sleep_until(flush_at) => {
-                    self.flush_at = None;
-                    self.conn.flush().await?;
+                    self.flush_now().await?;
                 }
                 _ = sleep_until(next_heartbeat) => {
                     let Some(hb) = self.heartbeat() else { continue };
@@ -270,14 +285,40 @@ impl Session {
         }
     }
 
-    /// Whether the consumer has finished everything it was sent while messages wait in the
-    /// output buffer (every message in flight is still buffered). Holding them for the output
-    /// buffer timeout would only leave the client idle (a RDY 1 consumer would get one message
-    /// per timeout), so they go now; while the client still works on messages it has, the
-    /// buffer keeps batching writes up to its size or timeout.
-    fn client_waits_on_buffer(&self) -> bool {
+    /// When the message frames in the output buffer go out, besides the output buffer's size
+    /// and timeout (which [`Session::send_messages`] applies, as nsqd does):
+    /// - at once when the consumer may not be sent more (its in-flight count reached RDY), as
+    ///   nsqd flushes a client that is not ready for messages;
+    /// - within [`IDLE_CLIENT_LINGER`] when the consumer has finished everything it was sent
+    ///   (every message in flight is still buffered): holding them for the whole output buffer
+    ///   timeout would leave the client idle (a RDY 1 consumer would get one message per
+    ///   timeout), while sending each wake-up's few messages alone costs a write and a client
+    ///   wake-up per handful of messages under load; the linger lets a busy topic fill the
+    ///   buffer a little first;
+    /// - otherwise by the output buffer's own rules: the client still has work.
+    fn buffer_rule(&self) -> Flush {
         let buffered = self.conn.buffered_messages as u64;
-        buffered > 0 && self.stats.in_flight_count.load(Ordering::Relaxed) <= buffered
+        if buffered == 0 {
+            return Flush::Later;
+        }
+        let in_flight = self.stats.in_flight_count.load(Ordering::Relaxed);
+        if in_flight >= self.stats.ready_count.load(Ordering::Relaxed) {
+            return Flush::Now;
+        }
+        if in_flight > buffered {
+            return Flush::Later;
+        }
+        let linger = IDLE_CLIENT_LINGER
+            .min(Duration::from_millis(self.params.output_buffer_timeout_ms));
+        match self.first_buffered {
+            Some(first) if !linger.is_zero() => Flush::By(first + linger),
+            _ => Flush::Now,
+        }
+    }
+
+    /// Moves the buffered frames' flush no later than `at`.
+    fn flush_by(&mut self, at: Instant) {
+        self.flush_at = Some(self.flush_at.map_or(at, |f| f.min(at)));
     }
 
     /// Whether the session holds as many unsettled FIN/REQ as it may.
@@ -298,6 +339,7 @@ impl Session {
 
     async fn flush_now(&mut self) -> std::io::Result<()> {
         self.flush_at = None;
+        self.first_buffered = None;
         self.conn.flush().await
     }
 
@@ -314,6 +356,9 @@ impl Session {
     /// it for the output-buffer timeout (one write per batch, not per message).
     async fn send_messages(&mut self, batch: Vec<Delivery>) -> std::io::Result<()> {
         let n = batch.len();
+        if self.conn.buffered_messages == 0 {
+            self.first_buffered = Some(Instant::now());
+        }
         for d in batch {
             frame::put_message(
                 &mut self.conn.out,
