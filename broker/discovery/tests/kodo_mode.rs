@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rustqueue_discovery::Mode;
 use rustqueue_discovery::{Shared, static_view};
-use rustqueue_server::config::Config;
+use rustqueue_server::Config;
 use serde_json::{Value, json};
 use support::{Discovery, start_discovery};
 use tokio::sync::watch;

@@ -196,16 +196,6 @@ impl ClientRegistry {
         Ok(())
     }
 
-    /// Number of live connections.
-    pub fn len(&self) -> usize {
-        self.clients.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
-    /// Whether there are no live connections.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn snapshot(&self) -> Vec<Arc<ClientStats>> {
         let mut v: Vec<_> = self
             .clients

@@ -44,8 +44,8 @@ pub enum ConfigError {
 }
 
 pub use rustqueue_api::broker_config::{
-    BrokerConfig as Config, LimitsConfig, LogFormat, MetricsConfig, NetworkConfig, NodeConfig,
-    QueueConfig, SecurityConfig, ShutdownConfig, StorageConfig, TlsConfig,
+    BrokerConfig as Config, LimitsConfig, LogFormat, QueueConfig, SecurityConfig, StorageConfig,
+    TlsConfig,
 };
 
 /// Reading and checking a [`Config`]: the schema lives in `rustqueue-api`, its loading here.

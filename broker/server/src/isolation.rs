@@ -1,11 +1,11 @@
 //! Fail-closed exit after a storage fault (docs/configuration.md, "Storage isolation").
 //!
 //! Once a write, fsync, rename, read-CRC or scrub failure trips the store-wide fault, storage
-//! refuses every further write and the broker can only answer errors. [`storage_fault`]
-//! notices the trip within [`MONITOR_INTERVAL`]; `rustqueued` then stops serving without
-//! touching storage ([`crate::Running::stop_isolated`], bounded by [`ISOLATED_STOP_BOUND`]) and
-//! exits with [`EXIT_STORAGE_ISOLATED`], so its supervisor (Kubernetes) restarts it into normal
-//! recovery.
+//! refuses every further write and the broker can only answer errors.
+//! [`crate::Running::storage_fault`] notices the trip within [`MONITOR_INTERVAL`];
+//! `rustqueued` then stops serving without touching storage
+//! ([`crate::Running::stop_isolated`], bounded by [`ISOLATED_STOP_BOUND`]) and exits with
+//! [`EXIT_STORAGE_ISOLATED`], so its supervisor (Kubernetes) restarts it into normal recovery.
 //!
 //! Only the binary runs the monitor. [`crate::start`] does not, so in-process tests can keep
 //! inspecting a faulted broker (`/v1/health`, `/metrics`, refused publishes).
@@ -27,7 +27,7 @@ pub const EXIT_STORAGE_ISOLATED: i32 = 3;
 /// Resolves with the fault's reason once storage is isolated, checking every `every`.
 /// Never resolves on a healthy engine or during a graceful shutdown (the engine then reports
 /// no fault).
-pub async fn storage_fault(engine: &Engine, every: Duration) -> String {
+pub(crate) async fn storage_fault(engine: &Engine, every: Duration) -> String {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rustqueue_server::config::{Config, ConfigFile, LogFormat};
 use rustqueue_server::isolation;
+use rustqueue_server::{Config, ConfigFile, LogFormat};
 
 /// RustQueue broker: NSQ V2 TCP + nsqd-compatible HTTP on durable local storage.
 #[derive(Parser, Debug)]
@@ -208,7 +208,7 @@ async fn main() -> anyhow::Result<()> {
     })
     .context("configuration rejected")?;
     if let Some(path) = &args.capabilities_output {
-        let caps = rustqueue_server::control::binary_capabilities(&cfg);
+        let caps = rustqueue_server::binary_capabilities(&cfg);
         let json = serde_json::to_string_pretty(&caps).context("encoding capabilities")?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         return Ok(());
@@ -230,9 +230,7 @@ async fn main() -> anyhow::Result<()> {
         .context("rustqueued failed to start")?;
     let fault = tokio::select! {
         () = wait_for_signal() => None,
-        fault = isolation::storage_fault(&running.shared.engine, isolation::MONITOR_INTERVAL) => {
-            Some(fault)
-        }
+        fault = running.storage_fault() => Some(fault),
     };
     if let Some(fault) = fault {
         tracing::error!("{}", isolation::exit_message(&fault));

@@ -34,8 +34,7 @@ pub enum StartError {
 
 /// A running broker.
 pub struct Running {
-    /// Shared state (addresses, engine).
-    pub shared: Arc<Shared>,
+    shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -244,6 +243,46 @@ async fn serve_tcp(s: Arc<Shared>, tcp: TcpListener) {
 }
 
 impl Running {
+    /// The bound NSQ TCP address.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.shared.tcp_addr
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.shared.http_addr
+    }
+
+    /// The bound HTTPS address, when `network.https_address` is set.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.shared.https_addr
+    }
+
+    /// Resolves with the fault's reason once storage is isolated (checked every
+    /// [`crate::isolation::MONITOR_INTERVAL`]); never on a healthy broker or during a graceful
+    /// shutdown. Only the binary waits on it: see [`crate::isolation`].
+    pub async fn storage_fault(&self) -> String {
+        crate::isolation::storage_fault(&self.shared.engine, crate::isolation::MONITOR_INTERVAL)
+            .await
+    }
+
+    /// The engine behind the broker (feature `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn engine(&self) -> &Engine {
+        &self.shared.engine
+    }
+
+    /// Runs the TLS watcher's check now: `Ok(true)` when changed files are in force, an error
+    /// when they cannot be used (the previous ones stay), `Ok(false)` without TLS (feature
+    /// `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn reload_tls_if_changed(&self) -> Result<bool, crate::tls::TlsError> {
+        match &self.shared.tls {
+            Some(tls) => tls.reload_if_changed(),
+            None => Ok(false),
+        }
+    }
+
     /// Stops accepting, lets sessions and in-progress publishes finish (bounded by the
     /// grace period), then flushes and closes the engine.
     pub async fn shutdown(mut self) {

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use rustqueue_engine::Engine;
 use rustqueue_protocol::DecoderLimits;
@@ -63,11 +63,6 @@ impl Shared {
             .network
             .advertised_http_port
             .unwrap_or(self.http_addr.port())
-    }
-
-    /// Largest REQ delay / defer.
-    pub fn max_defer(&self) -> Duration {
-        Duration::from_millis(self.cfg.queue.max_defer_ms)
     }
 
     /// Unix start time in seconds.

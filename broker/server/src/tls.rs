@@ -96,11 +96,6 @@ impl Material {
     }
 }
 
-/// Builds the rustls server configuration (shared by the TCP `tls_v1` upgrade and HTTPS).
-pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    build(cfg, &Material::read(cfg)?)
-}
-
 fn build(cfg: &TlsConfig, m: &Material) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use rustqueue_server::config::{Config, ConfigError, ConfigFile};
+use rustqueue_server::{Config, ConfigError, ConfigFile};
 
 mod common;
 

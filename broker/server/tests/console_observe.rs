@@ -239,7 +239,7 @@ async fn a_delivery_that_times_out_is_counted_where_metrics_count_it() {
     let mut p = b.client().await;
     p.publish("t", b"m").await;
     let mut c = b.client().await;
-    c.identify(r#"{"msg_timeout":1000}"#).await;
+    c.send_identify(r#"{"msg_timeout":1000}"#).await;
     c.expect_ok().await;
     c.subscribe("t", "c", 1).await;
     let (_, attempts, _) = c.expect_message().await;

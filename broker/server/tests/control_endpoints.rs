@@ -226,7 +226,7 @@ async fn capabilities_registry_stats_and_metrics_describe_the_broker() {
     assert_eq!(caps, reg.compatibility);
     assert_eq!(
         caps.binary.maximum_writer_feature_level,
-        rustqueue_server::control::capabilities::MAX_STORAGE_FEATURE_LEVEL
+        rustqueue_server::MAX_STORAGE_FEATURE_LEVEL
     );
     assert_eq!(caps.binary.maximum_message_bytes, 20_971_520);
     assert_eq!(caps.storage.active_writer_feature_level, 1);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::Client;
 use rustqueue_api::contract::BinaryCapabilities;
 use rustqueue_protocol::Frame;
-use rustqueue_server::control::capabilities::MAX_STORAGE_FEATURE_LEVEL;
+use rustqueue_server::MAX_STORAGE_FEATURE_LEVEL;
 
 fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::TempDir) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
@@ -146,7 +146,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
         let acked = acked.clone();
         let addr = broker.tcp;
         producers.push(tokio::spawn(async move {
-            let mut c = Client::connect(addr).await;
+            let mut c = common::connect(addr).await;
             for i in 0.. {
                 let body = format!("p{p}-m{i}");
                 if !pub_and_wait(&mut c, body.as_bytes()).await {
@@ -185,7 +185,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     drop(broker);
 
     let again = spawn(dir.path()).await;
-    let mut consumer = Client::connect(again.tcp).await;
+    let mut consumer = common::connect(again.tcp).await;
     consumer.subscribe("ledger", "audit", 2_500).await;
     let mut seen = HashSet::new();
     while !acked.is_subset(&seen) {

@@ -157,7 +157,7 @@ async fn paused_channel_holds_messages_until_unpaused() {
         200
     );
     post(b.url("/pub?topic=t"), "held").await;
-    let early = tokio::time::timeout(std::time::Duration::from_millis(400), c.next()).await;
+    let early = tokio::time::timeout(std::time::Duration::from_millis(400), c.answer()).await;
     assert!(early.is_err(), "delivered while paused: {early:?}");
     assert_eq!(
         post(b.url("/channel/unpause?topic=t&channel=ch"), "")
@@ -180,7 +180,7 @@ async fn stats_text_and_json_list_topics_and_channels() {
     assert!(text.contains("\nProducers: None\n"), "{text}");
     // A named TCP producer and an anonymous consumer show up like nsqd prints them.
     let mut p = b.client().await;
-    p.identify(r#"{"hostname":"pub-host","user_agent":"agent/1.0"}"#)
+    p.send_identify(r#"{"hostname":"pub-host","user_agent":"agent/1.0"}"#)
         .await;
     p.expect_ok().await;
     p.publish("t", b"y").await;
@@ -273,7 +273,7 @@ async fn channel_empty_drops_the_backlog_and_topic_pause_holds_delivery() {
     p.subscribe("p", "c", 1).await;
     assert_eq!(post(b.url("/topic/pause?topic=p"), "").await.0, 200);
     post(b.url("/pub?topic=p"), "held").await;
-    let early = tokio::time::timeout(std::time::Duration::from_millis(400), p.next()).await;
+    let early = tokio::time::timeout(std::time::Duration::from_millis(400), p.answer()).await;
     assert!(
         early.is_err(),
         "delivered while the topic was paused: {early:?}"

@@ -12,8 +12,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Client;
-
 const NODE: &str = "7";
 
 struct Proc {
@@ -96,7 +94,7 @@ fn flip(file: &Path) {
 }
 
 async fn drain(p: &Proc, n: usize) -> Vec<u64> {
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     c.subscribe("meta", "c", 100).await;
     let mut ids = Vec::new();
     for _ in 0..n {
@@ -114,9 +112,9 @@ async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repai
     let dir = data.path();
     {
         let p = start(dir).await;
-        let mut c = Client::connect(p.tcp).await;
+        let mut c = common::connect(p.tcp).await;
         c.subscribe("meta", "c", 0).await;
-        let mut pubc = Client::connect(p.tcp).await;
+        let mut pubc = common::connect(p.tcp).await;
         for i in 0..50 {
             pubc.publish("meta", format!("message {i}").as_bytes())
                 .await;
@@ -211,7 +209,7 @@ async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repai
     // Everything is served, and new ids are above every stored one.
     let p = start(dir).await;
     let old = drain(&p, 50).await;
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     c.publish("meta", b"message new").await;
     let new = drain(&p, 1).await;
     assert!(new[0] > *old.iter().max().unwrap(), "{new:x?} vs {old:x?}");

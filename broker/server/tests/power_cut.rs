@@ -182,10 +182,7 @@ async fn publish(addr: SocketAddr, cycle: usize, p: usize, seed: u64, ledger: Ar
     let Ok(io) = TcpStream::connect(addr).await else {
         return;
     };
-    let mut c = Client {
-        io,
-        buf: Default::default(),
-    };
+    let mut c = Client::over(io);
     if !send(&mut c, b"  V2").await {
         return;
     }
@@ -233,10 +230,7 @@ async fn consume_work(
     let Ok(io) = TcpStream::connect(addr).await else {
         return;
     };
-    let mut c = Client {
-        io,
-        buf: Default::default(),
-    };
+    let mut c = Client::over(io);
     if !send(&mut c, format!("  V2SUB {TOPIC} work\nRDY 50\n").as_bytes()).await {
         return;
     }
@@ -310,7 +304,7 @@ async fn drain(
     sentinel: &str,
     ids: &Mutex<HashMap<String, String>>,
 ) -> HashSet<String> {
-    let mut c = Client::connect(addr).await;
+    let mut c = common::connect(addr).await;
     c.subscribe(TOPIC, channel, 500).await;
     let mut seen = HashSet::new();
     let mut sentinel_seen = false;
@@ -326,7 +320,7 @@ async fn drain(
         } else {
             Duration::from_secs(20)
         };
-        match tokio::time::timeout(wait, c.next()).await {
+        match tokio::time::timeout(wait, c.answer()).await {
             Ok(Some(Frame::Message { id, body, .. })) => {
                 let text = String::from_utf8_lossy(&body).into_owned();
                 c.fin(&id).await;
@@ -392,7 +386,7 @@ async fn verify(
     } = cut;
     let (cut_at, torn) = (*cut_at, *torn);
     let sentinel = format!("sentinel|{restart}");
-    let mut c = Client::connect(b.tcp).await;
+    let mut c = common::connect(b.tcp).await;
     c.publish(TOPIC, sentinel.as_bytes()).await;
     let (audit, work) = tokio::join!(
         drain(b.tcp, b.http, "audit", &sentinel, ids),
@@ -467,7 +461,7 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
         } else {
             // Both channels exist before the first publish, so each must see every message.
             for channel in ["audit", "work"] {
-                let mut c = Client::connect(b.tcp).await;
+                let mut c = common::connect(b.tcp).await;
                 c.subscribe(TOPIC, channel, 0).await;
             }
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Broker, metric};
-use rustqueue_server::config::Config;
+use rustqueue_server::Config;
 use rustqueue_storage::{RealFs, Store, StoreOptions};
 
 /// Segments of three 1,000-byte messages.

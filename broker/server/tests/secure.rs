@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::BytesMut;
 use common::{Broker, Client};
 use rustqueue_protocol::Frame;
-use rustqueue_server::compress::Compression;
+use rustqueue_server::testing::Compression;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 struct Pki {
@@ -49,8 +49,8 @@ fn pki() -> Pki {
     }
 }
 
-fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::config::TlsConfig {
-    rustqueue_server::config::TlsConfig {
+fn tls_config(p: &Pki, required: bool, mtls: bool) -> rustqueue_server::TlsConfig {
+    rustqueue_server::TlsConfig {
         certificate_file: p.dir.path().join("server.pem"),
         private_key_file: p.dir.path().join("server.key"),
         client_ca_file: mtls.then(|| p.dir.path().join("ca.pem")),
@@ -65,7 +65,7 @@ async fn tls_upgrade(
     mut c: Client<tokio::net::TcpStream>,
     with_cert: bool,
 ) -> Client<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+    c.send_identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
         .await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["tls_v1"], true);
@@ -88,10 +88,7 @@ async fn tls_upgrade(
         .connect(name, c.io)
         .await
         .unwrap();
-    let mut tls = Client {
-        io,
-        buf: BytesMut::new(),
-    };
+    let mut tls = Client::over(io).with_patience(common::T);
     tls.expect_ok().await;
     tls
 }
@@ -127,7 +124,7 @@ async fn mtls_rejects_a_client_without_a_certificate() {
     let mut good = tls_upgrade(&p, b.client().await, true).await;
     good.publish("t", b"x").await;
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
+    c.send_identify(r#"{"feature_negotiation":true,"tls_v1":true}"#)
         .await;
     c.expect_response().await;
     let mut roots = rustls::RootCertStore::empty();
@@ -195,7 +192,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Compressed<S> {
 async fn compressed_round_trip(identify: &str, make: fn() -> Compression) {
     let b = Broker::start().await;
     let mut c = b.client().await;
-    c.identify(identify).await;
+    c.send_identify(identify).await;
     c.expect_response().await;
     let mut z = Compressed {
         io: c.io,
@@ -281,7 +278,7 @@ async fn auth_grants_denials_and_ttl_refresh() {
     let b = Broker::start_with(|c| c.security.auth_http_addresses = vec![addr]).await;
 
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true}"#).await;
+    c.send_identify(r#"{"feature_negotiation":true}"#).await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["auth_required"], true);
     c.cmd_body("PUB allowed", b"x").await;
@@ -383,7 +380,7 @@ async fn the_https_listener_serves_the_http_api_with_the_broker_certificate() {
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     let all = rustls::DEFAULT_VERSIONS;
     let io = tls_connect(&p, addr, all).await.unwrap();
     assert_eq!(
@@ -414,7 +411,7 @@ async fn tls_min_version_1_3_refuses_a_tls_1_2_client() {
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     assert!(
         tls_connect(&p, addr, &[&rustls::version::TLS12])
             .await
@@ -459,7 +456,7 @@ async fn a_renewed_certificate_serves_new_handshakes_while_old_connections_stay_
         c.network.https_address = Some("127.0.0.1:0".into());
     })
     .await;
-    let addr = b.running.as_ref().unwrap().shared.https_addr.unwrap();
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
     let first = served_certificate(&p, addr).await;
     // A client upgraded to TLS on the NSQ port before the renewal.
     let mut old = tls_upgrade(&p, b.client().await, false).await;
@@ -485,8 +482,8 @@ async fn a_renewed_certificate_serves_new_handshakes_while_old_connections_stay_
         rcgen::KeyPair::generate().unwrap().serialize_pem(),
     )
     .unwrap();
-    let reloader = b.running.as_ref().unwrap().shared.tls.clone().unwrap();
-    assert!(reloader.reload_if_changed().is_err());
+    let running = b.running.as_ref().unwrap();
+    assert!(running.reload_tls_if_changed().is_err());
     assert_eq!(served_certificate(&p, addr).await, renewed);
     b.stop().await;
 }

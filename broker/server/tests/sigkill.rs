@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use common::Client;
 use rustqueue_protocol::Frame;
 use rustqueue_protocol::command::encode_mpub_body;
 
@@ -49,7 +48,7 @@ async fn every_acknowledged_publish_survives_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let proc = spawn(dir.path()).await;
     // The audit channel exists before any publish, so it must see every acknowledged message.
-    let mut audit = Client::connect(proc.tcp).await;
+    let mut audit = common::connect(proc.tcp).await;
     audit.subscribe("ledger", "audit", 0).await;
 
     let ledger = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -58,7 +57,7 @@ async fn every_acknowledged_publish_survives_sigkill() {
         let ledger = ledger.clone();
         let addr = proc.tcp;
         publishers.push(tokio::spawn(async move {
-            let mut c = Client::connect(addr).await;
+            let mut c = common::connect(addr).await;
             for i in 0.. {
                 let single = format!("p{p}-m{i}");
                 let (cmd, body, msgs) = match i % 4 {
@@ -87,7 +86,7 @@ async fn every_acknowledged_publish_survives_sigkill() {
     // A consumer on another channel that FINs, REQs and TOUCHes makes the load mixed.
     let addr = proc.tcp;
     let consumer = tokio::spawn(async move {
-        let mut c = Client::connect(addr).await;
+        let mut c = common::connect(addr).await;
         c.subscribe("ledger", "work", 50).await;
         let mut n = 0u64;
         while let Some(Frame::Message { id, attempts, .. }) = c.frame().await {
@@ -112,11 +111,11 @@ async fn every_acknowledged_publish_survives_sigkill() {
     let acked: HashSet<String> = ledger.lock().unwrap().iter().cloned().collect();
 
     let proc = spawn(dir.path()).await;
-    let mut c = Client::connect(proc.tcp).await;
+    let mut c = common::connect(proc.tcp).await;
     c.subscribe("ledger", "audit", 500).await;
     let mut seen = HashSet::new();
     while !acked.is_subset(&seen) {
-        match c.next().await {
+        match c.answer().await {
             Some(Frame::Message { id, body, .. }) => {
                 seen.insert(String::from_utf8(body.to_vec()).unwrap());
                 c.fin(&id).await;

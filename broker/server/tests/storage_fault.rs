@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use common::{Broker, Client};
+use common::Broker;
 use rustqueue_storage::testing::{HEADER_LEN, decode_header};
 
 /// Small segments so a few 20 KB publishes seal some; the disk guard of `common`.
@@ -173,7 +173,7 @@ fn flip_a_body_bit(segment: &Path, rand: &mut u64) -> (u64, u64) {
 
 /// Publishes `n` bodies of 20 KB (three fit in one 64 KiB segment).
 async fn publish_large(tcp: SocketAddr, topic: &str, n: usize) {
-    let mut c = Client::connect(tcp).await;
+    let mut c = common::connect(tcp).await;
     for i in 0..n {
         let body = vec![b'a' + (i % 26) as u8; 20_000];
         c.publish(topic, &body).await;
@@ -255,7 +255,7 @@ async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restar
     assert_eq!(damage["findings_on_record"], 1, "{health}");
     assert_eq!(damage["messages_on_record"], 0, "{health}");
     assert_eq!(damage["latest"][0]["kind"], "segment_record", "{health}");
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     c.subscribe("t", "c", 10).await;
     for i in 0..8u8 {
         let (id, _, body) = c.expect_message().await;
@@ -314,7 +314,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     let work = tempfile::tempdir().unwrap();
     let mut p = Proc::start(data.path(), work.path(), "first").await;
     const N: usize = 3_000;
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     for chunk in (0..N).collect::<Vec<_>>().chunks(300) {
         for &i in chunk {
             c.cmd_body("PUB issue", &scenario_body(i)).await;
@@ -339,7 +339,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     );
 
     let mut p = Proc::start(data.path(), work.path(), "second").await;
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     c.subscribe("issue", "consumer", 200).await;
     let mut seen = vec![false; N];
     for _ in 0..N - 1 {
@@ -355,7 +355,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     // Nothing else comes: the damaged message is never sent.
     c.cmd("NOP").await;
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), c.next())
+        tokio::time::timeout(Duration::from_millis(500), c.answer())
             .await
             .is_err(),
         "no further message"
@@ -410,7 +410,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
         "{health}"
     );
     // Publishing and consuming go on.
-    let mut pb = Client::connect(p.tcp).await;
+    let mut pb = common::connect(p.tcp).await;
     pb.publish("issue", b"after the damage").await;
     let (_, _, body) = c.expect_message().await;
     assert_eq!(body, b"after the damage");
@@ -422,7 +422,7 @@ async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let mut p = Proc::start(data.path(), work.path(), "writer").await;
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     // 800 records of 172 bytes: at least one sealed 64 KiB segment.
     for i in 0..800 {
         c.cmd_body("PUB tools", &scenario_body(i)).await;
@@ -476,7 +476,7 @@ async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
 
     // The broker starts on the repaired directory and serves the other 799.
     let p = Proc::start(data.path(), work.path(), "reader").await;
-    let mut c = Client::connect(p.tcp).await;
+    let mut c = common::connect(p.tcp).await;
     c.subscribe("tools", "c", 100).await;
     for _ in 0..799 {
         let (id, _, body) = c.expect_message().await;

@@ -27,7 +27,7 @@ async fn assert_others_unaffected(b: &Broker, n: u32) {
 #[tokio::test]
 async fn wrong_magic_gets_bad_protocol_then_close() {
     let b = Broker::start().await;
-    let mut c = Client::raw(b.tcp).await;
+    let mut c = Client::raw(b.tcp).await.with_patience(common::T);
     c.send(b"  V1").await;
     c.expect_error("E_BAD_PROTOCOL").await;
     c.expect_closed().await;
@@ -131,18 +131,18 @@ async fn invalid_identify_values_get_bad_body_and_both_compressions_fail() {
         r#"{"msg_timeout":900001}"#,
     ] {
         let mut c = b.client().await;
-        c.identify(json).await;
+        c.send_identify(json).await;
         c.expect_error("E_BAD_BODY").await;
         c.expect_closed().await;
     }
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true,"snappy":true,"deflate":true}"#)
+    c.send_identify(r#"{"feature_negotiation":true,"snappy":true,"deflate":true}"#)
         .await;
     c.expect_error("E_IDENTIFY_FAILED").await;
     c.expect_closed().await;
     let mut c = b.client().await;
     c.cmd("NOP").await;
-    c.identify("{}").await;
+    c.send_identify("{}").await;
     c.expect_error("E_INVALID cannot IDENTIFY in current state")
         .await;
     b.stop().await;
@@ -157,7 +157,7 @@ async fn rdy_above_the_maximum_and_sub_without_heartbeats_are_fatal() {
         .await;
     c.expect_closed().await;
     let mut c = b.client().await;
-    c.identify(r#"{"heartbeat_interval":-1}"#).await;
+    c.send_identify(r#"{"heartbeat_interval":-1}"#).await;
     c.expect_ok().await;
     c.cmd("SUB t ch").await;
     c.expect_error("E_INVALID cannot SUB with heartbeats disabled")
@@ -217,9 +217,12 @@ async fn connections_beyond_the_limit_are_refused_and_others_keep_working() {
     held[0].publish("t", b"x").await;
     drop(held);
     common::eventually(async || {
-        let mut c = Client::connect(b.tcp).await;
+        let mut c = common::connect(b.tcp).await;
         c.cmd_body("PUB t", b"y").await;
-        matches!(c.next().await, Some(rustqueue_protocol::Frame::Response(_)))
+        matches!(
+            c.answer().await,
+            Some(rustqueue_protocol::Frame::Response(_))
+        )
     })
     .await;
     b.stop().await;
@@ -229,7 +232,7 @@ async fn connections_beyond_the_limit_are_refused_and_others_keep_working() {
 async fn a_consumer_that_never_fins_loses_its_messages_to_others_after_the_timeout() {
     let b = Broker::start().await;
     let mut lazy = b.client().await;
-    lazy.identify(r#"{"msg_timeout":1000}"#).await;
+    lazy.send_identify(r#"{"msg_timeout":1000}"#).await;
     lazy.expect_ok().await;
     lazy.subscribe("t", "ch", 10).await;
     let mut p = b.client().await;

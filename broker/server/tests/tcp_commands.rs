@@ -28,7 +28,7 @@ async fn publish_subscribe_finish_round_trip() {
 async fn identify_with_feature_negotiation_replies_with_the_nsqd_keys() {
     let b = Broker::start().await;
     let mut c = b.client().await;
-    c.identify(r#"{"feature_negotiation":true,"client_id":"t","heartbeat_interval":2000,"msg_timeout":5000,"output_buffer_size":-1}"#).await;
+    c.send_identify(r#"{"feature_negotiation":true,"client_id":"t","heartbeat_interval":2000,"msg_timeout":5000,"output_buffer_size":-1}"#).await;
     let reply: serde_json::Value = serde_json::from_slice(&c.expect_response().await).unwrap();
     assert_eq!(reply["max_rdy_count"], 2500);
     assert_eq!(reply["msg_timeout"], 5000);
@@ -37,7 +37,7 @@ async fn identify_with_feature_negotiation_replies_with_the_nsqd_keys() {
     assert_eq!(reply["auth_required"], false);
     assert_eq!(reply["tls_v1"], false);
     let mut plain = b.client().await;
-    plain.identify("{}").await;
+    plain.send_identify("{}").await;
     plain.expect_ok().await;
     b.stop().await;
 }
@@ -78,7 +78,7 @@ async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
     let mut p = b.client().await;
     p.publish("t", b"m").await;
     let mut c = b.client().await;
-    c.identify(r#"{"msg_timeout":1000}"#).await;
+    c.send_identify(r#"{"msg_timeout":1000}"#).await;
     c.expect_ok().await;
     c.subscribe("t", "ch", 1).await;
     let (id, attempts, _) = c.expect_message().await;
@@ -115,7 +115,7 @@ async fn rdy_bounds_the_messages_in_flight() {
     let first = c.expect_message().await;
     let _second = c.expect_message().await;
     // No third message while two are in flight.
-    let extra = tokio::time::timeout(Duration::from_millis(500), c.next()).await;
+    let extra = tokio::time::timeout(Duration::from_millis(500), c.answer()).await;
     assert!(extra.is_err(), "got a third message with RDY 2: {extra:?}");
     c.fin(&first.0).await;
     c.expect_message().await;
@@ -158,7 +158,7 @@ async fn cls_answers_close_wait_and_the_server_closes_when_nothing_is_in_flight(
 async fn heartbeats_arrive_and_a_silent_client_is_disconnected() {
     let b = Broker::start().await;
     let mut c = b.client().await;
-    c.identify(r#"{"heartbeat_interval":1000}"#).await;
+    c.send_identify(r#"{"heartbeat_interval":1000}"#).await;
     c.expect_ok().await;
     let start = Instant::now();
     match c.frame().await {
@@ -181,7 +181,7 @@ async fn heartbeats_arrive_and_a_silent_client_is_disconnected() {
 async fn stats_show_the_subscribed_client_and_the_producer() {
     let b = Broker::start().await;
     let mut c = b.client().await;
-    c.identify(r#"{"client_id":"consumer-1"}"#).await;
+    c.send_identify(r#"{"client_id":"consumer-1"}"#).await;
     c.expect_ok().await;
     c.subscribe("t", "ch", 1).await;
     let mut p = b.client().await;
@@ -231,7 +231,7 @@ async fn ten_thousand_fins_in_one_write_all_take_effect_and_the_session_goes_on(
     let mut again = b.client().await;
     again.subscribe("t", "ch", 10).await;
     again.cmd("NOP").await;
-    let quiet = tokio::time::timeout(Duration::from_millis(300), again.next()).await;
+    let quiet = tokio::time::timeout(Duration::from_millis(300), again.answer()).await;
     assert!(quiet.is_err(), "nothing is redelivered: {quiet:?}");
     b.stop().await;
 }
@@ -243,7 +243,7 @@ async fn a_consumer_with_nothing_left_to_work_on_gets_buffered_messages_without_
     let mut p = b.client().await;
     // RDY 1: the one message fills the consumer, so it is flushed at once (nsqd does the same).
     let mut one = b.client().await;
-    one.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    one.send_identify(r#"{"output_buffer_timeout":1000}"#).await;
     one.expect_ok().await;
     one.subscribe("buffered", "one", 1).await;
     one.cmd("NOP").await;
@@ -259,7 +259,7 @@ async fn a_consumer_with_nothing_left_to_work_on_gets_buffered_messages_without_
     // RDY 2, both slots used: a message that arrives while the client still works on one is
     // batched, but once the client has finished everything it was sent it gets it at once.
     let mut two = b.client().await;
-    two.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    two.send_identify(r#"{"output_buffer_timeout":1000}"#).await;
     two.expect_ok().await;
     two.subscribe("pair", "two", 2).await;
     two.cmd("NOP").await;
@@ -281,7 +281,8 @@ async fn a_consumer_with_nothing_left_to_work_on_gets_buffered_messages_without_
     // RDY 10: an idle client gets a message at once; while it still holds one, the next is
     // batched until the 1 s output buffer timeout.
     let mut many = b.client().await;
-    many.identify(r#"{"output_buffer_timeout":1000}"#).await;
+    many.send_identify(r#"{"output_buffer_timeout":1000}"#)
+        .await;
     many.expect_ok().await;
     many.subscribe("held", "many", 10).await;
     many.cmd("NOP").await;

@@ -1,28 +1,41 @@
 //! One raw NSQ V2 test client for the workspace's integration tests: it speaks the wire
 //! protocol with `rustqueue-protocol`'s frame decoder and nothing else, so a test sees exactly
-//! what a broker or a gateway sent. The gateway's tests use it; the broker's tests still have
-//! their own in `broker/server/tests/common` (generic over TLS and compressed streams).
+//! what a broker or a gateway sent. The broker's tests and the gateway's use it alike.
+//!
+//! [`Client`] runs over a plain TCP connection by default and over any other stream a test
+//! builds from one (a TLS session after `tls_v1`, say) with [`Client::over`]. Every failure
+//! is a panic, and every wait for a frame is bounded by the client's patience (60 s unless
+//! [`Client::with_patience`] says otherwise), so a hung peer fails the test instead of
+//! hanging it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use rustqueue_protocol::Frame;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Largest frame the client decodes (a 100 MiB message and its header fit).
 const MAX_FRAME_BYTES: u32 = 200 * 1024 * 1024;
 
-/// A raw NSQ V2 client: bytes in, decoded frames out, every failure a panic (it is for tests).
+/// How long a client waits for a frame unless told otherwise.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long [`Client::expect_closed`] waits for the peer to close.
+const CLOSE_WITHIN: Duration = Duration::from_secs(10);
+
+/// A raw NSQ V2 client over the stream `S`: bytes in, decoded frames out.
 #[derive(Debug)]
-pub struct Client {
+pub struct Client<S = TcpStream> {
     /// The connection, for tests that write or shut down by hand.
-    pub io: TcpStream,
-    buf: BytesMut,
+    pub io: S,
+    /// Bytes read and not decoded yet, for tests that decode by hand.
+    pub buf: BytesMut,
+    patience: Duration,
 }
 
-impl Client {
+impl Client<TcpStream> {
     /// Connect and send the magic.
     pub async fn connect(addr: SocketAddr) -> Client {
         let mut c = Client::raw(addr).await;
@@ -32,15 +45,36 @@ impl Client {
 
     /// Connect without sending anything.
     pub async fn raw(addr: SocketAddr) -> Client {
+        Client::over(TcpStream::connect(addr).await.unwrap())
+    }
+}
+
+impl<S> Client<S> {
+    /// A client over a connection the test set up itself; sends nothing.
+    pub fn over(io: S) -> Client<S> {
         Client {
-            io: TcpStream::connect(addr).await.unwrap(),
+            io,
             buf: BytesMut::new(),
+            patience: DEFAULT_PATIENCE,
         }
     }
 
+    /// Waits at most `patience` for each frame from now on.
+    pub fn with_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     /// Write `bytes` as they are.
     pub async fn send(&mut self, bytes: &[u8]) {
         self.io.write_all(bytes).await.unwrap();
+    }
+
+    /// A command line without a body (the newline is added).
+    pub async fn cmd(&mut self, line: &str) {
+        self.send(format!("{line}\n").as_bytes()).await;
     }
 
     /// A command line and its `[u32 size][body]`.
@@ -66,9 +100,9 @@ impl Client {
         }
     }
 
-    /// The next frame within 60 s; `None` when the connection closed first.
+    /// The next frame within the client's patience; `None` when the connection closed first.
     pub async fn frame(&mut self) -> Option<Frame> {
-        self.frame_within(Duration::from_secs(60)).await
+        self.frame_within(self.patience).await
     }
 
     /// The next frame that is not a heartbeat (answered with NOP).
@@ -89,6 +123,14 @@ impl Client {
         }
     }
 
+    /// Expect a response frame; returns its body.
+    pub async fn expect_response(&mut self) -> Vec<u8> {
+        match self.answer().await {
+            Some(Frame::Response(r)) => r.to_vec(),
+            other => panic!("expected a response, got {other:?}"),
+        }
+    }
+
     /// Expect an error frame starting with `code`; returns its text.
     pub async fn expect_error(&mut self, code: &str) -> String {
         match self.answer().await {
@@ -99,9 +141,19 @@ impl Client {
         }
     }
 
+    /// Expect a message; returns its id, attempts and body.
+    pub async fn expect_message(&mut self) -> ([u8; 16], u16, Vec<u8>) {
+        match self.answer().await {
+            Some(Frame::Message {
+                id, attempts, body, ..
+            }) => (id, attempts, body.to_vec()),
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
     /// Expect the connection to close with no frame.
     pub async fn expect_closed(&mut self) {
-        match self.frame_within(Duration::from_secs(10)).await {
+        match self.frame_within(CLOSE_WITHIN).await {
             None => {}
             Some(f) => panic!("expected the connection to close without an answer, got {f:?}"),
         }
@@ -109,16 +161,34 @@ impl Client {
 
     /// IDENTIFY with the JSON body `json`; its answer.
     pub async fn identify(&mut self, json: &str) -> Frame {
-        self.cmd_body("IDENTIFY", json.as_bytes()).await;
+        self.send_identify(json).await;
         self.answer().await.expect("an IDENTIFY answer")
+    }
+
+    /// IDENTIFY with the JSON body `json`, leaving its answer to the test.
+    pub async fn send_identify(&mut self, json: &str) {
+        self.cmd_body("IDENTIFY", json.as_bytes()).await;
+    }
+
+    /// PUB one message and expect `OK`.
+    pub async fn publish(&mut self, topic: &str, body: &[u8]) {
+        self.cmd_body(&format!("PUB {topic}"), body).await;
+        self.expect_ok().await;
     }
 
     /// SUB and RDY (for consuming straight from a broker).
     pub async fn subscribe(&mut self, topic: &str, channel: &str, rdy: u32) {
-        self.send(format!("SUB {topic} {channel}\n").as_bytes())
-            .await;
+        self.cmd(&format!("SUB {topic} {channel}")).await;
         self.expect_ok().await;
-        self.send(format!("RDY {rdy}\n").as_bytes()).await;
+        self.cmd(&format!("RDY {rdy}")).await;
+    }
+
+    /// FIN the message `id`.
+    pub async fn fin(&mut self, id: &[u8; 16]) {
+        let mut line = b"FIN ".to_vec();
+        line.extend_from_slice(id);
+        line.push(b'\n');
+        self.send(&line).await;
     }
 
     /// Every message body arriving within `quiet` of the previous one, FINed.
@@ -129,10 +199,7 @@ impl Client {
             match next {
                 Ok(Some(Frame::Message { id, body, .. })) => {
                     out.push(body.to_vec());
-                    let mut fin = b"FIN ".to_vec();
-                    fin.extend_from_slice(&id);
-                    fin.push(b'\n');
-                    self.send(&fin).await;
+                    self.fin(&id).await;
                 }
                 Ok(other) if out.is_empty() && other.is_none() => return out,
                 Ok(Some(f)) => panic!("unexpected frame {f:?}"),

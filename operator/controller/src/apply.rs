@@ -174,7 +174,7 @@ where
     }
 }
 
-/// A kind of object [`delete_kodo_gateways`] removes.
+/// A kind of object `delete_kodo_gateways` removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KodoObjectKind {
     /// A Service.
@@ -187,7 +187,7 @@ pub enum KodoObjectKind {
     StatefulSet,
 }
 
-/// What [`delete_kodo_gateways`] deletes for RustQueue `n`, in order: the Services, the PDB
+/// What `delete_kodo_gateways` deletes for RustQueue `n`, in order: the Services, the PDB
 /// and the NetworkPolicy, then the Gateway StatefulSet last, so while it exists the next
 /// reconcile sees what is left and finishes. Never a broker object.
 pub fn kodo_gateway_objects(n: &str) -> [(KodoObjectKind, String); 5] {

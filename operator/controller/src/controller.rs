@@ -148,11 +148,12 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<&str>) {
 }
 
 /// Back off by what failed (`Error::retry_after`), not by a flat interval.
-fn error_policy(_rq: Arc<RustQueue>, e: &Error, _ctx: Arc<Context>) -> Requeue {
+pub fn error_policy(_rq: Arc<RustQueue>, e: &Error, _ctx: Arc<Context>) -> Requeue {
     Requeue::requeue(e.retry_after())
 }
 
-async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+/// Observe, plan and apply one RustQueue; on failure, write the error into its status.
+pub async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&rq, &ctx).await;
     ctx.metrics.observe_reconcile(
@@ -265,17 +266,22 @@ fn unix_now() -> u64 {
 }
 
 /// Carries out actions exactly as planned: renders what they name and applies it.
-struct Applier<'a> {
-    ctx: &'a Context,
-    owner: &'a Owner<'a>,
-    desired: &'a Desired,
-    observed: &'a Observed,
-    tokens: Option<&'a AuthTokens>,
+pub struct Applier<'a> {
+    /// The clients.
+    pub ctx: &'a Context,
+    /// The RustQueue whose actions these are.
+    pub owner: &'a Owner<'a>,
+    /// What the plan was decided against: the objects the actions name are rendered from it.
+    pub desired: &'a Desired,
+    /// The reading the plan was decided from (where a drain request goes).
+    pub observed: &'a Observed,
+    /// The auth Secret's tokens (the admin token authorises drains).
+    pub tokens: Option<&'a AuthTokens>,
 }
 
 impl Applier<'_> {
     /// Returns the runtime workloads as the apply left them when the action applied them.
-    async fn carry_out(&self, action: &Action) -> Result<Option<RuntimeWorkloads>, Error> {
+    pub async fn carry_out(&self, action: &Action) -> Result<Option<RuntimeWorkloads>, Error> {
         let client = &self.ctx.client;
         let ns = self.owner.namespace;
         let done = match action {
@@ -331,7 +337,7 @@ impl Applier<'_> {
 
     /// After a failed action: un-drain every draining broker (best effort), so an error never
     /// leaves a broker out of the publish path.
-    async fn resume_all(&self) {
+    pub async fn resume_all(&self) {
         for b in self.observed.brokers.iter().filter(|b| b.is_draining()) {
             if let Err(e) = self.drain(&b.name, DrainRequest::resume()).await {
                 tracing::warn!(broker = %b.name, error = %e, "could not resume after an error");

@@ -9,9 +9,10 @@ use clap::{Parser, Subcommand};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use rustqueue_operator::controller::{self, Context, Scope};
-use rustqueue_operator::metrics::{self, Metrics};
-use rustqueue_operator::{crdgen, leader, observe};
+use rustqueue_operator::{
+    Context, Metrics, Scope, broker_http_client, campaign, crd_files, crd_stream, release_lease,
+    serve_metrics,
+};
 use tokio::sync::watch;
 
 #[derive(Parser)]
@@ -98,10 +99,10 @@ fn identity() -> String {
 /// `crd`: every CRD to stdout, or each into its file under `dir`.
 fn write_crds(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     let Some(dir) = dir else {
-        print!("{}", crdgen::crd_stream());
+        print!("{}", crd_stream());
         return Ok(());
     };
-    for (file, yaml) in crdgen::crd_files() {
+    for (file, yaml) in crd_files() {
         let path = dir.join(file);
         std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -127,11 +128,11 @@ async fn run(http_address: SocketAddr, kodo_max_grace_seconds: Option<u64>) -> a
     let me = identity();
     tracing::info!(%namespace, watching = %scope, identity = %me, "starting");
     let metrics = Metrics::new();
-    let mut server = tokio::spawn(metrics::serve(http_address, metrics.clone()));
+    let mut server = tokio::spawn(serve_metrics(http_address, metrics.clone()));
 
     let (tx, mut leading) = watch::channel(false);
     let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
-    let mut election = tokio::spawn(leader::run(leases.clone(), me.clone(), tx));
+    let mut election = tokio::spawn(campaign(leases.clone(), me.clone(), tx));
     let mut term = std::pin::pin!(terminated());
     let reporter = Reporter {
         controller: "rustqueue-operator".into(),
@@ -140,7 +141,7 @@ async fn run(http_address: SocketAddr, kodo_max_grace_seconds: Option<u64>) -> a
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client,
-        http: observe::broker_http_client(),
+        http: broker_http_client(),
         metrics: metrics.clone(),
         kodo_max_grace_seconds,
     });
@@ -155,14 +156,14 @@ async fn run(http_address: SocketAddr, kodo_max_grace_seconds: Option<u64>) -> a
         tracing::info!("leading: starting the controller");
         let mut lost = leading.clone();
         tokio::select! {
-            () = controller::run(ctx.clone(), scope.clone()) => anyhow::bail!("controller stream ended"),
+            () = rustqueue_operator::run(ctx.clone(), scope.clone()) => anyhow::bail!("controller stream ended"),
             r = &mut server => anyhow::bail!("health server stopped: {r:?}"),
             r = &mut election => anyhow::bail!("leader election stopped: {r:?}"),
             () = &mut term => {
                 // The controller future is dropped above: no reconcile is in flight. Stop
                 // campaigning, then hand the Lease over at once.
                 election.abort();
-                match leader::release(&leases, &me).await {
+                match release_lease(&leases, &me).await {
                     Ok(released) => tracing::info!(released, "SIGTERM: Lease released, exiting"),
                     Err(e) => tracing::warn!(error = %e, "SIGTERM: could not release the Lease"),
                 }

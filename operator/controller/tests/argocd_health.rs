@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
-use rustqueue_operator::plan::{Observed, plan};
-use rustqueue_operator::render::{Desired, DesiredInputs, Owner};
-use rustqueue_operator::status::{error_status, next_status};
+use rustqueue_operator::testing::{
+    Desired, DesiredInputs, Observed, Owner, error_status, next_status, plan,
+};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -18,7 +18,7 @@ fn config(path: &str) -> String {
 #[test]
 fn config_crd_holds_every_generated_crd() {
     let kustomization = config("crd/kustomization.yaml");
-    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+    for (file, yaml) in rustqueue_operator::crd_files() {
         assert!(
             config(&format!("crd/{file}")) == yaml,
             "config/crd/{file} is stale: run `make crds`"
@@ -37,7 +37,7 @@ fn the_sample_is_valid_under_the_crd_rules() {
     assert_eq!(rq.spec.min_brokers, 3);
     assert_eq!(rq.spec.max_brokers, 3);
     rq.validate_cel().expect("sample passes CEL");
-    assert!(rustqueue_operator::plan::validate("queue", &rq.spec).is_empty());
+    assert!(rustqueue_operator::testing::validate("queue", &rq.spec).is_empty());
 }
 
 type Grants = std::collections::BTreeSet<(String, String, String)>;
@@ -106,7 +106,7 @@ fn the_operator_never_deletes_claims_or_secrets() {
 /// the one StatefulSet it deletes is `<n>-kodo-gateway`, never the brokers' `<n>`.
 #[test]
 fn the_only_statefulset_the_operator_deletes_is_the_kodo_gateways() {
-    use rustqueue_operator::apply::{KodoObjectKind, kodo_gateway_objects};
+    use rustqueue_operator::{KodoObjectKind, kodo_gateway_objects};
     let sets: Vec<String> = kodo_gateway_objects("q")
         .into_iter()
         .filter(|(k, _)| *k == KodoObjectKind::StatefulSet)
@@ -146,7 +146,7 @@ fn the_manager_runs_two_replicas_of_the_operator() {
 /// renders (the runtime's, the console's with and without management) is in its ClusterRole.
 #[test]
 fn the_operator_holds_every_permission_it_grants_its_children() {
-    use rustqueue_operator::render::{ConsoleObjects, Owner, role};
+    use rustqueue_operator::testing::{ConsoleObjects, Owner, role};
     let cluster_role: ClusterRole =
         serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
     let held = grants(&cluster_role.rules.unwrap());

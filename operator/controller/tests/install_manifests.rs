@@ -13,7 +13,7 @@ fn repo_file(path: &str) -> String {
 
 #[test]
 fn the_helm_chart_ships_the_generated_crds() {
-    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+    for (file, yaml) in rustqueue_operator::crd_files() {
         assert!(
             repo_file(&format!("config/helm/rustqueue/crds/{file}")) == yaml,
             "config/helm/rustqueue/crds/{file} is stale: run `make crds`"
@@ -23,7 +23,7 @@ fn the_helm_chart_ships_the_generated_crds() {
 
 #[test]
 fn the_olm_bundle_ships_the_generated_crds() {
-    for (file, yaml) in rustqueue_operator::crdgen::crd_files() {
+    for (file, yaml) in rustqueue_operator::crd_files() {
         assert!(
             repo_file(&format!("olm/manifests/{file}")) == yaml,
             "olm/manifests/{file} is stale: run `make crds`"

@@ -1,6 +1,6 @@
 //! Kodo gateway test helpers: real `rustqueued` broker processes (killable, restartable on
 //! their data), a Kodo gateway on its own loopback address (its HTTP ports are fixed), and
-//! a raw NSQ V2 client built on rustqueue-protocol.
+//! the workspace's raw NSQ V2 test client (`rustqueue-test-client`).
 #![allow(dead_code, unused_imports)]
 
 use std::net::SocketAddr;
@@ -9,14 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use clap::Parser;
 use rustqueue_gateway::Cli;
 use rustqueue_gateway::{KodoGateway, KodoSettings};
-use rustqueue_protocol::Frame;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 pub use crate::support::{FakeDiscovery, Listed, wait_until};
 

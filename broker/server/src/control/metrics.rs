@@ -35,8 +35,6 @@ pub struct Metrics {
     registry: Registry,
     /// Open TCP connections (maintained by the TCP listener).
     pub tcp_connections: IntGauge,
-    /// Reserved for dashboards; never incremented (docs/api.md).
-    pub protocol_errors_total: IntCounter,
     /// Requests refused for a missing or wrong token, and failed TCP `AUTH`s.
     pub auth_failures_total: IntCounter,
     publish_inflight_bytes: IntGauge,
@@ -103,13 +101,14 @@ impl Metrics {
         let r = Registry::new();
         rustqueue_api::telemetry::register_build_info(&r, "rustqueued").expect("unique metric");
         register_reserved(&r);
+        // Declared for dashboards and never incremented (docs/api.md).
+        counter(
+            &r,
+            "rustqueue_protocol_errors_total",
+            "Protocol errors (declared by the spec, never incremented)",
+        );
         Self {
             tcp_connections: gauge(&r, "rustqueue_tcp_connections", "Open TCP connections"),
-            protocol_errors_total: counter(
-                &r,
-                "rustqueue_protocol_errors_total",
-                "Protocol errors (declared by the spec, never incremented)",
-            ),
             auth_failures_total: counter(
                 &r,
                 "rustqueue_auth_failures_total",

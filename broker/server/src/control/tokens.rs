@@ -61,11 +61,6 @@ impl TokenFiles {
         self
     }
 
-    /// Whether `scope` has a token file.
-    pub fn is_configured(&self, scope: TokenScope) -> bool {
-        self.files.contains_key(&key(scope))
-    }
-
     /// Reads the current token of `scope`: `None` if not configured, `Some(Err)` if the
     /// file is unreadable or holds only whitespace.
     fn current(&self, scope: TokenScope) -> Option<Result<String, ()>> {

@@ -1,15 +1,14 @@
-//! Test fixtures: an in-process broker on ephemeral loopback ports with a temp data dir, and
-//! a hand-written NSQ V2 client built on `rustqueue-protocol`.
+//! Test fixtures: an in-process broker on ephemeral loopback ports with a temp data dir,
+//! helpers for spawned `rustqueued` processes, and the workspace's raw NSQ V2 test client
+//! (`rustqueue-test-client`) with this suite's patience.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use rustqueue_protocol::Frame;
-use rustqueue_server::config::{Config, ConfigFile};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use rustqueue_server::{Config, ConfigFile};
+
+pub use rustqueue_test_client::Client;
 
 /// A broker running inside the test process.
 pub struct Broker {
@@ -64,8 +63,8 @@ impl Broker {
         tweak(&mut cfg);
         cfg.validate().unwrap();
         let running = rustqueue_server::start(cfg).await.unwrap();
-        let tcp = running.shared.tcp_addr;
-        let http = running.shared.http_addr;
+        let tcp = running.tcp_addr();
+        let http = running.http_addr();
         Broker {
             running: Some(running),
             tcp,
@@ -74,8 +73,8 @@ impl Broker {
         }
     }
 
-    pub async fn client(&self) -> Client<TcpStream> {
-        Client::connect(self.tcp).await
+    pub async fn client(&self) -> Client {
+        connect(self.tcp).await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -122,7 +121,13 @@ impl Broker {
     }
 }
 
+/// How long a broker test waits for anything: a frame, a condition.
 pub const T: Duration = Duration::from_secs(10);
+
+/// A client of the broker at `addr` (magic sent) that waits at most [`T`] for each frame.
+pub async fn connect(addr: SocketAddr) -> Client {
+    Client::connect(addr).await.with_patience(T)
+}
 
 /// A free loopback port: bound and released, for a spawned broker to take next.
 pub fn free_port() -> u16 {
@@ -176,148 +181,13 @@ pub fn panics() -> usize {
     PANICS.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// A minimal V2 client.
-pub struct Client<S> {
-    pub io: S,
-    pub buf: BytesMut,
-}
-
-impl Client<TcpStream> {
-    pub async fn connect(addr: SocketAddr) -> Self {
-        let mut io = TcpStream::connect(addr).await.unwrap();
-        io.write_all(b"  V2").await.unwrap();
-        Client {
-            io,
-            buf: BytesMut::new(),
-        }
-    }
-
-    pub async fn raw(addr: SocketAddr) -> Self {
-        Client {
-            io: TcpStream::connect(addr).await.unwrap(),
-            buf: BytesMut::new(),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
-    pub async fn send(&mut self, bytes: &[u8]) {
-        self.io.write_all(bytes).await.unwrap();
-    }
-
-    pub async fn cmd(&mut self, line: &str) {
-        self.send(format!("{line}\n").as_bytes()).await;
-    }
-
-    pub async fn cmd_body(&mut self, line: &str, body: &[u8]) {
-        let mut v = format!("{line}\n").into_bytes();
-        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        v.extend_from_slice(body);
-        self.send(&v).await;
-    }
-
-    /// The next frame; `None` when the server closed the connection.
-    pub async fn frame(&mut self) -> Option<Frame> {
-        tokio::time::timeout(T, async {
-            loop {
-                if let Some(f) = Frame::decode(&mut self.buf, 200 << 20).unwrap() {
-                    return Some(f);
-                }
-                match self.io.read_buf(&mut self.buf).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
-            }
-        })
-        .await
-        .expect("timed out waiting for a frame")
-    }
-
-    /// Next frame that is not a heartbeat.
-    pub async fn next(&mut self) -> Option<Frame> {
-        loop {
-            match self.frame().await {
-                Some(Frame::Response(r)) if &r[..] == b"_heartbeat_" => {
-                    self.cmd("NOP").await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    pub async fn expect_ok(&mut self) {
-        match self.next().await {
-            Some(Frame::Response(r)) => {
-                assert_eq!(&r[..], b"OK", "{}", String::from_utf8_lossy(&r))
-            }
-            other => panic!("expected OK, got {other:?}"),
-        }
-    }
-
-    pub async fn expect_response(&mut self) -> Vec<u8> {
-        match self.next().await {
-            Some(Frame::Response(r)) => r.to_vec(),
-            other => panic!("expected a response, got {other:?}"),
-        }
-    }
-
-    /// Expects an error frame starting with `code`; returns its text.
-    pub async fn expect_error(&mut self, code: &str) -> String {
-        match self.next().await {
-            Some(Frame::Error(e)) => {
-                let text = String::from_utf8_lossy(&e).into_owned();
-                assert!(text.starts_with(code), "expected {code}, got {text}");
-                text
-            }
-            other => panic!("expected {code}, got {other:?}"),
-        }
-    }
-
-    pub async fn expect_closed(&mut self) {
-        match self.frame().await {
-            None => {}
-            other => panic!("expected the connection to close, got {other:?}"),
-        }
-    }
-
-    /// Expects a message; returns (id, attempts, body).
-    pub async fn expect_message(&mut self) -> ([u8; 16], u16, Vec<u8>) {
-        match self.next().await {
-            Some(Frame::Message {
-                id, attempts, body, ..
-            }) => (id, attempts, body.to_vec()),
-            other => panic!("expected a message, got {other:?}"),
-        }
-    }
-
-    pub async fn identify(&mut self, json: &str) {
-        self.cmd_body("IDENTIFY", json.as_bytes()).await;
-    }
-
-    pub async fn publish(&mut self, topic: &str, body: &[u8]) {
-        self.cmd_body(&format!("PUB {topic}"), body).await;
-        self.expect_ok().await;
-    }
-
-    pub async fn subscribe(&mut self, topic: &str, channel: &str, rdy: u32) {
-        self.cmd(&format!("SUB {topic} {channel}")).await;
-        self.expect_ok().await;
-        self.cmd(&format!("RDY {rdy}")).await;
-    }
-
-    pub async fn fin(&mut self, id: &[u8; 16]) {
-        self.cmd(&format!("FIN {}", std::str::from_utf8(id).unwrap()))
-            .await;
-    }
-}
-
-/// Polls `f` until it returns true (10 s).
 /// The value of the unlabelled series `name` in Prometheus text, if present.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Polls `f` until it returns true (within [`T`]).
 pub async fn eventually(mut f: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + T;
     while !f().await {

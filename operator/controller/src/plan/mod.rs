@@ -40,15 +40,15 @@ use std::time::Duration;
 use rustqueue_api::crd::{RustQueueSpec, RustQueueStatus};
 
 pub use conditions::{ConditionSpec, ConditionType, Phase};
+#[cfg(test)]
+use model::DrainGoal;
 pub use model::{
-    Action, AuthState, BrokerPod, Claim, DiscoveryPod, DrainGoal, GatewayPod, GatewaySet, Health,
+    Action, AuthState, BrokerPod, Claim, DiscoveryPod, GatewayPod, GatewaySet, Health,
     KodoObserved, Observed, OperationChange, Plan, ProbePod, StorageClassState, StorageDamage,
     Workload,
 };
-pub use operation::{HISTORY, Step, advance, operation_id, unix_seconds, withdraw};
-pub use preflight::Preflight;
-pub use quantity::parse_bytes;
-pub use rollout::ordinal;
+#[cfg(test)]
+use operation::operation_id;
 pub use storage::{StorageState, storage_state};
 pub use validate::validate;
 

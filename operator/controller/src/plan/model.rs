@@ -295,6 +295,7 @@ impl Workload {
     }
 
     /// A workload whose `desired` Pods all run the latest template and are Ready.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn available(desired: i32) -> Self {
         Self {
             observed: true,
@@ -440,6 +441,7 @@ pub enum OperationChange {
 
 impl OperationChange {
     /// The operation this reconcile set, if it set one.
+    #[cfg(test)]
     pub fn set(&self) -> Option<&OperationStatus> {
         match self {
             Self::Set(op) => Some(op.as_ref()),

@@ -32,7 +32,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels;
 
-pub use config::{EffectiveLimits, broker_config, broker_toml, config_map};
+pub use config::{EffectiveLimits, broker_toml, config_map};
 pub use console::ConsoleObjects;
 pub use desired::{Desired, DesiredInputs};
 pub use discovery::{discovery_deployment, discovery_pdb, discovery_service};
@@ -43,7 +43,7 @@ pub use policy::pod_disruption_budget;
 pub use probe::{COMPONENT_PROBE, probe_fingerprint, probe_pod, probe_pod_name, probe_prefix};
 pub use rbac::{role, role_binding, service_account};
 pub use revision::pod_template_revision;
-pub use secret::{AuthTokens, TokenError, auth_secret, generate_tokens, tokens_from_secret};
+pub use secret::{AuthTokens, auth_secret, generate_tokens, tokens_from_secret};
 pub use service::headless_service;
 pub use statefulset::stateful_set;
 
@@ -144,10 +144,6 @@ pub mod names {
     /// Broker Pod of `ordinal`.
     pub fn pod(n: &str, ordinal: i32) -> String {
         format!("{n}-{ordinal}")
-    }
-    /// PVC of broker `ordinal` (claim template `data`).
-    pub fn pvc(n: &str, ordinal: i32) -> String {
-        format!("data-{n}-{ordinal}")
     }
 }
 
@@ -265,6 +261,7 @@ impl Children {
     }
 
     /// The pod-template revision the StatefulSet carries.
+    #[cfg(test)]
     pub fn revision(&self) -> &str {
         self.stateful_set
             .spec
@@ -279,6 +276,7 @@ impl Children {
 
     /// The objects as JSON in the order they are applied (config and the brokers' policy
     /// before the Pods, RBAC before the ServiceAccount's users, the Service last).
+    #[cfg(test)]
     pub fn in_apply_order(&self) -> Vec<serde_json::Value> {
         fn j<T: serde::Serialize>(t: &T) -> serde_json::Value {
             serde_json::to_value(t).expect("k8s objects serialize")

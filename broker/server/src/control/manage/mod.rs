@@ -32,7 +32,7 @@ use tokio::sync::Mutex;
 
 pub use catalog::{CATALOG_FILE, Catalog, Lookup, Subject};
 pub use error::ManageError;
-pub use fences::{FENCES_FILE, Fences, Refusal};
+pub use fences::{Fences, Refusal};
 
 use crate::control::stats::now_ms;
 
