@@ -371,7 +371,10 @@ mod tests {
         for p in 1..ids {
             let (g, s) = (grouped.entry(p).unwrap(), single.entry(p).unwrap());
             assert_eq!(g, s);
-            assert_eq!(grouped.read_body(&g).unwrap(), single.read_body(&s).unwrap());
+            assert_eq!(
+                grouped.read_body(&g).unwrap(),
+                single.read_body(&s).unwrap()
+            );
         }
         assert_eq!(grouped.unsynced(), single.unsynced());
     }
