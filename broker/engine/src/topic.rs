@@ -324,30 +324,39 @@ async fn sync_stage(
     }
 }
 
-/// Appends every request (ids reserved first) in one hold of the log lock; no fsync.
+/// Appends every request (ids reserved first) in one hold of the log lock and, as far as the
+/// active segment reaches, one write; no fsync.
 fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<(), PublishError>> {
     let m = &t.metrics;
     let waited = Instant::now();
     let mut log = lock(&t.log);
     let held = Instant::now();
     m.observe(Timer::PublishLockWait, held - waited);
-    let results = reqs
-        .iter()
-        .map(|(bodies, avail)| {
-            store
-                .allocate_ids(bodies.len() as u64)
-                .and_then(|first_id| {
-                    log.append(&AppendBatch {
-                        first_id,
-                        bodies,
-                        timestamp_ns: now_ns(),
-                        available_at_ms: *avail,
-                    })
-                })
-                .map(|_| ())
-                .map_err(PublishError::from)
-        })
-        .collect();
+    let timestamp_ns = now_ns();
+    let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(reqs.len());
+    let mut batches = Vec::with_capacity(reqs.len());
+    // Which request each batch is (a request whose ids cannot be reserved has none).
+    let mut slots = Vec::with_capacity(reqs.len());
+    for (i, (bodies, avail)) in reqs.iter().enumerate() {
+        match store.allocate_ids(bodies.len() as u64) {
+            Ok(first_id) => {
+                results.push(Ok(()));
+                slots.push(i);
+                batches.push(AppendBatch {
+                    first_id,
+                    bodies,
+                    timestamp_ns,
+                    available_at_ms: *avail,
+                });
+            }
+            Err(e) => results.push(Err(PublishError::from(e))),
+        }
+    }
+    for (slot, r) in slots.into_iter().zip(log.append_group(&batches)) {
+        if let Err(e) = r {
+            results[slot] = Err(PublishError::from(e));
+        }
+    }
     drop(log);
     m.since(Timer::PublishLockHold, held);
     results

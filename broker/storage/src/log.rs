@@ -11,16 +11,15 @@
 //! blocked by the fsync).
 
 use std::collections::VecDeque;
-use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::failpoint::crash_failpoint;
 use crate::fs::{Fs, FsFile};
 use crate::quarantine::{DamageKind, Detector, Finding, Quarantine};
-use crate::record::{self, HEADER_LEN, RecordHeader};
 use crate::{Fault, StorageError, io_err, meta};
 
+mod append;
 pub(crate) mod index;
 mod oldest;
 mod pages;
@@ -342,122 +341,6 @@ impl TopicLog {
         self.segments
             .last()
             .is_none_or(|s| s.len > 0 && s.len + bytes > self.max_segment_bytes)
-    }
-
-    /// Appends one batch as one record; returns its first position. Not durable until synced.
-    pub fn append<B: AsRef<[u8]>>(
-        &mut self,
-        batch: &AppendBatch<'_, B>,
-    ) -> Result<u64, StorageError> {
-        self.fault.check()?;
-        let n = batch.bodies.len();
-        if n == 0 || n > record::MAX_BATCH {
-            return Err(StorageError::BatchTooLarge(n as u64));
-        }
-        let plen = record::payload_len(batch.bodies.iter().map(|b| b.as_ref().len()));
-        if plen > record::MAX_PAYLOAD {
-            return Err(StorageError::BatchTooLarge(plen));
-        }
-        let r = self.append_inner(batch, plen);
-        self.fault.guard(r)
-    }
-
-    fn append_inner<B: AsRef<[u8]>>(
-        &mut self,
-        batch: &AppendBatch<'_, B>,
-        plen: u64,
-    ) -> Result<u64, StorageError> {
-        let rec_len = HEADER_LEN as u64 + plen;
-        if self
-            .segments
-            .last()
-            .is_some_and(|s| s.len > 0 && s.len + rec_len > self.max_segment_bytes)
-        {
-            self.rotate()?;
-        }
-        let first_pos = self.next_position;
-        let ts = batch.timestamp_ns.max(self.last_ts);
-        let count = (batch.bodies.len() as u32).to_be_bytes();
-        let items: Vec<[u8; record::ITEM_LEN]> = batch
-            .bodies
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                record::item_header(
-                    first_pos + i as u64,
-                    batch.first_id + i as u64,
-                    b.as_ref().len() as u32,
-                )
-            })
-            .collect();
-        let mut payload: Vec<&[u8]> = Vec::with_capacity(1 + 2 * items.len());
-        payload.push(&count);
-        for (it, b) in items.iter().zip(batch.bodies) {
-            payload.push(it);
-            payload.push(b.as_ref());
-        }
-        let h = RecordHeader {
-            log_index: self.next_index,
-            timestamp_ns: ts,
-            first_id: batch.first_id,
-            available_at_ms: batch.available_at_ms,
-            payload_len: plen as u32,
-            crc: 0,
-        };
-        let header = record::encode_header(&h, &payload);
-        let mut slices = Vec::with_capacity(payload.len() + 2);
-        slices.push(IoSlice::new(&header));
-        slices.extend(payload.iter().map(|p| IoSlice::new(p)));
-        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
-        let max_segment_bytes = self.max_segment_bytes;
-        let seg = self
-            .segments
-            .last_mut()
-            .ok_or_else(|| StorageError::Isolated("no active segment".into()))?;
-        let end = seg.len + rec_len;
-        let zeros = if zero_ahead && end > seg.zeroed {
-            max_segment_bytes
-                .saturating_sub(end)
-                .min(ZERO_AHEAD_BYTES as u64) as usize
-        } else {
-            0
-        };
-        if zeros > 0 {
-            slices.push(IoSlice::new(&ZEROS[..zeros]));
-        }
-        seg.file
-            .write_at(&slices, seg.len)
-            .map_err(io_err("append", &seg.path))?;
-        let offset = seg.len;
-        seg.len = end;
-        seg.zeroed = seg.zeroed.max(end + zeros as u64);
-        seg.last_log_index = Some(h.log_index);
-        seg.last_position = Some(first_pos + batch.bodies.len() as u64 - 1);
-        let base = seg.base;
-        let mut at = offset + HEADER_LEN as u64 + 4;
-        for (i, b) in batch.bodies.iter().enumerate() {
-            at += record::ITEM_LEN as u64;
-            let len = b.as_ref().len() as u32;
-            self.recent
-                .push(first_pos + i as u64, batch.first_id + i as u64, b.as_ref());
-            self.active.push_back(Entry {
-                position: first_pos + i as u64,
-                id: batch.first_id + i as u64,
-                timestamp_ns: ts,
-                available_at_ms: batch.available_at_ms,
-                body_offset: at,
-                body_len: len,
-                body_crc: crc32c::crc32c(b.as_ref()),
-                segment: base,
-            });
-            at += u64::from(len);
-        }
-        self.last_ts = ts;
-        self.next_index += 1;
-        self.next_position += batch.bodies.len() as u64;
-        self.appended_bytes += rec_len;
-        crash_failpoint("publish_after_append_before_fsync");
-        Ok(first_pos)
     }
 
     /// The active segment and how far the log reaches now, to fdatasync outside the lock.

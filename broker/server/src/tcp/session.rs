@@ -37,6 +37,25 @@ const MAX_BATCH_MESSAGES: usize = 256;
 /// Fewest body bytes a batch may take before it stops, whatever the output buffer size.
 const MIN_BATCH_BYTES: u64 = 64 * 1024;
 
+/// Longest a consumer that has finished everything it was sent waits for more messages to
+/// share one write (see `Session::buffer_rule`); never longer than its output buffer timeout.
+const IDLE_CLIENT_LINGER: Duration = Duration::from_millis(1);
+
+/// What the session's one timer stands for this loop turn.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    flush: Option<Instant>,
+    heartbeat: Option<Instant>,
+    command: Option<Instant>,
+}
+
+/// When buffered message frames go out.
+enum Flush {
+    Now,
+    By(Instant),
+    Later,
+}
+
 /// How long a connection closed by a fatal error keeps draining the client's input.
 const LINGER_AFTER_ERROR: Duration = Duration::from_secs(2);
 
@@ -54,15 +73,13 @@ pub struct Session {
     auth: Option<(AuthState, Vec<u8>)>,
     last_recv: Instant,
     flush_at: Option<Instant>,
+    /// When the oldest message frame still in the output buffer was framed.
+    first_buffered: Option<Instant>,
     command_started: Option<Instant>,
     /// FIN/REQ applied in memory whose WAL fsync is still running.
     pending_acks: acks::PendingAcks,
     /// A fatal error was sent: linger before closing so the client can read it.
     closed_on_error: bool,
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 impl Session {
@@ -83,6 +100,7 @@ impl Session {
             auth: None,
             last_recv: Instant::now(),
             flush_at: None,
+            first_buffered: None,
             command_started: None,
             pending_acks: acks::PendingAcks::default(),
             closed_on_error: false,
@@ -129,15 +147,19 @@ impl Session {
     async fn main_loop(&mut self, handshake: Duration) -> std::io::Result<()> {
         let mut shutdown = self.shared.shutdown.clone();
         let command_timeout = Duration::from_millis(self.shared.cfg.limits.tcp_command_timeout_ms);
-        let mut next_heartbeat = self
-            .heartbeat()
-            .map_or_else(far_future, |h| Instant::now() + h);
+        let mut next_heartbeat = self.heartbeat().map(|h| Instant::now() + h);
+        // One timer for the output buffer, the heartbeat and the command deadline, moved only
+        // when the earliest of them changes: a fresh sleep per deadline per loop turn would
+        // register and cancel three timers per command.
+        let mut timer = std::pin::pin!(sleep_until(Instant::now()));
         loop {
             if let Next::Close = self.run_buffered(&mut next_heartbeat).await? {
                 return Ok(());
             }
-            if self.client_waits_on_buffer() {
-                self.flush_now().await?;
+            match self.buffer_rule() {
+                Flush::Now => self.flush_now().await?,
+                Flush::By(at) => self.flush_by(at),
+                Flush::Later => {}
             }
             if self.state == State::Closing
                 && self.consumer.as_ref().is_none_or(|c| c.in_flight() == 0)
@@ -148,7 +170,15 @@ impl Session {
             // While acks are full the buffered commands wait on us, not on the client.
             let blocked = self.acks_full();
             let command_deadline = self.command_deadline(blocked, handshake, command_timeout);
-            let flush_at = self.flush_at.unwrap_or_else(far_future);
+            let due = [self.flush_at, next_heartbeat, command_deadline]
+                .into_iter()
+                .flatten()
+                .min();
+            if let Some(at) = due
+                && timer.deadline() != at
+            {
+                timer.as_mut().reset(at);
+            }
             let reserve = self
                 .decoder
                 .pending_body_len()
@@ -181,36 +211,59 @@ impl Session {
                         return Ok(());
                     }
                 }
-                _ = sleep_until(flush_at) => {
-                    self.flush_at = None;
-                    self.conn.flush().await?;
-                }
-                _ = sleep_until(next_heartbeat) => {
-                    let Some(hb) = self.heartbeat() else { continue };
-                    if self.last_recv.elapsed() >= 2 * hb {
-                        tracing::debug!(peer = %self.peer, "client timed out after {:?}", self.last_recv.elapsed());
+                () = &mut timer, if due.is_some() => {
+                    let fired = timer.deadline();
+                    let deadlines = Deadlines { flush: self.flush_at, heartbeat: next_heartbeat, command: command_deadline };
+                    if let Next::Close = self.on_timer(fired, deadlines, &mut next_heartbeat).await? {
                         return Ok(());
                     }
-                    self.conn.response(frame::HEARTBEAT);
-                    self.flush_now().await?;
-                    next_heartbeat = Instant::now() + hb;
-                }
-                _ = sleep_until(command_deadline) => {
-                    // Silence before any byte of a command is a plain close; a half-sent
-                    // command is answered.
-                    if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
-                        self.conn.error(&ProtocolError::invalid("command read timed out"));
-                    }
-                    return Ok(());
                 }
             }
         }
     }
 
+    /// The earliest deadline fired at `fired`: the output buffer goes out, else a heartbeat is
+    /// sent (or the silent client dropped), else the command timed out (one per turn, in that
+    /// order, as the loop looks again at once).
+    async fn on_timer(
+        &mut self,
+        fired: Instant,
+        due: Deadlines,
+        next_heartbeat: &mut Option<Instant>,
+    ) -> std::io::Result<Next> {
+        if due.flush.is_some_and(|f| f <= fired) {
+            self.flush_now().await?;
+        } else if due.heartbeat.is_some_and(|h| h <= fired) {
+            let Some(hb) = self.heartbeat() else {
+                *next_heartbeat = None;
+                return Ok(Next::Continue);
+            };
+            if self.last_recv.elapsed() >= 2 * hb {
+                tracing::debug!(peer = %self.peer, "client timed out after {:?}", self.last_recv.elapsed());
+                return Ok(Next::Close);
+            }
+            self.conn.response(frame::HEARTBEAT);
+            self.flush_now().await?;
+            *next_heartbeat = Some(Instant::now() + hb);
+        } else if due.command.is_some_and(|c| c <= fired) {
+            // Silence before any byte of a command is a plain close; a half-sent command is
+            // answered.
+            if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
+                self.conn
+                    .error(&ProtocolError::invalid("command read timed out"));
+            }
+            return Ok(Next::Close);
+        }
+        Ok(Next::Continue)
+    }
+
     /// Decodes and runs every complete command already buffered. Consecutive FIN/REQ/TOUCH
     /// run concurrently so their channel-WAL fsyncs share group commits. A changed heartbeat
     /// interval moves `next_heartbeat`.
-    async fn run_buffered(&mut self, next_heartbeat: &mut Instant) -> std::io::Result<Next> {
+    async fn run_buffered(
+        &mut self,
+        next_heartbeat: &mut Option<Instant>,
+    ) -> std::io::Result<Next> {
         let mut carry = None;
         loop {
             if carry.is_none() && self.acks_full() {
@@ -240,9 +293,7 @@ impl Session {
                 return Ok(Next::Close);
             }
             if self.heartbeat() != had_hb {
-                *next_heartbeat = self
-                    .heartbeat()
-                    .map_or_else(far_future, |h| Instant::now() + h);
+                *next_heartbeat = self.heartbeat().map(|h| Instant::now() + h);
             }
         }
         Ok(Next::Continue)
@@ -255,7 +306,7 @@ impl Session {
         blocked: bool,
         handshake: Duration,
         command_timeout: Duration,
-    ) -> Instant {
+    ) -> Option<Instant> {
         if !self.conn.cmd_in.is_empty() || !self.decoder.between_commands() {
             self.command_started.get_or_insert_with(Instant::now);
         }
@@ -264,20 +315,43 @@ impl Session {
         } else {
             command_timeout
         };
-        match self.command_started {
-            Some(t) if !blocked => t + limit,
-            _ => far_future(),
+        self.command_started.filter(|_| !blocked).map(|t| t + limit)
+    }
+
+    /// When the message frames in the output buffer go out, besides the output buffer's size
+    /// and timeout (which [`Session::send_messages`] applies, as nsqd does):
+    /// - at once when the consumer may not be sent more (its in-flight count reached RDY), as
+    ///   nsqd flushes a client that is not ready for messages;
+    /// - within [`IDLE_CLIENT_LINGER`] when the consumer has finished everything it was sent
+    ///   (every message in flight is still buffered): holding them for the whole output buffer
+    ///   timeout would leave the client idle (a RDY 1 consumer would get one message per
+    ///   timeout), while sending each wake-up's few messages alone costs a write and a client
+    ///   wake-up per handful of messages under load; the linger lets a busy topic fill the
+    ///   buffer a little first;
+    /// - otherwise by the output buffer's own rules: the client still has work.
+    fn buffer_rule(&self) -> Flush {
+        let buffered = self.conn.buffered_messages as u64;
+        if buffered == 0 {
+            return Flush::Later;
+        }
+        let in_flight = self.stats.in_flight_count.load(Ordering::Relaxed);
+        if in_flight >= self.stats.ready_count.load(Ordering::Relaxed) {
+            return Flush::Now;
+        }
+        if in_flight > buffered {
+            return Flush::Later;
+        }
+        let linger =
+            IDLE_CLIENT_LINGER.min(Duration::from_millis(self.params.output_buffer_timeout_ms));
+        match self.first_buffered {
+            Some(first) if !linger.is_zero() => Flush::By(first + linger),
+            _ => Flush::Now,
         }
     }
 
-    /// Whether the consumer has finished everything it was sent while messages wait in the
-    /// output buffer (every message in flight is still buffered). Holding them for the output
-    /// buffer timeout would only leave the client idle (a RDY 1 consumer would get one message
-    /// per timeout), so they go now; while the client still works on messages it has, the
-    /// buffer keeps batching writes up to its size or timeout.
-    fn client_waits_on_buffer(&self) -> bool {
-        let buffered = self.conn.buffered_messages as u64;
-        buffered > 0 && self.stats.in_flight_count.load(Ordering::Relaxed) <= buffered
+    /// Moves the buffered frames' flush no later than `at`.
+    fn flush_by(&mut self, at: Instant) {
+        self.flush_at = Some(self.flush_at.map_or(at, |f| f.min(at)));
     }
 
     /// Whether the session holds as many unsettled FIN/REQ as it may.
@@ -298,6 +372,7 @@ impl Session {
 
     async fn flush_now(&mut self) -> std::io::Result<()> {
         self.flush_at = None;
+        self.first_buffered = None;
         self.conn.flush().await
     }
 
@@ -314,6 +389,9 @@ impl Session {
     /// it for the output-buffer timeout (one write per batch, not per message).
     async fn send_messages(&mut self, batch: Vec<Delivery>) -> std::io::Result<()> {
         let n = batch.len();
+        if self.conn.buffered_messages == 0 {
+            self.first_buffered = Some(Instant::now());
+        }
         for d in batch {
             frame::put_message(
                 &mut self.conn.out,

@@ -1,10 +1,11 @@
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, IoSlice};
 use std::sync::Mutex;
 
 use super::index::PAGE_ENTRIES;
 use super::*;
+use crate::record::{self, HEADER_LEN};
 use crate::simfs::SimFs;
 
 fn sink() -> DamageSink {

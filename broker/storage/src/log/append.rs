@@ -1,0 +1,432 @@
+//! Appending. Each batch becomes one record; every record of a group that fits the active
+//! segment goes to the page cache in one positional write, so a publish group of many small
+//! requests costs one `pwritev`, not one per request. Nothing here fsyncs.
+
+use std::io::IoSlice;
+
+use super::{AppendBatch, Entry, TopicLog, ZERO_AHEAD_BYTES, ZERO_AHEAD_MAX_GROUP, ZEROS};
+use crate::failpoint::crash_failpoint;
+use crate::record::{self, HEADER_LEN, RecordHeader};
+use crate::{StorageError, io_err};
+
+/// One record encoded and waiting for the write that carries its run.
+struct Encoded {
+    /// Which batch of the group it is.
+    batch: usize,
+    header: [u8; HEADER_LEN],
+    count: [u8; 4],
+    items: Vec<[u8; record::ITEM_LEN]>,
+    first_pos: u64,
+    timestamp_ns: i64,
+    log_index: u64,
+    rec_len: u64,
+}
+
+/// Records encoded for the active segment and not yet written: where the next one starts.
+#[derive(Default)]
+struct Run {
+    records: Vec<Encoded>,
+    bytes: u64,
+    messages: u64,
+    last_ts: i64,
+}
+
+type Results = Vec<Option<Result<u64, StorageError>>>;
+
+impl TopicLog {
+    /// Appends one batch as one record; returns its first position. Not durable until synced.
+    pub fn append<B: AsRef<[u8]>>(
+        &mut self,
+        batch: &AppendBatch<'_, B>,
+    ) -> Result<u64, StorageError> {
+        self.append_group(std::slice::from_ref(batch))
+            .pop()
+            .unwrap_or(Err(StorageError::BatchTooLarge(0)))
+    }
+
+    /// Appends every batch, in order, each as one record; returns each one's first position
+    /// or why it was refused. A batch refused for its shape (empty, too many bodies, too
+    /// large) does not affect the others. Consecutive records that fit the active segment are
+    /// written together, one positional write per segment touched. Not durable until synced.
+    pub fn append_group<B: AsRef<[u8]>>(
+        &mut self,
+        batches: &[AppendBatch<'_, B>],
+    ) -> Vec<Result<u64, StorageError>> {
+        let mut results: Results = batches.iter().map(|_| None).collect();
+        let mut run = Run {
+            last_ts: self.last_ts,
+            ..Run::default()
+        };
+        for (i, batch) in batches.iter().enumerate() {
+            let plen = match self.fault.check().and_then(|()| shape(batch)) {
+                Ok(plen) => plen,
+                Err(e) => {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            let rec_len = HEADER_LEN as u64 + plen;
+            if self.would_overflow(run.bytes, rec_len) {
+                self.write_run(std::mem::take(&mut run), batches, &mut results);
+                run.last_ts = self.last_ts;
+                if self.would_overflow(0, rec_len)
+                    && let Err(e) = self.rotate_guarded()
+                {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            }
+            run.records.push(self.encode(i, batch, plen, &run));
+            run.bytes += rec_len;
+            run.messages += batch.bodies.len() as u64;
+            run.last_ts = run.records.last().map_or(run.last_ts, |r| r.timestamp_ns);
+        }
+        self.write_run(run, batches, &mut results);
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(StorageError::BatchTooLarge(0))))
+            .collect()
+    }
+
+    /// Seals the active segment and opens the next; a failure trips the fault switch.
+    fn rotate_guarded(&mut self) -> Result<(), StorageError> {
+        let r = self.rotate();
+        self.fault.guard(r)
+    }
+
+    /// Whether a record of `rec_len` bytes after `pending` unwritten ones would overflow a
+    /// non-empty active segment (a record larger than a segment gets an empty one to itself).
+    fn would_overflow(&self, pending: u64, rec_len: u64) -> bool {
+        self.segments.last().is_some_and(|s| {
+            let len = s.len + pending;
+            len > 0 && len + rec_len > self.max_segment_bytes
+        })
+    }
+
+    /// Encodes batch `i` to follow what `run` already holds.
+    fn encode<B: AsRef<[u8]>>(
+        &self,
+        i: usize,
+        batch: &AppendBatch<'_, B>,
+        plen: u64,
+        run: &Run,
+    ) -> Encoded {
+        let first_pos = self.next_position + run.messages;
+        let ts = batch.timestamp_ns.max(run.last_ts);
+        let count = (batch.bodies.len() as u32).to_be_bytes();
+        let items: Vec<[u8; record::ITEM_LEN]> = batch
+            .bodies
+            .iter()
+            .enumerate()
+            .map(|(k, b)| {
+                record::item_header(
+                    first_pos + k as u64,
+                    batch.first_id + k as u64,
+                    b.as_ref().len() as u32,
+                )
+            })
+            .collect();
+        let payload = payload_slices(&count, &items, batch.bodies);
+        let h = RecordHeader {
+            log_index: self.next_index + run.records.len() as u64,
+            timestamp_ns: ts,
+            first_id: batch.first_id,
+            available_at_ms: batch.available_at_ms,
+            payload_len: plen as u32,
+            crc: 0,
+        };
+        Encoded {
+            batch: i,
+            header: record::encode_header(&h, &payload),
+            count,
+            items,
+            first_pos,
+            timestamp_ns: ts,
+            log_index: h.log_index,
+            rec_len: HEADER_LEN as u64 + plen,
+        }
+    }
+
+    /// Writes a run in one positional write (plus the zeros ahead of it) and records its
+    /// entries; on failure every batch of the run gets the error and nothing is recorded.
+    fn write_run<B: AsRef<[u8]>>(
+        &mut self,
+        run: Run,
+        batches: &[AppendBatch<'_, B>],
+        results: &mut Results,
+    ) {
+        if run.records.is_empty() {
+            return;
+        }
+        match self.fault.guard(self.write_records(&run, batches)) {
+            Ok(offset) => self.commit(run, batches, offset, results),
+            Err(e) => {
+                // The first record gets the error; the write tripped the fault switch, so the
+                // rest are refused as isolated storage, which they now are.
+                let why = e.to_string();
+                let mut first = Some(e);
+                for r in &run.records {
+                    let err = first
+                        .take()
+                        .unwrap_or_else(|| StorageError::Isolated(why.clone()));
+                    results[r.batch] = Some(Err(err));
+                }
+            }
+        }
+    }
+
+    /// The write itself; returns the offset the run starts at.
+    fn write_records<B: AsRef<[u8]>>(
+        &self,
+        run: &Run,
+        batches: &[AppendBatch<'_, B>],
+    ) -> Result<u64, StorageError> {
+        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
+        let seg = self
+            .segments
+            .last()
+            .ok_or_else(|| StorageError::Isolated("no active segment".into()))?;
+        let end = seg.len + run.bytes;
+        let zeros = if zero_ahead && end > seg.zeroed {
+            self.max_segment_bytes
+                .saturating_sub(end)
+                .min(ZERO_AHEAD_BYTES as u64) as usize
+        } else {
+            0
+        };
+        let parts: usize = run.records.iter().map(|r| 2 + 2 * r.items.len()).sum();
+        let mut slices = Vec::with_capacity(parts + 1);
+        for r in &run.records {
+            slices.push(IoSlice::new(&r.header));
+            slices.extend(
+                payload_slices(&r.count, &r.items, batches[r.batch].bodies)
+                    .into_iter()
+                    .map(IoSlice::new),
+            );
+        }
+        if zeros > 0 {
+            slices.push(IoSlice::new(&ZEROS[..zeros]));
+        }
+        seg.file
+            .write_at(&slices, seg.len)
+            .map_err(io_err("append", &seg.path))?;
+        Ok(seg.len)
+    }
+
+    /// Records the entries of a written run and moves the log's ends past it.
+    fn commit<B: AsRef<[u8]>>(
+        &mut self,
+        run: Run,
+        batches: &[AppendBatch<'_, B>],
+        offset: u64,
+        results: &mut Results,
+    ) {
+        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
+        let max_segment_bytes = self.max_segment_bytes;
+        let Some(seg) = self.segments.last_mut() else {
+            return;
+        };
+        let base = seg.base;
+        let end = offset + run.bytes;
+        if zero_ahead && end > seg.zeroed {
+            let zeros = max_segment_bytes
+                .saturating_sub(end)
+                .min(ZERO_AHEAD_BYTES as u64);
+            seg.zeroed = seg.zeroed.max(end + zeros);
+        }
+        seg.len = end;
+        let mut at = offset;
+        for r in &run.records {
+            let batch = &batches[r.batch];
+            let n = batch.bodies.len() as u64;
+            seg.last_log_index = Some(r.log_index);
+            seg.last_position = Some(r.first_pos + n - 1);
+            let mut body_at = at + HEADER_LEN as u64 + 4;
+            for (k, b) in batch.bodies.iter().enumerate() {
+                body_at += record::ITEM_LEN as u64;
+                let body = b.as_ref();
+                let position = r.first_pos + k as u64;
+                self.recent.push(position, batch.first_id + k as u64, body);
+                self.active.push_back(Entry {
+                    position,
+                    id: batch.first_id + k as u64,
+                    timestamp_ns: r.timestamp_ns,
+                    available_at_ms: batch.available_at_ms,
+                    body_offset: body_at,
+                    body_len: body.len() as u32,
+                    body_crc: crc32c::crc32c(body),
+                    segment: base,
+                });
+                body_at += body.len() as u64;
+            }
+            at += r.rec_len;
+            results[r.batch] = Some(Ok(r.first_pos));
+        }
+        self.last_ts = run.last_ts;
+        self.next_index += run.records.len() as u64;
+        self.next_position += run.messages;
+        self.appended_bytes += run.bytes;
+        crash_failpoint("publish_after_append_before_fsync");
+    }
+}
+
+/// The checks a batch must pass before it is encoded; returns its payload length.
+fn shape<B: AsRef<[u8]>>(batch: &AppendBatch<'_, B>) -> Result<u64, StorageError> {
+    let n = batch.bodies.len();
+    if n == 0 || n > record::MAX_BATCH {
+        return Err(StorageError::BatchTooLarge(n as u64));
+    }
+    let plen = record::payload_len(batch.bodies.iter().map(|b| b.as_ref().len()));
+    if plen > record::MAX_PAYLOAD {
+        return Err(StorageError::BatchTooLarge(plen));
+    }
+    Ok(plen)
+}
+
+/// A record's payload as written: the count, then each item header and its body.
+fn payload_slices<'a, B: AsRef<[u8]>>(
+    count: &'a [u8; 4],
+    items: &'a [[u8; record::ITEM_LEN]],
+    bodies: &'a [B],
+) -> Vec<&'a [u8]> {
+    let mut payload: Vec<&[u8]> = Vec::with_capacity(1 + 2 * items.len());
+    payload.push(count);
+    for (it, b) in items.iter().zip(bodies) {
+        payload.push(it);
+        payload.push(b.as_ref());
+    }
+    payload
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::super::{AppendBatch, DamageSink, TopicLog};
+    use crate::record::{self, HEADER_LEN};
+    use crate::simfs::SimFs;
+    use crate::{Fault, StorageError, fs::Fs};
+
+    fn open(fs: &SimFs, max_segment_bytes: u64) -> TopicLog {
+        let dynfs: Arc<dyn Fs> = Arc::new(fs.clone());
+        TopicLog::open(
+            dynfs.clone(),
+            Path::new("/t"),
+            Fault::default(),
+            max_segment_bytes,
+            1,
+            Default::default(),
+            DamageSink::detached(dynfs, "t"),
+        )
+        .unwrap()
+    }
+
+    fn bodies(n: usize, tag: u8) -> Vec<Vec<u8>> {
+        (0..n).map(|i| vec![tag, i as u8, 7]).collect()
+    }
+
+    fn batch(first_id: u64, bodies: &[Vec<u8>]) -> AppendBatch<'_, Vec<u8>> {
+        AppendBatch {
+            first_id,
+            bodies,
+            timestamp_ns: 5,
+            available_at_ms: 0,
+        }
+    }
+
+    fn segment_files(fs: &SimFs) -> Vec<Vec<u8>> {
+        let mut paths = fs.paths();
+        paths.sort();
+        paths
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "rqlog"))
+            .map(|p| fs.read(p).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_group_is_written_once_and_stored_byte_for_byte_as_single_appends() {
+        let sets: Vec<Vec<Vec<u8>>> = (0..5).map(|i| bodies(1 + i % 3, i as u8)).collect();
+        let (one, each) = (SimFs::new(), SimFs::new());
+        let (mut grouped, mut single) = (open(&one, 1 << 20), open(&each, 1 << 20));
+        let mut ids = 1;
+        let batches: Vec<_> = sets
+            .iter()
+            .map(|b| {
+                let first = ids;
+                ids += b.len() as u64;
+                batch(first, b)
+            })
+            .collect();
+        let before = one.ops();
+        let firsts = grouped.append_group(&batches);
+        assert_eq!(one.ops() - before, 1, "one write for the whole group");
+        for b in &batches {
+            single.append(b).unwrap();
+        }
+        let firsts: Vec<u64> = firsts.into_iter().map(Result::unwrap).collect();
+        assert_eq!(firsts, vec![1, 2, 4, 7, 8]);
+        assert_eq!(segment_files(&one), segment_files(&each));
+        for p in 1..ids {
+            let (g, s) = (grouped.entry(p).unwrap(), single.entry(p).unwrap());
+            assert_eq!(g, s);
+            assert_eq!(
+                grouped.read_body(&g).unwrap(),
+                single.read_body(&s).unwrap()
+            );
+        }
+        assert_eq!(grouped.unsynced(), single.unsynced());
+    }
+
+    #[test]
+    fn a_refused_batch_leaves_the_rest_of_its_group_appended_in_order() {
+        let fs = SimFs::new();
+        let mut log = open(&fs, 1 << 20);
+        let (a, b) = (bodies(2, 1), bodies(1, 2));
+        let empty: Vec<Vec<u8>> = Vec::new();
+        let results = log.append_group(&[batch(1, &a), batch(3, &empty), batch(3, &b)]);
+        assert!(matches!(results[0], Ok(1)));
+        assert!(matches!(results[1], Err(StorageError::BatchTooLarge(0))));
+        assert!(matches!(results[2], Ok(3)));
+        assert_eq!(log.read_body(&log.entry(3).unwrap()).unwrap(), b[0]);
+        assert_eq!(log.next_position(), 4);
+    }
+
+    #[test]
+    fn a_group_that_fills_the_segment_continues_in_the_next_one() {
+        let fs = SimFs::new();
+        let record = HEADER_LEN as u64 + record::payload_len([3usize]);
+        let mut log = open(&fs, 3 * record);
+        let sets: Vec<Vec<Vec<u8>>> = (0..7).map(|i| bodies(1, i)).collect();
+        let batches: Vec<_> = sets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| batch(i as u64 + 1, b))
+            .collect();
+        let results = log.append_group(&batches);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(log.segment_count(), 3);
+        for (i, b) in sets.iter().enumerate() {
+            let e = log.entry(i as u64 + 1).unwrap();
+            assert_eq!(&log.read_body(&e).unwrap(), &b[0]);
+        }
+    }
+
+    #[test]
+    fn a_failed_write_refuses_its_whole_run_and_moves_nothing() {
+        let fs = SimFs::new();
+        let mut log = open(&fs, 1 << 20);
+        let (a, b) = (bodies(1, 1), bodies(1, 2));
+        fs.fail_after(0);
+        let results = log.append_group(&[batch(1, &a), batch(2, &b)]);
+        assert!(matches!(results[0], Err(StorageError::Io { .. })));
+        assert!(matches!(results[1], Err(StorageError::Isolated(_))));
+        assert_eq!(log.next_position(), 1);
+        assert_eq!(log.unsynced(), (0, 0));
+        assert!(matches!(
+            log.append(&batch(1, &a)),
+            Err(StorageError::Isolated(_))
+        ));
+    }
+}
