@@ -80,8 +80,17 @@ unit: deps-argocd-health ## unit and integration tests that need only a compiler
 crash: ## crash tests alone: 1,200 simulated storage crash points + real SIGKILL failpoints in storage and console management (unit runs them too)
 	$(CARGO_TEST) --test crash_sim --test crash_sigkill --test console_manage_sigkill
 
+# cargo-deny (pinned in scripts/versions.env, built into the cache once: about 5 min of CPU)
+# checks Cargo.lock's licences, bans and sources against deny.toml in about 2 s. `advisories`
+# is not run: its database cannot be fetched here (deny.toml).
+CARGO_DENY = $(RUSTQUEUE_CACHE)/cargo-deny-$(shell . scripts/versions.env && echo $$CARGO_DENY_VERSION)/bin/cargo-deny
+.PHONY: deny
+deny: ## cargo deny check licenses bans sources (deny.toml); builds the pinned cargo-deny once
+	scripts/deps.sh cargo-deny
+	$(CARGO_DENY) --workspace --all-features --locked check --hide-inclusion-graph licenses bans sources
+
 .PHONY: check
-check: lint ## the fast inner loop: rustfmt, clippy and every crate's in-source unit tests (no nsqd, no Kubernetes)
+check: lint deny ## the fast inner loop: rustfmt, clippy, cargo-deny and every crate's in-source unit tests (no nsqd, no Kubernetes)
 	$(CARGO_TEST) $(UNIT_EXCLUDE) --lib --bins
 
 # rustqueue-bench's tests against the real nsqd: installed first, never skipped.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|chromium|helm|olm-validate|promtool|argocd-health|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|chromium|helm|olm-validate|promtool|argocd-health|cargo-deny|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -278,6 +278,22 @@ deps_olm_validate() {
   log "olm-validate built in $((SECONDS - start))s"
 }
 
+# cargo-deny for `make deny` (deny.toml), from the crate registry with its own lock file. It
+# compiles in a target directory of its own, removed afterwards: `make test` sets
+# CARGO_TARGET_DIR for the workspace, whose lock the suite's builds hold.
+deps_cargo_deny() {
+  local name="cargo-deny-$CARGO_DENY_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/cargo-deny" ] && return 0
+  log "building cargo-deny $CARGO_DENY_VERSION (one time)"
+  local start=$SECONDS
+  rm -rf "${RUSTQUEUE_CACHE:?}/$name"
+  CARGO_TARGET_DIR="$RUSTQUEUE_CACHE/$name/build" cargo install --quiet --locked \
+    --root "$RUSTQUEUE_CACHE/$name" "cargo-deny@$CARGO_DENY_VERSION"
+  rm -rf "${RUSTQUEUE_CACHE:?}/$name/build"
+  finish "$name"
+  log "cargo-deny $CARGO_DENY_VERSION built in $((SECONDS - start))s"
+}
+
 # locked TOOL FUNCTION: runs FUNCTION holding TOOL's lock, so two stages of `make test` that
 # need the same tool at once build it once (the second waits, then finds it cached). apt-get
 # installs share one lock: dpkg allows one at a time.
@@ -305,7 +321,8 @@ main() {
       nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | chromium | helm | promtool) locked "$t" "deps_$t" ;;
       olm-validate) locked "$t" deps_olm_validate ;;
       argocd-health) locked "$t" deps_argocd_health ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml chromium helm olm-validate promtool argocd-health all)" ;;
+      cargo-deny) locked "$t" deps_cargo_deny ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml chromium helm olm-validate promtool argocd-health cargo-deny all)" ;;
     esac
   done
 }

@@ -29,6 +29,10 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   longest build on a cold machine (niced, ~40 min beside the scenario builds), so nothing
 #   waits behind it in its lane: the fuzz smoke has a lane of its own.
 #   scripts/deps.sh locks each external tool, so two stages never build one twice.
+# - cargo-deny (the `deny` stage) has a lane of its own, niced like the other builds off the
+#   longest chain: its one-time build (about 5 min of CPU, cached afterwards) uses what the
+#   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
+#   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -43,6 +47,7 @@ LANES=(
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
   "console-ui console-browser"
+  "deny"
 )
 # stage -> the stages of other lanes it waits for
 # Tools are not waited for here: each stage installs the ones it names (Makefile), under each
@@ -61,7 +66,7 @@ declare -A NEEDS=(
   [release-test]="test-build images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
-declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10)
+declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10)
 
 all_stages() { printf '%s\n' "${LANES[@]}" | tr ' ' '\n'; }
 

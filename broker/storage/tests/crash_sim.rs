@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use rustqueue_storage::Manifest;
 use rustqueue_storage::simfs::SimFs;
 use rustqueue_storage::{

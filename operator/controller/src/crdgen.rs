@@ -42,7 +42,7 @@ pub fn crd_stream() -> String {
 fn yaml(crd: CustomResourceDefinition) -> String {
     let mut crd = serde_json::to_value(crd).expect("the CRD serializes");
     known_formats(&mut crd);
-    let body = serde_yaml::to_string(&crd).expect("the CRD serializes to YAML");
+    let body = serde_norway::to_string(&crd).expect("the CRD serializes to YAML");
     format!("{HEADER}{body}")
 }
 

@@ -33,7 +33,7 @@ fn config_crd_holds_every_generated_crd() {
 #[test]
 fn the_sample_is_valid_under_the_crd_rules() {
     let rq: RustQueue =
-        serde_yaml::from_str(&config("samples/rustqueue_v1alpha1_rustqueue.yaml")).unwrap();
+        serde_norway::from_str(&config("samples/rustqueue_v1alpha1_rustqueue.yaml")).unwrap();
     assert_eq!(rq.spec.min_brokers, 3);
     assert_eq!(rq.spec.max_brokers, 3);
     rq.validate_cel().expect("sample passes CEL");
@@ -72,7 +72,7 @@ fn calls(table: &[&[(&str, &str, &[&str])]]) -> Grants {
 #[test]
 fn the_cluster_role_grants_exactly_the_calls_the_operator_makes() {
     use rustqueue_operator::calls::{CLUSTER, NAMESPACED};
-    let role: ClusterRole = serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
+    let role: ClusterRole = serde_norway::from_str(&config("rbac/cluster_role.yaml")).unwrap();
     let granted = grants(&role.rules.unwrap());
     let called = calls(&[NAMESPACED, CLUSTER]);
     let unused: Vec<_> = granted.difference(&called).collect();
@@ -86,7 +86,7 @@ fn the_cluster_role_grants_exactly_the_calls_the_operator_makes() {
 #[test]
 fn the_namespaced_role_grants_exactly_the_lease_calls() {
     use rustqueue_operator::calls::OWN_NAMESPACE;
-    let role: Role = serde_yaml::from_str(&config("rbac/role.yaml")).unwrap();
+    let role: Role = serde_norway::from_str(&config("rbac/role.yaml")).unwrap();
     assert_eq!(grants(&role.rules.unwrap()), calls(&[OWN_NAMESPACE]));
 }
 
@@ -117,7 +117,7 @@ fn the_only_statefulset_the_operator_deletes_is_the_kodo_gateways() {
 
 #[test]
 fn the_manager_runs_two_replicas_of_the_operator() {
-    let d: Deployment = serde_yaml::from_str(&config("manager/deployment.yaml")).unwrap();
+    let d: Deployment = serde_norway::from_str(&config("manager/deployment.yaml")).unwrap();
     let spec = d.spec;
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.unwrap();
@@ -148,7 +148,7 @@ fn the_manager_runs_two_replicas_of_the_operator() {
 fn the_operator_holds_every_permission_it_grants_its_children() {
     use rustqueue_operator::testing::{ConsoleObjects, Owner, role};
     let cluster_role: ClusterRole =
-        serde_yaml::from_str(&config("rbac/cluster_role.yaml")).unwrap();
+        serde_norway::from_str(&config("rbac/cluster_role.yaml")).unwrap();
     let held = grants(&cluster_role.rules.unwrap());
     let owner = Owner {
         name: "queue",

@@ -27,7 +27,7 @@ impl Bundle {
 
     /// Adds `value` as YAML.
     pub fn add_yaml<T: serde::Serialize>(&mut self, path: &str, value: &T) {
-        match serde_yaml::to_string(value) {
+        match serde_norway::to_string(value) {
             Ok(y) => self.add(path, y),
             Err(e) => self.errors.push(format!("{path}: {e}")),
         }

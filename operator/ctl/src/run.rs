@@ -93,7 +93,7 @@ pub struct Ctx {
 /// Prints `value` as JSON or YAML.
 pub fn print_as<T: serde::Serialize>(value: &T, format: Format) -> anyhow::Result<()> {
     let text = match format {
-        Format::Yaml => serde_yaml::to_string(value)?,
+        Format::Yaml => serde_norway::to_string(value)?,
         Format::Json | Format::Table => serde_json::to_string_pretty(value)? + "\n",
     };
     print!("{text}");

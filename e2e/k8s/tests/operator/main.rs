@@ -25,6 +25,7 @@ mod maintenance;
 mod network;
 mod rollout;
 mod storage;
+mod tls;
 
 use rustqueue_e2e::steps::{figure, step};
 
@@ -43,6 +44,7 @@ use maintenance::*;
 use network::*;
 use rollout::*;
 use storage::*;
+use tls::*;
 
 /// Runs `f(args)` as the step named `f`.
 macro_rules! step {
@@ -170,7 +172,8 @@ fn the_operator_changes_storage_and_brokers_one_safe_step_at_a_time() {
 
 /// The Kodo compatibility profile (docs/kodo.md) on a cluster of its own: enabled under a
 /// publishing Kodo stand-in, a broker killed mid-publish, a blocked and then a confirmed
-/// decommission, every acknowledged message consumed at the end.
+/// decommission, every acknowledged message consumed at the end. Then, as the shortest of the
+/// three scenarios, client TLS renewed in place (tls.rs).
 #[test]
 fn the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message() {
     cluster::runtime().block_on(async {
@@ -187,5 +190,6 @@ fn the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message() {
             )
         )
         .await;
+        step!(a_renewed_client_certificate_reaches_new_handshakes_without_a_restart(&c)).await;
     });
 }

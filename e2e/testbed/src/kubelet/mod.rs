@@ -11,6 +11,7 @@
 //! ```
 
 mod api;
+mod atomic;
 mod container;
 mod env;
 mod ipam;

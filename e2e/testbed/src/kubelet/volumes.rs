@@ -1,7 +1,8 @@
 //! Pod volumes as host directories: emptyDir, hostPath, persistentVolumeClaim (the bound PV's
 //! host path), configMap, secret, downwardAPI and projected (incl. service-account tokens from
-//! the TokenRequest API). File-backed volumes are rewritten in place on every resync, so
-//! updates to ConfigMaps and Secrets reach running containers as with a real kubelet.
+//! the TokenRequest API). File-backed volumes are written again on every resync through the
+//! kubelet's atomic `..data` swap ([`super::atomic`]), so updates to ConfigMaps and Secrets
+//! reach running containers as with a real kubelet, every file of a volume at once.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -16,6 +17,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
+use super::atomic::{self, File, Payload};
 use super::env;
 
 /// Where each volume of a Pod lives on the host.
@@ -24,22 +26,17 @@ pub(crate) type Sources = BTreeMap<String, PathBuf>;
 /// Why volumes are not ready yet (shown in the Pod's status; retried).
 pub(crate) type NotReady = String;
 
-fn write_file(dir: &Path, rel: &str, data: &[u8], mode: Option<i32>) -> Result<(), NotReady> {
-    let path = dir.join(rel);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
-    }
-    if std::fs::read(&path).ok().as_deref() != Some(data) {
-        std::fs::write(&path, data).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    }
+fn add_file(out: &mut Payload, rel: &str, data: &[u8], mode: Option<i32>) {
     let mode = mode.unwrap_or(0o644) as u32;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
+    let f = File {
+        data: data.to_vec(),
+        mode,
+    };
+    out.insert(rel.to_owned(), f);
 }
 
-fn write_keys(
-    dir: &Path,
+fn add_keys(
+    out: &mut Payload,
     data: &BTreeMap<String, Vec<u8>>,
     items: Option<&Vec<KeyToPath>>,
     default_mode: Option<i32>,
@@ -50,12 +47,12 @@ fn write_keys(
                 let v = data
                     .get(&it.key)
                     .ok_or_else(|| format!("key {:?} not found", it.key))?;
-                write_file(dir, &it.path, v, it.mode.or(default_mode))?;
+                add_file(out, &it.path, v, it.mode.or(default_mode));
             }
         }
         None => {
             for (k, v) in data {
-                write_file(dir, k, v, default_mode)?;
+                add_file(out, k, v, default_mode);
             }
         }
     }
@@ -122,7 +119,7 @@ impl Ctx<'_> {
 
     fn downward(
         &self,
-        dir: &Path,
+        out: &mut Payload,
         items: &[DownwardAPIVolumeFile],
         mode: Option<i32>,
     ) -> Result<(), NotReady> {
@@ -134,7 +131,7 @@ impl Ctx<'_> {
             } else {
                 String::new()
             };
-            write_file(dir, &it.path, text.as_bytes(), it.mode.or(mode))?;
+            add_file(out, &it.path, text.as_bytes(), it.mode.or(mode));
         }
         Ok(())
     }
@@ -213,11 +210,23 @@ impl Ctx<'_> {
             mkdir(Path::new(&path))?;
             return Ok(PathBuf::from(path));
         }
+        if let Some(payload) = self.files(v).await? {
+            atomic::write(dir, &payload)?;
+            return Ok(dir.to_path_buf());
+        }
+        // emptyDir and anything else: a plain directory.
         mkdir(dir)?;
+        Ok(dir.to_path_buf())
+    }
+
+    /// The files of a file-backed volume (configMap, secret, downwardAPI, projected) as they
+    /// should be now; `None` for other kinds.
+    async fn files(&self, v: &Volume) -> Result<Option<Payload>, NotReady> {
+        let mut out = Payload::new();
         if let Some(cm) = &v.config_map {
             if let Some(obj) = self.config_map(&cm.name, cm.optional).await? {
-                write_keys(
-                    dir,
+                add_keys(
+                    &mut out,
                     &config_map_data(obj),
                     cm.items.as_ref(),
                     cm.default_mode,
@@ -226,38 +235,43 @@ impl Ctx<'_> {
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
             if let Some(obj) = self.secret(&name, s.optional).await? {
-                write_keys(
-                    dir,
+                add_keys(
+                    &mut out,
                     &secret_data(obj),
                     s.items.as_ref(),
                     s.default_mode.or(Some(0o644)),
                 )?;
             }
         } else if let Some(d) = &v.downward_api {
-            self.downward(dir, d.items.as_deref().unwrap_or_default(), d.default_mode)?;
+            self.downward(
+                &mut out,
+                d.items.as_deref().unwrap_or_default(),
+                d.default_mode,
+            )?;
         } else if let Some(p) = &v.projected {
             let mode = p.default_mode;
             for src in p.sources.iter().flatten() {
                 if let Some(cm) = &src.config_map {
                     if let Some(obj) = self.config_map(&cm.name, cm.optional).await? {
-                        write_keys(dir, &config_map_data(obj), cm.items.as_ref(), mode)?;
+                        add_keys(&mut out, &config_map_data(obj), cm.items.as_ref(), mode)?;
                     }
                 } else if let Some(s) = &src.secret {
                     if let Some(obj) = self.secret(&s.name, s.optional).await? {
-                        write_keys(dir, &secret_data(obj), s.items.as_ref(), mode)?;
+                        add_keys(&mut out, &secret_data(obj), s.items.as_ref(), mode)?;
                     }
                 } else if let Some(d) = &src.downward_api {
-                    self.downward(dir, d.items.as_deref().unwrap_or_default(), mode)?;
+                    self.downward(&mut out, d.items.as_deref().unwrap_or_default(), mode)?;
                 } else if let Some(t) = &src.service_account_token {
                     let token = self
                         .token(t.audience.as_deref(), t.expiration_seconds)
                         .await?;
-                    write_file(dir, &t.path, token.as_bytes(), mode)?;
+                    add_file(&mut out, &t.path, token.as_bytes(), mode);
                 }
             }
+        } else {
+            return Ok(None);
         }
-        // emptyDir and anything else: a plain directory.
-        Ok(dir.to_path_buf())
+        Ok(Some(out))
     }
 }
 
@@ -300,7 +314,7 @@ pub(crate) async fn prepare(
                 .map_err(|e| format!("volume {:?}: chmod: {e}", v.name))?;
         }
         if let Some(group) = fs_group.filter(|_| v.host_path.is_none()) {
-            // File-backed volumes are rewritten on every resync: give them over every time.
+            // A file-backed volume may hold a new version after a resync: give it over every time.
             let file_backed = v.empty_dir.is_none() && v.persistent_volume_claim.is_none();
             let read_only = file_backed
                 || v.persistent_volume_claim

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use rand::Rng;
 use rand::distr::Alphanumeric;
+use rand::{Rng, RngExt};
 use rustqueue_api::labels;
 
 use super::Owner;
