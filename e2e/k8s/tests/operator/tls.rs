@@ -226,25 +226,33 @@ pub async fn a_renewed_client_certificate_reaches_new_handshakes_without_a_resta
     let renewed = ca.issue();
     put_secret(c, &ca, &renewed).await;
     let replaced = Instant::now();
-    let mut waiting = brokers();
-    while !waiting.is_empty() {
-        assert!(
-            replaced.elapsed() < RENEWAL,
-            "{waiting:?} still present the old certificate {RENEWAL:?} after the Secret changed"
-        );
-        // The old sessions send NOPs meanwhile, as a client answering heartbeats would.
-        for session in old.values_mut() {
-            send(session, b"NOP\n").await;
-        }
-        let mut still = Vec::new();
-        for pod in waiting {
-            if tls_session(c, &ca, &pod).await.1 != renewed.der {
-                still.push(pod);
+    // Each poll the old sessions send a NOP first, as a client answering heartbeats would.
+    let state = tokio::sync::Mutex::new((old, brokers()));
+    eventually(
+        "every broker presenting the renewed certificate",
+        RENEWAL,
+        || async {
+            let mut guard = state.lock().await;
+            let (old, waiting) = &mut *guard;
+            for session in old.values_mut() {
+                send(session, b"NOP\n").await;
             }
-        }
-        waiting = still;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            let mut still = Vec::new();
+            for pod in std::mem::take(waiting) {
+                if tls_session(c, &ca, &pod).await.1 != renewed.der {
+                    still.push(pod);
+                }
+            }
+            *waiting = still;
+            if waiting.is_empty() {
+                Poll::Done(())
+            } else {
+                Poll::Saw(format!("{waiting:?} still present the old certificate"))
+            }
+        },
+    )
+    .await;
+    let (mut old, _) = state.into_inner();
     figure(
         "client TLS Secret replaced -> every broker presents the new certificate",
         replaced.elapsed().as_secs_f64(),
