@@ -33,6 +33,12 @@ struct Run {
 
 type Results = Vec<Option<Result<u64, StorageError>>>;
 
+/// Where a run was written, and how far its segment is zeroed after it.
+struct Written {
+    offset: u64,
+    zeroed: u64,
+}
+
 impl TopicLog {
     /// Appends one batch as one record; returns its first position. Not durable until synced.
     pub fn append<B: AsRef<[u8]>>(
@@ -159,7 +165,7 @@ impl TopicLog {
             return;
         }
         match self.fault.guard(self.write_records(&run, batches)) {
-            Ok(offset) => self.commit(run, batches, offset, results),
+            Ok(written) => self.commit(run, batches, written, results),
             Err(e) => {
                 // The first record gets the error; the write tripped the fault switch, so the
                 // rest are refused as isolated storage, which they now are.
@@ -175,12 +181,12 @@ impl TopicLog {
         }
     }
 
-    /// The write itself; returns the offset the run starts at.
+    /// The write itself; returns where the run starts and how far the segment is now zeroed.
     fn write_records<B: AsRef<[u8]>>(
         &self,
         run: &Run,
         batches: &[AppendBatch<'_, B>],
-    ) -> Result<u64, StorageError> {
+    ) -> Result<Written, StorageError> {
         let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
         let seg = self
             .segments
@@ -210,7 +216,10 @@ impl TopicLog {
         seg.file
             .write_at(&slices, seg.len)
             .map_err(io_err("append", &seg.path))?;
-        Ok(seg.len)
+        Ok(Written {
+            offset: seg.len,
+            zeroed: seg.zeroed.max(end + zeros as u64),
+        })
     }
 
     /// Records the entries of a written run and moves the log's ends past it.
@@ -218,23 +227,16 @@ impl TopicLog {
         &mut self,
         run: Run,
         batches: &[AppendBatch<'_, B>],
-        offset: u64,
+        written: Written,
         results: &mut Results,
     ) {
-        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
-        let max_segment_bytes = self.max_segment_bytes;
         let Some(seg) = self.segments.last_mut() else {
             return;
         };
         let base = seg.base;
-        let end = offset + run.bytes;
-        if zero_ahead && end > seg.zeroed {
-            let zeros = max_segment_bytes
-                .saturating_sub(end)
-                .min(ZERO_AHEAD_BYTES as u64);
-            seg.zeroed = seg.zeroed.max(end + zeros);
-        }
-        seg.len = end;
+        let offset = written.offset;
+        seg.zeroed = written.zeroed;
+        seg.len = offset + run.bytes;
         let mut at = offset;
         for r in &run.records {
             let batch = &batches[r.batch];
