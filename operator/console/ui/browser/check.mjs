@@ -47,9 +47,28 @@ function expectEq(name, got, want) {
   else fail(name, `got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
 }
 
+/** Each watched page's requests in flight, and who waits for there to be none. */
+const inflight = new WeakMap();
+
 /** Errors the page reports: console errors, uncaught exceptions, failed or >= 400 requests. */
 function watch(page) {
   const problems = [];
+  const open = new Set();
+  let waiters = [];
+  const ended = (r) => {
+    open.delete(r);
+    if (open.size === 0) {
+      waiters.forEach((w) => w());
+      waiters = [];
+    }
+  };
+  page.on('request', (r) => open.add(r));
+  page.on('requestfinished', ended);
+  page.on('requestfailed', ended);
+  inflight.set(page, {
+    open,
+    idle: () => (open.size === 0 ? Promise.resolve() : new Promise((w) => waiters.push(w))),
+  });
   page.on('console', (m) => {
     if (m.type() !== 'error') return;
     // Chromium logs every 4xx answer as a console error; a management refusal the test asks
@@ -72,7 +91,23 @@ async function snapshot(page) {
   return page.evaluate(() => fetch('api/v1/snapshot').then((r) => r.json()));
 }
 
+/** Until (at most 30 s) no request of the page is in flight: a navigation would abort a poll
+ * still running, and Chromium reports that as a failed request. */
+async function settle(page) {
+  const { open, idle } = inflight.get(page);
+  let timer;
+  const bound = new Promise((w) => {
+    timer = setTimeout(w, 30_000);
+  });
+  await Promise.race([idle(), bound]);
+  clearTimeout(timer);
+  if (open.size > 0) {
+    fail('requests settle before a navigation', [...open].map((r) => r.url()).join(', '));
+  }
+}
+
 async function open(page, name) {
+  await settle(page);
   await page.goto(`${BASE}#/${name}`);
   await page.waitForSelector(`[data-testid="page-${name}"]`, { timeout: 30_000 });
   // Screenshots and the accessibility scan wait for the charts (drawn without animation once
@@ -152,12 +187,14 @@ async function numbers(page) {
 async function persistence(page) {
   await open(page, 'overview');
   await theme(page, 'g100');
+  await settle(page);
   await page.reload();
   await page.waitForSelector('[data-testid="page-overview"]');
   expectEq('dark theme after reload', await page.$eval('html', () => localStorage.getItem('rustqueue-theme')), 'g100');
   if (!(await page.$('.cds--g100'))) fail('dark theme after reload', 'no .cds--g100 element');
   await page.click('[data-testid="language-toggle"]');
   await page.waitForFunction(() => document.querySelector('h1')?.textContent?.startsWith('集群'));
+  await settle(page);
   await page.reload();
   await page.waitForSelector('[data-testid="page-overview"]');
   const h1 = await page.textContent('h1');
