@@ -88,7 +88,10 @@ async fn the_automatic_checkpoint_truncates_the_wal_and_its_state_survives_a_reo
     let (fs, syncs) = CountingFs::new(Duration::ZERO);
     let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
     e.create_channel("t", "c").unwrap();
-    e.publish("t", bodies(total), None).await.unwrap();
+    // More than one MPUB can carry (65,536 messages).
+    for chunk in bodies(total).chunks(10_000) {
+        e.publish("t", chunk.to_vec(), None).await.unwrap();
+    }
     let created = syncs.checkpoints();
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1_000);

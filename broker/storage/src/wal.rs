@@ -21,8 +21,12 @@ use crate::{Fault, StorageError, io_err};
 const WAL_MAGIC: &[u8; 4] = b"RCW7";
 const CKPT_MAGIC: &[u8; 4] = b"RCC7";
 const FRAME_HEADER: usize = 12;
-/// Commands between checkpoints.
-pub const CHECKPOINT_EVERY: u64 = 8_192;
+/// Commands between checkpoints. A checkpoint costs three fsyncs (the new file, its directory
+/// entry, the truncated WAL) and holds up the channel's next group commit; at 8,192 a consumer
+/// draining a backlog at 300k FIN/s checkpointed after nearly every group. At 65,536 the WAL
+/// stays under 2 MiB (a FIN frame is 29 bytes), which a restart after a crash replays in
+/// milliseconds.
+pub const CHECKPOINT_EVERY: u64 = 65_536;
 
 /// The open WAL of one durable channel.
 pub struct ChannelWal {
