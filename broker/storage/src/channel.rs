@@ -65,6 +65,12 @@ impl ChannelCommand {
     /// Encodes the command body (tag byte + fields, big-endian).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(35);
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// [`ChannelCommand::encode`], appended to `b`.
+    pub fn encode_into(&self, b: &mut Vec<u8>) {
         match *self {
             ChannelCommand::Finish { position, id } => {
                 b.push(TAG_FINISH);
@@ -102,7 +108,6 @@ impl ChannelCommand {
                 b.extend_from_slice(&timeout_count.to_be_bytes());
             }
         }
-        b
     }
 
     /// Decodes a command body; `None` for an unknown tag or wrong length.

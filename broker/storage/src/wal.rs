@@ -331,16 +331,19 @@ impl ChannelWal {
     /// Appends command frames (one write); durable only after [`ChannelWal::sync`].
     pub fn append(&mut self, cmds: &[ChannelCommand]) -> Result<(), StorageError> {
         self.fault.check()?;
-        let bodies: Vec<Vec<u8>> = cmds.iter().map(ChannelCommand::encode).collect();
-        let headers: Vec<[u8; FRAME_HEADER]> = bodies.iter().map(|b| frame_header(b)).collect();
-        let mut slices = Vec::with_capacity(bodies.len() * 2);
-        for (h, b) in headers.iter().zip(&bodies) {
-            slices.push(IoSlice::new(h));
-            slices.push(IoSlice::new(b));
+        // One contiguous buffer, one write: a group under load holds thousands of FINs, which
+        // as a slice per header and body would be a `pwritev` per 512 frames (IOV_MAX).
+        let mut frames = Vec::with_capacity(cmds.len() * (FRAME_HEADER + 35));
+        for cmd in cmds {
+            let at = frames.len();
+            frames.extend_from_slice(&[0; FRAME_HEADER]);
+            cmd.encode_into(&mut frames);
+            let header = frame_header(&frames[at + FRAME_HEADER..]);
+            frames[at..at + FRAME_HEADER].copy_from_slice(&header);
         }
         let r = self
             .file
-            .append(&slices)
+            .append(&[IoSlice::new(&frames)])
             .map_err(io_err("append", &self.wal_path));
         self.fault.guard(r)?;
         self.since_checkpoint += cmds.len() as u64;
