@@ -75,8 +75,9 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     rustqueue_api::telemetry::init_logging(cli.log_format, "info");
-    // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
+    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
+    rustqueue_api::http_client::install_default_provider();
     let mode = Mode::from_settings(
         cli.kodo_compatibility_enabled,
         cli.kodo_gateway_address.as_deref(),

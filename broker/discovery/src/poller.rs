@@ -47,7 +47,7 @@ enum Outcome {
 /// HTTP client with the poller's timeouts (connect 300 ms, total 750 ms, idle pool 10 s, no
 /// redirects).
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    rustqueue_api::http_client::builder()
         .connect_timeout(Duration::from_millis(300))
         .timeout(Duration::from_millis(750))
         .pool_idle_timeout(Duration::from_secs(10))

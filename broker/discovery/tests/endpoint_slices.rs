@@ -237,7 +237,7 @@ async fn scenario() {
 async fn discovery_through_a_freezable_proxy(bed: &Testbed) -> (Discovery, Arc<AtomicBool>) {
     // Discovery's own client goes through the freezable proxy.
     let (proxy, frozen) = freezable_proxy(bed.apiserver_addr()).await;
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    rustqueue_api::http_client::install_default_provider();
     let kc = kube::config::Kubeconfig::read_from(bed.kubeconfig_path()).unwrap();
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await

@@ -67,7 +67,7 @@ impl Broker {
     }
 
     async fn post(&self, path: &str) {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .post(format!("http://{}{path}", self.http))
             .send()
             .await
@@ -92,7 +92,7 @@ async fn wait_for(d: &Discovery, what: &str, limit: Duration, ok: impl Fn(u16, &
 }
 
 async fn lookup_ready_gauge(d: &Discovery) -> String {
-    let text = reqwest::get(format!("http://{}/metrics", d.addr))
+    let text = rustqueue_api::http_client::get(format!("http://{}/metrics", d.addr))
         .await
         .unwrap()
         .text()
@@ -259,7 +259,7 @@ async fn nodes_are_the_gateway_identities(kodo: &Discovery) -> Value {
 /// `POST /channel/delete` is discovery's cleanup 404 (the Kodo gateways answer the same).
 async fn cleanup_is_refused(ds: &[&Discovery]) {
     for d in ds {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .post(format!(
                 "http://{}/channel/delete?topic=orders&channel=billing",
                 d.addr

@@ -143,7 +143,7 @@ pub struct Client {
 impl Client {
     /// A client for `urls` (base URLs without a trailing slash).
     pub fn new(urls: Vec<String>, pools: Arc<Pools>, metrics: Metrics) -> reqwest::Result<Self> {
-        let http = reqwest::Client::builder()
+        let http = rustqueue_api::http_client::builder()
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_millis(1500))
             .redirect(reqwest::redirect::Policy::none())

@@ -13,8 +13,9 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    // reqwest's rustls needs a process-wide crypto provider when more than one is compiled in.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
+    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
+    rustqueue_api::http_client::install_default_provider();
     if let Some(kodo) = kodo {
         let gateway = KodoGateway::start(cfg, kodo).await?;
         shutdown_signal().await;

@@ -23,7 +23,10 @@ async fn http_brokers(n: u32) -> Vec<Listed> {
 }
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    rustqueue_api::http_client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
 }
 
 fn url(gw: &rustqueue_gateway::Gateway, target: &str) -> String {

@@ -242,7 +242,7 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     assert_eq!(b.count("t").await, 0);
     // A /stats call reserves 96 MiB of the same budget: refused while the 100 MiB are held.
     let stats = format!("http://{}/stats", gw.shard_addresses[0]);
-    let r = reqwest::get(&stats).await.unwrap();
+    let r = rustqueue_api::http_client::get(&stats).await.unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(metric(&gw, "rustqueue_gateway_http_throttled_total"), 1.0);
@@ -256,7 +256,13 @@ async fn a_pub_whose_working_set_does_not_fit_the_budget_closes_its_connection()
     next.cmd_body("PUB t", &payload(2, 40 * 1024 * 1024)).await;
     next.expect_ok().await;
     assert_eq!(b.count("t").await, 1);
-    assert_eq!(reqwest::get(&stats).await.unwrap().status(), 200);
+    assert_eq!(
+        rustqueue_api::http_client::get(&stats)
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     gw.shutdown().await;
 }
 

@@ -158,7 +158,7 @@ async fn with_no_publish_ready_broker_a_pub_closes_without_an_answer() {
 #[tokio::test]
 async fn http_publishing_is_refused_and_4160_serves_probes_and_metrics() {
     let (_d, gw) = idle_gateway().await;
-    let http = reqwest::Client::new();
+    let http = rustqueue_api::http_client::client();
     assert_eq!(
         rustqueue_api::gateway::kodo::CLEANUP_DISABLED,
         "E_NOT_FOUND Kodo cleanup compatibility is disabled"

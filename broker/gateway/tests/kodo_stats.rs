@@ -11,7 +11,7 @@ use kodo_support::*;
 use serde_json::Value;
 
 async fn shard(gw: &rustqueue_gateway::KodoGateway, k: usize, query: &str) -> reqwest::Response {
-    reqwest::get(format!("http://{}/stats{query}", gw.shard_addresses[k]))
+    rustqueue_api::http_client::get(format!("http://{}/stats{query}", gw.shard_addresses[k]))
         .await
         .unwrap()
 }

@@ -178,12 +178,12 @@ impl AuthClient {
                 }
             })
             .collect();
-        let http = reqwest::Client::builder()
+        let http = rustqueue_api::http_client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .unwrap_or_default();
+            .expect("static reqwest settings are valid");
         Self {
             servers,
             http,

@@ -59,7 +59,7 @@ fn op() -> String {
 }
 
 async fn post(b: &Broker, path: &str, token: &str, body: String) -> (StatusCode, Value) {
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url(path))
         .bearer_auth(token)
         .body(body)
@@ -75,7 +75,7 @@ async fn post(b: &Broker, path: &str, token: &str, body: String) -> (StatusCode,
 }
 
 async fn head(b: &Broker) -> ObserveHead {
-    reqwest::Client::new()
+    rustqueue_api::http_client::client()
         .get(b.url(paths::OBSERVE_HEAD))
         .bearer_auth(CONSOLE)
         .send()
@@ -120,7 +120,7 @@ async fn sync(b: &Broker, revision: &str, topics: Value, channels: Value) {
 }
 
 async fn http_pub(b: &Broker, topic: &str) -> (StatusCode, String) {
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url(&format!("/pub?topic={topic}")))
         .body("m")
         .send()
@@ -138,11 +138,13 @@ async fn topic(b: &Broker, name: &str) -> Option<StatsTopic> {
 async fn fences_are_stale_until_the_first_sync() {
     let m = managed().await;
     let b = &m.b;
-    let r = reqwest::get(b.url(paths::HEALTH)).await.unwrap();
+    let r = rustqueue_api::http_client::get(b.url(paths::HEALTH))
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["reason"], "management_fences_stale");
-    let reg: Value = reqwest::Client::new()
+    let reg: Value = rustqueue_api::http_client::client()
         .get(b.url(paths::REGISTRY_HEAD))
         .bearer_auth("registry-secret")
         .send()
@@ -165,7 +167,7 @@ async fn fences_are_stale_until_the_first_sync() {
         (s, code(&v)),
         (StatusCode::SERVICE_UNAVAILABLE, "E_MANAGEMENT_UNAVAILABLE")
     );
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/topic/create?topic=t"))
         .send()
         .await
@@ -179,7 +181,10 @@ async fn fences_are_stale_until_the_first_sync() {
 
     sync(b, "r1", json!({}), json!([])).await;
     assert_eq!(
-        reqwest::get(b.url(paths::HEALTH)).await.unwrap().status(),
+        rustqueue_api::http_client::get(b.url(paths::HEALTH))
+            .await
+            .unwrap()
+            .status(),
         200
     );
     let h = head(b).await;
@@ -218,7 +223,7 @@ async fn tombstones_refuse_publish_subscribe_and_create_until_they_expire() {
     let (s, text) = http_pub(b, "t").await;
     assert_eq!(s, StatusCode::CONFLICT);
     assert!(text.contains("E_TOPIC_TOMBSTONED"), "{text}");
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/mpub?topic=t"))
         .body("a\nb")
         .send()
@@ -233,7 +238,7 @@ async fn tombstones_refuse_publish_subscribe_and_create_until_they_expire() {
     c.cmd("SUB t c").await;
     c.expect_error("E_TOPIC_TOMBSTONED").await;
     for path in ["/topic/create?topic=t", "/channel/create?topic=t&channel=x"] {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .post(b.url(path))
             .send()
             .await
@@ -267,7 +272,7 @@ async fn a_channel_tombstone_refuses_subscribe_until_create_clears_it() {
     c.cmd("SUB t gone").await;
     c.expect_error("E_CHANNEL_TOMBSTONED").await;
     c.publish("t", b"publishing to the topic is fine").await;
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/channel/create?topic=t&channel=gone"))
         .send()
         .await
@@ -532,7 +537,9 @@ async fn fences_and_operations_survive_a_restart_but_readiness_waits_for_a_sync(
     let data = m.b.stop_keep_dir().await;
     let m = start_in(data, tokens).await;
     let b = &m.b;
-    let r = reqwest::get(b.url(paths::HEALTH)).await.unwrap();
+    let r = rustqueue_api::http_client::get(b.url(paths::HEALTH))
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     let h = head(b).await;
     assert_eq!(h.management.tombstones, 1, "the fence file was read back");

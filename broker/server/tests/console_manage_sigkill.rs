@@ -50,7 +50,12 @@ async fn spawn(data: &Path, failpoint: Option<&str>) -> Proc {
     let child = common::KillOnDrop(cmd.spawn().unwrap());
     let http = format!("http://127.0.0.1:{http}");
     let ping = format!("{http}/ping");
-    common::eventually(async || reqwest::get(&ping).await.is_ok_and(|r| r.status() == 200)).await;
+    common::eventually(async || {
+        rustqueue_api::http_client::get(&ping)
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
     Proc {
         child,
         http,
@@ -60,7 +65,7 @@ async fn spawn(data: &Path, failpoint: Option<&str>) -> Proc {
 
 impl Proc {
     async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .post(format!("{}{path}", self.http))
             .bearer_auth(CONSOLE)
             .body(body.to_string())
@@ -79,7 +84,7 @@ impl Proc {
     }
 
     async fn revision(&self) -> u64 {
-        let h: ObserveHead = reqwest::Client::new()
+        let h: ObserveHead = rustqueue_api::http_client::client()
             .get(format!("{}{}", self.http, paths::OBSERVE_HEAD))
             .bearer_auth(CONSOLE)
             .send()
@@ -92,7 +97,7 @@ impl Proc {
     }
 
     async fn nsq(&self, path: &str, body: &'static str) -> StatusCode {
-        reqwest::Client::new()
+        rustqueue_api::http_client::client()
             .post(format!("{}{path}", self.http))
             .body(body)
             .send()
@@ -102,7 +107,7 @@ impl Proc {
     }
 
     async fn stats(&self) -> Stats {
-        reqwest::get(format!("{}/v1/stats", self.http))
+        rustqueue_api::http_client::get(format!("{}/v1/stats", self.http))
             .await
             .unwrap()
             .json()
@@ -114,7 +119,7 @@ impl Proc {
     async fn crash_during(mut self, path: &str, body: &Value, data: &Path) {
         let (url, body) = (format!("{}{path}", self.http), body.to_string());
         let request = tokio::spawn(async move {
-            let _ = reqwest::Client::new()
+            let _ = rustqueue_api::http_client::client()
                 .post(url)
                 .bearer_auth(CONSOLE)
                 .body(body)
@@ -286,7 +291,7 @@ async fn a_fence_sync_killed_before_its_rename_keeps_the_old_fences() {
     p.crash_during(paths::FENCES_SYNC, &json!({"revision": "lost"}), dir.path())
         .await;
     let p = spawn(dir.path(), None).await;
-    let r = reqwest::get(format!("{}{}", p.http, paths::HEALTH))
+    let r = rustqueue_api::http_client::get(format!("{}{}", p.http, paths::HEALTH))
         .await
         .unwrap();
     assert_eq!(

@@ -37,7 +37,7 @@ async fn broker(t: &Tokens) -> Broker {
 }
 
 async fn get(b: &Broker, path: &str, token: Option<&str>) -> (StatusCode, String) {
-    let mut req = reqwest::Client::new().get(b.url(path));
+    let mut req = rustqueue_api::http_client::client().get(b.url(path));
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -46,7 +46,7 @@ async fn get(b: &Broker, path: &str, token: Option<&str>) -> (StatusCode, String
 }
 
 async fn post(b: &Broker, path: &str, token: &str, body: &str) -> (StatusCode, String) {
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url(path))
         .bearer_auth(token)
         .body(body.to_owned())
@@ -115,7 +115,7 @@ async fn the_observe_head_is_small_and_carries_no_body() {
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(v.get("queue").is_none() && v.get("storage").is_none());
     // The head is the registry's revision.
-    let reg: serde_json::Value = reqwest::Client::new()
+    let reg: serde_json::Value = rustqueue_api::http_client::client()
         .get(b.url(paths::REGISTRY_HEAD))
         .bearer_auth("registry-secret")
         .send()

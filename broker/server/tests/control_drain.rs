@@ -12,12 +12,14 @@ async fn drain_status(b: &Broker) -> DrainStatus {
 }
 
 async fn health(b: &Broker) -> (StatusCode, Health) {
-    let r = reqwest::get(b.url("/v1/health")).await.unwrap();
+    let r = rustqueue_api::http_client::get(b.url("/v1/health"))
+        .await
+        .unwrap();
     (r.status(), r.json().await.unwrap())
 }
 
 async fn http_pub(b: &Broker, topic: &str, body: &'static str) -> reqwest::Response {
-    reqwest::Client::new()
+    rustqueue_api::http_client::client()
         .post(b.url(&format!("/pub?topic={topic}")))
         .body(body)
         .send()
@@ -38,7 +40,7 @@ async fn a_frozen_drain_reaches_quiesced_while_a_backlog_remains() {
     }
     let (id, _, _) = consumer.expect_message().await;
 
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/v1/drain"))
         .body(r#"{"freeze_deliveries":true}"#)
         .send()
@@ -79,7 +81,7 @@ async fn a_frozen_drain_reaches_quiesced_while_a_backlog_remains() {
     assert!(!head.publish_ready && !head.consume_ready && !head.ready);
 
     // Frozen: the consumer's RDY 1 gets nothing more. Resuming delivers the next message.
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/v1/drain"))
         .body(r#"{"enabled":false}"#)
         .send()

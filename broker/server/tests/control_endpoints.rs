@@ -50,7 +50,7 @@ async fn secured(t: &Tokens) -> Broker {
 }
 
 async fn call(b: &Broker, method: &str, path: &str, token: Option<&str>) -> (StatusCode, String) {
-    let http = reqwest::Client::new();
+    let http = rustqueue_api::http_client::client();
     let url = b.url(path);
     let mut req = match method {
         "GET" => http.get(url),
@@ -127,7 +127,7 @@ async fn every_endpoint_accepts_exactly_its_token_scopes() {
         }
     }
     // The X-RustQueue-Token header works as well as Authorization: Bearer.
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .get(b.url("/v1/registry/head"))
         .header("X-RustQueue-Token", console)
         .send()
@@ -188,7 +188,7 @@ async fn a_rotated_token_works_without_restart_and_an_unreadable_file_fails_clos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_registry_stats_and_metrics_describe_the_broker() {
     let b = Broker::start().await;
-    let http = reqwest::Client::new();
+    let http = rustqueue_api::http_client::client();
     let get = async |path: &str| {
         let r = http.get(b.url(path)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK, "{path}");

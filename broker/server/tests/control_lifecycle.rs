@@ -38,7 +38,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
     let child = cmd.spawn().unwrap();
     let url = format!("http://127.0.0.1:{http}/v1/health");
     common::eventually(async || {
-        reqwest::get(&url)
+        rustqueue_api::http_client::get(&url)
             .await
             .is_ok_and(|r| r.status().is_success())
     })
@@ -130,7 +130,7 @@ async fn pub_and_wait(c: &mut Client<tokio::net::TcpStream>, body: &[u8]) -> boo
 async fn sigterm_under_load_loses_no_acknowledged_message() {
     let dir = tempfile::tempdir().unwrap();
     let broker = spawn(dir.path()).await;
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(format!(
             "http://127.0.0.1:{}/channel/create?topic=ledger&channel=audit",
             broker.http

@@ -7,7 +7,7 @@ use rustqueue_protocol::command::encode_mpub_body;
 use serde_json::Value;
 
 async fn post(url: String, body: impl Into<reqwest::Body>) -> (u16, String, Option<String>) {
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(url)
         .body(body)
         .send()
@@ -23,7 +23,9 @@ async fn post(url: String, body: impl Into<reqwest::Body>) -> (u16, String, Opti
 #[tokio::test]
 async fn ping_info_and_the_nsq_content_type_header() {
     let b = Broker::start().await;
-    let r = reqwest::get(b.url("/ping")).await.unwrap();
+    let r = rustqueue_api::http_client::get(b.url("/ping"))
+        .await
+        .unwrap();
     assert_eq!(r.headers()["x-nsq-content-type"], "nsq; version=1.0");
     assert_eq!(r.text().await.unwrap(), "OK");
     let info: Value = b.get_json("/info").await;
@@ -87,7 +89,7 @@ async fn publish_errors_use_nsqd_status_codes_and_json_bodies() {
         assert_eq!(v["message"], code, "{path}");
         assert_eq!(header.as_deref(), Some("nsq; version=1.0"));
     }
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .get(b.url("/pub?topic=t"))
         .send()
         .await

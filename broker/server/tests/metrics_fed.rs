@@ -98,7 +98,7 @@ fn mpub_body(count: usize, size: usize) -> Vec<u8> {
 }
 
 async fn post(url: String, token: Option<&str>) -> reqwest::StatusCode {
-    let mut r = reqwest::Client::new().post(url).body("x");
+    let mut r = rustqueue_api::http_client::client().post(url).body("x");
     if let Some(t) = token {
         r = r.bearer_auth(t);
     }

@@ -143,7 +143,7 @@ async fn start(data: &Path, mode: &str) -> Broker {
     let ping = format!("http://127.0.0.1:{http}/ping");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if reqwest::get(&ping)
+        if rustqueue_api::http_client::get(&ping)
             .await
             .is_ok_and(|r| r.status().is_success())
         {
@@ -279,7 +279,12 @@ fn same_id_same_body(ids: &Mutex<HashMap<String, String>>, id: &str, body: &str)
 /// Messages the channel still holds (ready, in flight or deferred), from `/stats`.
 async fn held(http: u16, channel: &str) -> u64 {
     let url = format!("http://127.0.0.1:{http}/stats?format=json&topic={TOPIC}&channel={channel}");
-    let doc: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let doc: serde_json::Value = rustqueue_api::http_client::get(&url)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let topics = doc["topics"].as_array().cloned().unwrap_or_default();
     let t = topics
         .iter()

@@ -73,7 +73,10 @@ async fn eviction_deletes_the_oldest_segments_with_audit_and_channels_resume_aft
         cfg.storage.disk_pressure_grace_seconds = 1;
     })
     .await;
-    let status = reqwest::get(b.url("/v1/health")).await.unwrap().status();
+    let status = rustqueue_api::http_client::get(b.url("/v1/health"))
+        .await
+        .unwrap()
+        .status();
     assert_eq!(status, 503);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let text = loop {

@@ -401,6 +401,49 @@ async fn the_https_listener_serves_the_http_api_with_the_broker_certificate() {
     b.stop().await;
 }
 
+/// The HTTPS API through reqwest, as the operator or a user's tool reaches it: a client from
+/// rustqueue_api::http_client (TLS on ring, no process-wide provider needed) that trusts the
+/// broker's CA and presents a client certificate where the broker requires one.
+#[tokio::test]
+async fn a_reqwest_client_on_ring_reaches_the_https_api_with_our_ca_and_a_client_certificate() {
+    use rustqueue_api::http_client;
+    let p = pki();
+    let b = Broker::start_with(|c| {
+        c.security.tls = Some(tls_config(&p, false, true));
+        c.network.https_address = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let addr = b.running.as_ref().unwrap().https_addr().unwrap();
+    let url = format!("https://localhost:{}/ping", addr.port());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(p.ca_der.clone()).unwrap();
+    let client = |roots: rustls::RootCertStore, identity| {
+        http_client::builder_with_tls(http_client::tls_config(roots, identity).unwrap())
+            .resolve("localhost", addr)
+            .no_proxy()
+            .build()
+            .unwrap()
+    };
+    let identity = (p.client_chain.clone(), p.client_key.clone_key());
+    let r = client(roots.clone(), Some(identity))
+        .get(&url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "OK");
+    // the broker requires a client certificate
+    let refused = client(roots, None).get(&url).send().await;
+    assert!(refused.is_err(), "{refused:?}");
+    // the default roots (Mozilla's) do not trust our CA
+    let refused = client(http_client::mozilla_roots(), None)
+        .get(&url)
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    b.stop().await;
+}
+
 #[tokio::test]
 async fn tls_min_version_1_3_refuses_a_tls_1_2_client() {
     let p = pki();

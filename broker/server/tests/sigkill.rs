@@ -31,7 +31,7 @@ async fn spawn(data: &std::path::Path) -> Proc {
         .unwrap();
     let ping = format!("http://127.0.0.1:{http}/ping");
     common::eventually(async || {
-        reqwest::get(&ping)
+        rustqueue_api::http_client::get(&ping)
             .await
             .is_ok_and(|r| r.status().is_success())
     })

@@ -71,7 +71,7 @@ impl Proc {
             if let Some(status) = p.child.try_wait().unwrap() {
                 panic!("rustqueued exited at start ({status}): {}", p.stderr());
             }
-            reqwest::get(&ping)
+            rustqueue_api::http_client::get(&ping)
                 .await
                 .is_ok_and(|r| r.status().is_success())
         })
@@ -182,7 +182,11 @@ async fn publish_large(tcp: SocketAddr, topic: &str, n: usize) {
 
 /// `POST /v1/storage/scrub`; returns status and the JSON body.
 async fn scrub(url: String) -> (u16, serde_json::Value) {
-    let r = reqwest::Client::new().post(url).send().await.unwrap();
+    let r = rustqueue_api::http_client::client()
+        .post(url)
+        .send()
+        .await
+        .unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or_default())
 }
@@ -227,7 +231,7 @@ async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restar
     );
     assert_names_damage(body["detail"].as_str().unwrap(), &segment, 0);
     // Until it exits, the broker must not look ready (it may already be gone).
-    if let Ok(r) = reqwest::get(p.url("/v1/health")).await {
+    if let Ok(r) = rustqueue_api::http_client::get(p.url("/v1/health")).await {
         let status = r.status().as_u16();
         let health: serde_json::Value = r.json().await.unwrap_or_default();
         assert_eq!(status, 503, "{health}");
@@ -244,7 +248,7 @@ async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restar
     // The restart no longer trusts that segment's index: it scans it, quarantines the bytes
     // that are not a record (no message was in them) and serves every message.
     let p = Proc::start(data.path(), work.path(), "second").await;
-    let health: serde_json::Value = reqwest::get(p.url("/v1/health"))
+    let health: serde_json::Value = rustqueue_api::http_client::get(p.url("/v1/health"))
         .await
         .unwrap()
         .json()
@@ -276,7 +280,9 @@ async fn an_isolated_broker_refuses_publishes_and_reports_storage_fault() {
     })
     .await;
     publish_large(b.tcp, "t", 8).await;
-    let health = reqwest::get(b.url("/v1/health")).await.unwrap();
+    let health = rustqueue_api::http_client::get(b.url("/v1/health"))
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     let sealed = sealed_segments(b.dir.path(), "t");
     grow_sealed_segment(&sealed[0]);
@@ -285,7 +291,9 @@ async fn an_isolated_broker_refuses_publishes_and_reports_storage_fault() {
     assert_eq!(status, 503, "{body}");
     assert_names_damage(body["detail"].as_str().unwrap(), &sealed[0], 0);
 
-    let health = reqwest::get(b.url("/v1/health")).await.unwrap();
+    let health = rustqueue_api::http_client::get(b.url("/v1/health"))
+        .await
+        .unwrap();
     assert_eq!(health.status(), 503);
     let health: serde_json::Value = health.json().await.unwrap();
     assert_eq!(health["status"], "not_ready", "{health}");
@@ -294,7 +302,7 @@ async fn an_isolated_broker_refuses_publishes_and_reports_storage_fault() {
     let mut c = b.client().await;
     c.cmd_body("PUB t", b"after the fault").await;
     c.expect_error("E_PUB_RETRY").await;
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(b.url("/pub?topic=t"))
         .body("after the fault")
         .send()
@@ -362,7 +370,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     );
 
     // The loss is reported: health detail, counter, audit record.
-    let health: serde_json::Value = reqwest::get(p.url("/v1/health"))
+    let health: serde_json::Value = rustqueue_api::http_client::get(p.url("/v1/health"))
         .await
         .unwrap()
         .json()
@@ -377,7 +385,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     assert_eq!(rec["topic"], "issue", "{health}");
     assert_eq!(rec["positions"], serde_json::json!([lost]), "{health}");
     assert_eq!(rec["message_ids"].as_array().unwrap().len(), 1, "{health}");
-    let metrics = reqwest::get(p.url("/metrics"))
+    let metrics = rustqueue_api::http_client::get(p.url("/metrics"))
         .await
         .unwrap()
         .text()
@@ -402,7 +410,9 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     // exit monitor (every 250 ms) stop the process; watch for a while that it stays.
     tokio::time::sleep(STAYS_UP_HOLD).await;
     assert!(p.child.try_wait().unwrap().is_none(), "{}", p.stderr());
-    let health = reqwest::get(p.url("/v1/health")).await.unwrap();
+    let health = rustqueue_api::http_client::get(p.url("/v1/health"))
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     let health: serde_json::Value = health.json().await.unwrap();
     assert_eq!(

@@ -12,6 +12,8 @@
 //!   Kubernetes objects and the broker agree on.
 //! - `telemetry` (feature `telemetry`): the log format switch and the build-info and process
 //!   metrics every binary shares.
+//! - `http_client` (feature `http-client`): the one way every crate builds a reqwest client,
+//!   with its TLS on ring.
 //! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
 //!   broker builds this crate without the feature and so never compiles `kube`.
 
@@ -25,3 +27,6 @@ pub mod crd;
 
 #[cfg(feature = "telemetry")]
 pub mod telemetry;
+
+#[cfg(feature = "http-client")]
+pub mod http_client;

@@ -55,11 +55,11 @@ pub struct BrokerClient {
 impl BrokerClient {
     /// A client: connect 500 ms, total 1.5 s (management posts 15 s).
     pub fn new(token_file: PathBuf, port: u16) -> Self {
-        let http = reqwest::Client::builder()
+        let http = rustqueue_api::http_client::builder()
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_millis(1500))
             .build()
-            .unwrap_or_default();
+            .expect("static reqwest settings are valid");
         Self {
             http,
             token_file,

@@ -96,11 +96,11 @@ impl Collector {
         shared: Arc<Shared>,
     ) -> Self {
         let client = BrokerClient::new(config.token_file.clone(), config.broker_http_port);
-        let discovery = reqwest::Client::builder()
+        let discovery = rustqueue_api::http_client::builder()
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_millis(1500))
             .build()
-            .unwrap_or_default();
+            .expect("static reqwest settings are valid");
         Self {
             trend: Trend::new(config.history_samples()),
             config,

@@ -67,6 +67,9 @@ async fn main() -> anyhow::Result<()> {
         Args::Run(f) => f,
     };
     rustqueue_api::telemetry::init_logging(log_format, "rustqueue_console=info");
+    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
+    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
+    rustqueue_api::http_client::install_default_provider();
     let config = Config::from_env().context("invalid configuration")?;
     let client = kube::Client::try_default()
         .await

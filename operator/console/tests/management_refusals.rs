@@ -51,7 +51,7 @@ async fn writes_must_be_same_origin_json_from_an_unlocked_session() {
         "cookie without CSRF"
     );
 
-    let status: Value = reqwest::Client::new()
+    let status: Value = rustqueue_api::http_client::client()
         .get(format!("{}/api/v1/management", served.url))
         .header("Cookie", b.cookie.clone().unwrap())
         .send()

@@ -64,7 +64,7 @@ async fn load(cluster: &Cluster, served: &Served) -> u64 {
 }
 
 async fn status_of(url: String) -> StatusCode {
-    reqwest::get(url).await.unwrap().status()
+    rustqueue_api::http_client::get(url).await.unwrap().status()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +184,7 @@ async fn an_unreachable_broker_makes_the_snapshot_partial_with_a_critical_anomal
 async fn management_routes_are_absent_when_management_is_off() {
     let cluster = Cluster::start(1, false).await;
     let served = Served::start(&cluster, false).await;
-    let m: Value = reqwest::get(format!("{}/api/v1/management", served.url))
+    let m: Value = rustqueue_api::http_client::get(format!("{}/api/v1/management", served.url))
         .await
         .unwrap()
         .json()
@@ -200,7 +200,7 @@ async fn management_routes_are_absent_when_management_is_off() {
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let page = reqwest::get(format!("{}/topics/orders", served.url))
+    let page = rustqueue_api::http_client::get(format!("{}/topics/orders", served.url))
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
@@ -216,7 +216,7 @@ async fn built_pages_are_served_with_a_fallback_to_index_html() {
     let mut config = cluster.config(false);
     config.static_dir = pages.path().to_path_buf();
     let served = Served::start_with(&cluster, config).await;
-    let get = |path: &str| reqwest::get(format!("{}{path}", served.url));
+    let get = |path: &str| rustqueue_api::http_client::get(format!("{}{path}", served.url));
     let js = get("/app.js").await.unwrap();
     assert_eq!(
         js.headers()["content-type"],

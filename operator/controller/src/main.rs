@@ -116,6 +116,9 @@ async fn main() -> anyhow::Result<()> {
         return write_crds(dir.as_deref());
     }
     rustqueue_api::telemetry::init_logging(cli.log_format, "rustqueue_operator=info");
+    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
+    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
+    rustqueue_api::http_client::install_default_provider();
     run(cli.http_address, cli.kodo_max_grace_seconds).await
 }
 

@@ -271,7 +271,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move { axum::serve(listener, router(m)).await });
         let base = format!("http://{addr}");
-        let get = |p: &str| reqwest::get(format!("{base}{p}"));
+        let get = |p: &str| rustqueue_api::http_client::get(format!("{base}{p}"));
         assert_eq!(get("/healthz").await.unwrap().text().await.unwrap(), "ok");
         assert_eq!(get("/readyz").await.unwrap().text().await.unwrap(), "ok");
         let text = get("/metrics").await.unwrap().text().await.unwrap();

@@ -26,7 +26,7 @@ use crate::render::{
 /// The broker HTTP client: connect within 1 s, answer within 3 s, no redirects, so one stuck
 /// broker cannot stall a reconcile.
 pub fn broker_http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    rustqueue_api::http_client::builder()
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(3))
         .redirect(reqwest::redirect::Policy::none())

@@ -211,7 +211,7 @@ pub async fn start_discovery_with(
 impl Discovery {
     /// `GET path`: (status, JSON body or Null).
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = reqwest::get(format!("http://{}{path}", self.addr))
+        let r = rustqueue_api::http_client::get(format!("http://{}{path}", self.addr))
             .await
             .unwrap();
         let code = r.status().as_u16();

@@ -33,7 +33,7 @@ pub struct KodoHttp {
 impl KodoHttp {
     /// Handlers' state with its own broker client.
     pub fn new(shared: Shared) -> reqwest::Result<Self> {
-        let client = reqwest::Client::builder()
+        let client = rustqueue_api::http_client::builder()
             .connect_timeout(Duration::from_millis(500))
             // The whole call's 10 s (504) must fire before a single request's limit (503).
             .timeout(STATS_TIMEOUT + Duration::from_secs(5))

@@ -54,7 +54,7 @@ pub struct Forwarder {
 impl Forwarder {
     /// A forwarder with its own broker client.
     pub fn new(shared: Shared, cfg: &crate::config::Config) -> reqwest::Result<Self> {
-        let client = reqwest::Client::builder()
+        let client = rustqueue_api::http_client::builder()
             .connect_timeout(Duration::from_millis(500))
             .timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::none())

@@ -94,7 +94,7 @@ impl Broker {
         self.child = Some(child);
         let ping = self.url("/ping");
         let start = Instant::now();
-        while !reqwest::get(&ping)
+        while !rustqueue_api::http_client::get(&ping)
             .await
             .is_ok_and(|r| r.status().is_success())
         {
@@ -135,7 +135,7 @@ impl Broker {
             .status()
             .unwrap();
         assert!(ok.success());
-        let client = reqwest::Client::builder()
+        let client = rustqueue_api::http_client::builder()
             .timeout(Duration::from_millis(300))
             .build()
             .unwrap();
@@ -200,7 +200,7 @@ impl Broker {
     }
 
     pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
-        reqwest::Client::new()
+        rustqueue_api::http_client::client()
             .post(self.url(path))
             .body(body)
             .send()
@@ -209,7 +209,7 @@ impl Broker {
     }
 
     pub async fn stats(&self) -> Value {
-        reqwest::get(self.url("/stats?format=json"))
+        rustqueue_api::http_client::get(self.url("/stats?format=json"))
             .await
             .unwrap()
             .json()

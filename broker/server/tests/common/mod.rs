@@ -88,7 +88,7 @@ impl Broker {
 
     /// The body of `GET path` as text.
     pub async fn get_text(&self, path: &str) -> String {
-        reqwest::get(self.url(path))
+        rustqueue_api::http_client::get(self.url(path))
             .await
             .unwrap()
             .text()
@@ -98,7 +98,7 @@ impl Broker {
 
     /// The body of `GET path` as JSON.
     pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
-        reqwest::get(self.url(path))
+        rustqueue_api::http_client::get(self.url(path))
             .await
             .unwrap()
             .json()

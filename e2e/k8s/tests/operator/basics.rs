@@ -327,7 +327,7 @@ pub async fn the_new_leader_reconciles_and_reports_leadership(c: &Cluster, leade
     let (health, message) = argocd_health(&rq.0);
     assert_eq!(health, "Healthy", "{message}");
     let leader_ip = c.pod_ip(leader).await;
-    let metrics = reqwest::get(format!("http://{leader_ip}:8080/metrics"))
+    let metrics = rustqueue_api::http_client::get(format!("http://{leader_ip}:8080/metrics"))
         .await
         .unwrap()
         .text()

@@ -423,7 +423,7 @@ impl Cluster {
     pub async fn broker_get(&self, pod: &str, path: &str) -> Value {
         let ip = self.pod_ip(pod).await;
         let token = self.token("registry-token").await;
-        let resp = reqwest::Client::new()
+        let resp = rustqueue_api::http_client::client()
             .get(format!("http://{ip}:4151{path}"))
             .bearer_auth(token)
             .send()
@@ -441,7 +441,9 @@ impl Cluster {
 
 /// `POST url` with an optional bearer token; the HTTP status (0 when it did not connect).
 pub async fn http_post(url: &str, token: Option<&str>, body: &str) -> u16 {
-    let mut req = reqwest::Client::new().post(url).body(body.to_string());
+    let mut req = rustqueue_api::http_client::client()
+        .post(url)
+        .body(body.to_string());
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }

@@ -32,7 +32,7 @@ pub async fn console_url(c: &Cluster) -> String {
 /// `GET url` (with a token when given): the status and the body as JSON (`Null` when it is
 /// not JSON or did not answer).
 pub async fn get_json(url: &str, token: Option<&str>) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
+    let mut req = rustqueue_api::http_client::client()
         .get(url)
         .timeout(Duration::from_secs(5));
     if let Some(t) = token {
@@ -314,7 +314,7 @@ pub struct Session {
 impl Session {
     /// `POST <console><path>` as the console's own pages do: JSON, `Origin` = the console.
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .post(format!("{}{path}", self.base))
             .header("Origin", &self.base)
             .header("Cookie", &self.cookie)
@@ -369,7 +369,7 @@ impl Session {
 
 /// `POST /api/v1/management/unlock` with the typed `<namespace>/<queue>`.
 async fn unlock(console: &str) -> Session {
-    let r = reqwest::Client::new()
+    let r = rustqueue_api::http_client::client()
         .post(format!("{console}/api/v1/management/unlock"))
         .header("Origin", console)
         .json(&serde_json::json!({"confirmation": format!("{NS}/{RQ}")}))
@@ -826,7 +826,7 @@ pub async fn turning_the_console_off_removes_it_and_on_brings_it_back(c: &Cluste
 pub async fn the_console_serves_its_web_pages_from_the_image(c: &Cluster) {
     let console = console_url(c).await;
     let get = |path: String| async move {
-        let r = reqwest::Client::new()
+        let r = rustqueue_api::http_client::client()
             .get(&path)
             .timeout(Duration::from_secs(10))
             .send()

@@ -23,7 +23,9 @@ use crate::rollout::brokers;
 /// names).
 pub async fn producers(lookupd: &str, topic: &str) -> Result<BTreeSet<String>, String> {
     let url = format!("{lookupd}/lookup?topic={topic}");
-    let resp = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+    let resp = rustqueue_api::http_client::get(&url)
+        .await
+        .map_err(|e| e.to_string())?;
     let status = resp.status();
     let body: Value = resp.json().await.map_err(|e| e.to_string())?;
     if !status.is_success() {

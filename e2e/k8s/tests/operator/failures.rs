@@ -62,7 +62,7 @@ async fn leader_exports_phase(c: &Cluster, phase: &str) {
                 return Poll::Saw("no leader".to_string());
             };
             let ip = c.pod_ip(&leader).await;
-            match reqwest::get(format!("http://{ip}:8080/metrics")).await {
+            match rustqueue_api::http_client::get(format!("http://{ip}:8080/metrics")).await {
                 Ok(r) => {
                     let text = r.text().await.unwrap_or_default();
                     let ours: Vec<&str> = text

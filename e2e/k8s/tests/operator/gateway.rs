@@ -43,7 +43,7 @@ pub async fn published_per_broker(c: &Cluster, topic: &str) -> BTreeMap<String, 
     for b in brokers() {
         let ip = c.pod_ip(&b).await;
         let url = format!("http://{ip}:4151/v1/stats?topic={topic}");
-        let stats: Value = reqwest::get(&url)
+        let stats: Value = rustqueue_api::http_client::get(&url)
             .await
             .and_then(reqwest::Response::error_for_status)
             .unwrap_or_else(|e| panic!("{url}: {e}"))
@@ -105,7 +105,9 @@ async fn service_endpoints(c: &Cluster, name: &str) -> BTreeSet<String> {
 
 /// GETs `url` as JSON, or says why not.
 async fn get_json(url: &str) -> Result<Value, String> {
-    let resp = reqwest::get(url).await.map_err(|e| format!("{url}: {e}"))?;
+    let resp = rustqueue_api::http_client::get(url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
     resp.json().await.map_err(|e| format!("{url}: {e}"))
 }
 
@@ -388,7 +390,10 @@ async fn rotations(c: &Cluster) -> f64 {
     let mut total = 0.0;
     for (_, ip) in gateway_pods(c).await {
         let url = format!("http://{ip}:4151/metrics");
-        let Ok(text) = reqwest::get(&url).await.and_then(|r| r.error_for_status()) else {
+        let Ok(text) = rustqueue_api::http_client::get(&url)
+            .await
+            .and_then(|r| r.error_for_status())
+        else {
             continue;
         };
         let text = text.text().await.unwrap_or_default();

@@ -122,7 +122,7 @@ async fn lookupd(c: &Cluster) -> String {
 /// `GET /nodes` from discovery: (broadcast address, tcp port, node id) of each entry.
 async fn nodes(c: &Cluster) -> Vec<(String, u64, u64)> {
     let url = format!("http://{}/nodes", lookupd(c).await);
-    let Ok(doc) = reqwest::get(&url).await else {
+    let Ok(doc) = rustqueue_api::http_client::get(&url).await else {
         return Vec::new();
     };
     let doc: Value = doc.json().await.unwrap_or_default();

@@ -18,7 +18,7 @@ impl Browser {
     pub fn new(url: &str) -> Self {
         Browser {
             url: url.to_string(),
-            http: reqwest::Client::new(),
+            http: rustqueue_api::http_client::client(),
             cookie: None,
             csrf: None,
         }

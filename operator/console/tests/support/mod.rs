@@ -134,7 +134,7 @@ impl Broker {
         };
         let ping = b.url("/ping");
         let start = Instant::now();
-        while !reqwest::get(&ping)
+        while !rustqueue_api::http_client::get(&ping)
             .await
             .is_ok_and(|r| r.status().is_success())
         {
@@ -172,7 +172,7 @@ impl Broker {
 
     /// `POST /pub?topic=` with `body`; the status.
     pub async fn publish(&self, topic: &str, body: &str) -> StatusCode {
-        reqwest::Client::new()
+        rustqueue_api::http_client::client()
             .post(self.url(&format!("/pub?topic={topic}")))
             .body(body.to_string())
             .send()
@@ -183,7 +183,7 @@ impl Broker {
 
     /// A POST to an NSQ admin route (`/topic/create?topic=...`).
     pub async fn admin(&self, path_and_query: &str) -> StatusCode {
-        reqwest::Client::new()
+        rustqueue_api::http_client::client()
             .post(self.url(path_and_query))
             .send()
             .await
@@ -193,7 +193,7 @@ impl Broker {
 
     /// `GET /v1/stats` as JSON.
     pub async fn stats(&self) -> Value {
-        reqwest::get(self.url("/v1/stats"))
+        rustqueue_api::http_client::get(self.url("/v1/stats"))
             .await
             .unwrap()
             .json()
@@ -223,7 +223,7 @@ impl Broker {
 
     /// `GET /v1/observe/head` with the console token.
     pub async fn head(&self) -> Value {
-        reqwest::Client::new()
+        rustqueue_api::http_client::client()
             .get(self.url("/v1/observe/head"))
             .bearer_auth(TOKEN)
             .send()
@@ -407,7 +407,7 @@ impl Served {
 
     /// `GET /api/v1/snapshot` (status, JSON).
     pub async fn snapshot(&self) -> (StatusCode, Value) {
-        let r = reqwest::get(format!("{}/api/v1/snapshot", self.url))
+        let r = rustqueue_api::http_client::get(format!("{}/api/v1/snapshot", self.url))
             .await
             .unwrap();
         (r.status(), r.json().await.unwrap())
