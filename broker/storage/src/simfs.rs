@@ -148,14 +148,33 @@ impl State {
     }
 }
 
+/// An open file. A handle opened before a [`SimFs::crash`] belongs to the process that
+/// crashed: every later operation on it fails and changes nothing, as a dead process's file
+/// descriptors do. (Without that, a handle the crashed engine still held, dropped later on
+/// another thread, could write into the files the next engine is recovering.)
 struct SimFile {
     fs: SimFs,
     inode: u64,
+    generation: u64,
+}
+
+fn crashed_handle() -> io::Error {
+    io::Error::other("simulated crash: this file handle belonged to the crashed process")
 }
 
 impl SimFile {
+    /// The file system's state, if this handle outlived no crash.
+    fn st(&self) -> io::Result<MutexGuard<'_, State>> {
+        let s = self.fs.st();
+        if s.generation == self.generation {
+            Ok(s)
+        } else {
+            Err(crashed_handle())
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Inode) -> R) -> io::Result<R> {
-        let mut s = self.fs.st();
+        let mut s = self.st()?;
         let inode = s
             .inodes
             .get_mut(&self.inode)
@@ -185,7 +204,7 @@ impl FsFile for SimFile {
         })?
     }
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
-        let mut s = self.fs.st();
+        let mut s = self.st()?;
         if let Err(e) = s.mutate() {
             // A dying write may leave part of its first buffer behind (a torn write).
             if let (Some(first), Some(inode)) = (bufs.first(), s.inodes.get_mut(&self.inode)) {
@@ -201,7 +220,7 @@ impl FsFile for SimFile {
         crate::fs::write_into(&mut inode.current, bufs, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
-        let mut s = self.fs.st();
+        let mut s = self.st()?;
         s.mutate()?;
         if let Some(inode) = s.inodes.get_mut(&self.inode) {
             inode.durable = inode.current.clone();
@@ -212,7 +231,7 @@ impl FsFile for SimFile {
         self.sync_data()
     }
     fn truncate(&self, len: u64) -> io::Result<()> {
-        let mut s = self.fs.st();
+        let mut s = self.st()?;
         s.mutate()?;
         if let Some(inode) = s.inodes.get_mut(&self.inode) {
             inode
@@ -250,6 +269,7 @@ impl Fs for SimFs {
         Ok(Arc::new(SimFile {
             fs: self.clone(),
             inode,
+            generation: s.generation,
         }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -364,5 +384,47 @@ impl Drop for SimLock {
         if s.generation == self.generation {
             s.locked.remove(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(f: &dyn FsFile, bytes: &[u8], at: u64) -> io::Result<()> {
+        f.write_at(&[IoSlice::new(bytes)], at)
+    }
+
+    #[test]
+    fn a_handle_from_before_a_crash_can_no_longer_read_or_change_the_file() {
+        let fs = SimFs::new();
+        let path = Path::new("/d/f");
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let old = fs.open(path, true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        write(old.as_ref(), b"synced", 0).unwrap();
+        old.sync_data().unwrap();
+        write(old.as_ref(), b" and not", 6).unwrap();
+        fs.crash(&mut |_| 0);
+        for refused in [
+            write(old.as_ref(), b"late", 6),
+            old.truncate(2),
+            old.sync_data(),
+            old.read_exact_at(&mut [0; 2], 0),
+            old.len().map(|_| ()),
+        ] {
+            let e = refused.unwrap_err();
+            assert!(e.to_string().contains("crashed process"), "{e}");
+        }
+        let new = fs.open(path, false).unwrap();
+        let mut got = vec![0; 6];
+        new.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!((new.len().unwrap(), &got[..]), (6, &b"synced"[..]));
+        write(new.as_ref(), b"!", 6).unwrap();
+        assert_eq!(
+            new.len().unwrap(),
+            7,
+            "a handle opened after the crash works"
+        );
     }
 }
