@@ -13,9 +13,6 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
-    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
-    rustqueue_api::http_client::install_default_provider();
     if let Some(kodo) = kodo {
         let gateway = KodoGateway::start(cfg, kodo).await?;
         shutdown_signal().await;

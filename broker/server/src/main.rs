@@ -225,9 +225,6 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     init_logging(cfg.log_format);
-    // Ring as the process-wide rustls provider, for what builds TLS without one of its own
-    // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
-    rustqueue_api::http_client::install_default_provider();
     let running = rustqueue_server::start(cfg)
         .await
         .context("rustqueued failed to start")?;
