@@ -62,14 +62,7 @@ const TAG_EVICT: u8 = 5;
 const TAG_TIMEOUT: u8 = 6;
 
 impl ChannelCommand {
-    /// Encodes the command body (tag byte + fields, big-endian).
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(35);
-        self.encode_into(&mut b);
-        b
-    }
-
-    /// [`ChannelCommand::encode`], appended to `b`.
+    /// Appends the command body (tag byte + fields, big-endian) to `b`.
     pub fn encode_into(&self, b: &mut Vec<u8>) {
         match *self {
             ChannelCommand::Finish { position, id } => {
@@ -255,6 +248,12 @@ impl ChannelState {
 mod tests {
     use super::*;
 
+    fn encoded(c: &ChannelCommand) -> Vec<u8> {
+        let mut b = Vec::new();
+        c.encode_into(&mut b);
+        b
+    }
+
     #[test]
     fn every_command_round_trips_through_its_encoding() {
         let cmds = [
@@ -272,7 +271,7 @@ mod tests {
             ChannelCommand::Timeout { timeout_count: 12 },
         ];
         for c in cmds {
-            assert_eq!(ChannelCommand::decode(&c.encode()), Some(c));
+            assert_eq!(ChannelCommand::decode(&encoded(&c)), Some(c));
         }
         assert_eq!(ChannelCommand::decode(&[42, 0]), None);
         assert_eq!(ChannelCommand::decode(&[TAG_FINISH, 0, 0]), None);
@@ -342,8 +341,8 @@ mod tests {
             requeue_count: 1,
         });
         let evict = ChannelCommand::Evict { through: 6 };
-        assert_eq!(evict.encode().len(), 9);
-        assert_eq!(evict.encode()[0], 5);
+        assert_eq!(encoded(&evict).len(), 9);
+        assert_eq!(encoded(&evict)[0], 5);
         s.apply(&evict);
         assert_eq!(s.ack_floor, 7);
         assert!(s.requeued.is_empty() && s.acked.is_empty());
