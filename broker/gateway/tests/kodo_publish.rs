@@ -18,11 +18,14 @@ async fn ready(gw: &rustqueue_gateway::KodoGateway, n: usize) {
     .await;
 }
 
-/// Every message of `topic` on `broker`, through a channel created before publishing.
-async fn consume(broker: &Broker, topic: &str, quiet: Duration) -> Vec<Vec<u8>> {
+/// The `n` messages of `topic` on `broker`, through a channel created before publishing,
+/// and then nothing more for `quiet`.
+async fn consume(broker: &Broker, topic: &str, n: usize, quiet: Duration) -> Vec<Vec<u8>> {
     let mut c = Client::connect(broker.tcp).await;
     c.subscribe(topic, "audit", 100).await;
-    c.drain_messages(quiet).await
+    let got = c.receive(n).await;
+    c.expect_no_message(quiet).await;
+    got
 }
 
 async fn create_channel(brokers: &[&Broker], topic: &str) {
@@ -51,10 +54,10 @@ async fn pub_mpub_and_dpub_land_exactly_once() {
     c.expect_ok().await;
     c.cmd_body("DPUB orders 200", b"four").await;
     c.expect_ok().await;
-    let total = b1.count("orders").await + b2.count("orders").await;
-    assert_eq!(total, 4);
-    let mut seen = consume(&b1, "orders", Duration::from_millis(800)).await;
-    seen.extend(consume(&b2, "orders", Duration::from_millis(800)).await);
+    let (n1, n2) = (b1.count("orders").await, b2.count("orders").await);
+    assert_eq!(n1 + n2, 4);
+    let mut seen = consume(&b1, "orders", n1 as usize, Duration::from_millis(800)).await;
+    seen.extend(consume(&b2, "orders", n2 as usize, Duration::from_millis(800)).await);
     seen.sort();
     let want: Vec<Vec<u8>> = ["four", "one", "three", "two"]
         .iter()
@@ -76,8 +79,7 @@ async fn a_message_of_100_mib_minus_100_bytes_arrives_byte_for_byte() {
     let mut c = Client::connect(gw.tcp_address).await;
     c.cmd_body("PUB big", &body).await;
     c.expect_ok().await;
-    let got = consume(&b, "big", Duration::from_secs(3)).await;
-    assert_eq!(got.len(), 1);
+    let got = consume(&b, "big", 1, Duration::from_secs(3)).await;
     assert!(
         got[0] == body,
         "the consumed body differs from the published one"

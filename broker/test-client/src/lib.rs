@@ -191,6 +191,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         self.send(&line).await;
     }
 
+    /// The next `n` message bodies, FINed, each awaited with the client's patience: a slow
+    /// machine delays them, only a missing one fails. Pair it with
+    /// [`Client::expect_no_message`] to check nothing more follows.
+    pub async fn receive(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            match self.answer().await {
+                Some(Frame::Message { id, body, .. }) => {
+                    out.push(body.to_vec());
+                    self.fin(&id).await;
+                }
+                other => panic!("expected message {} of {n}, got {other:?}", out.len() + 1),
+            }
+        }
+        out
+    }
+
+    /// Expect no message within `quiet` (heartbeats answered on the way).
+    pub async fn expect_no_message(&mut self, quiet: Duration) {
+        match tokio::time::timeout(quiet, self.answer()).await {
+            Err(_) | Ok(None) => {}
+            Ok(Some(f)) => panic!("expected nothing more, got {f:?}"),
+        }
+    }
+
     /// Every message body arriving within `quiet` of the previous one, FINed.
     pub async fn drain_messages(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
