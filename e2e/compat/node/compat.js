@@ -58,12 +58,16 @@ async function dpub() {
   const start = Date.now()
   // nsqjs 0.13's deferPublish needs the body wrapped in an array (it hands msg straight to
   // produceMessages, which rejects anything else), contrary to its docs.
-  await send(w, 'deferPublish', t, ['later'], 300)
+  await send(w, 'deferPublish', t, ['later'], 1000)
   await send(w, 'publish', t, 'now')
+  const nowAcked = Date.now() - start
   await box.wait(['now', 'later'], 12000) // nsqd: up to its 5 s queue-scan refresh
   const later = box.got.find((g) => g.body === 'later')
-  if (later.at - start < 250) throw new Failure(`deferred message arrived after ${later.at - start}ms`)
-  if (box.got[0].body !== 'now') throw new Failure(`deferred message overtook: ${box.describe()}`)
+  if (later.at - start < 950) throw new Failure(`deferred message arrived after ${later.at - start}ms`)
+  // A PUB whose ack took most of the deferral (a stalled disk) may rightly lose the race.
+  if (nowAcked < 800 && box.got[0].body !== 'now') {
+    throw new Failure(`deferred message overtook (acked after ${nowAcked}ms): ${box.describe()}`)
+  }
 }
 
 async function req() {

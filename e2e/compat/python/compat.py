@@ -62,14 +62,17 @@ async def dpub(e):
     await e.reader(topic, "c", box=box)
     w = await e.writer()
     start = time.monotonic()
-    await w.send("dpub", topic, 300, b"later")
+    await w.send("dpub", topic, 1000, b"later")
     await w.send("pub", topic, b"now")
+    now_acked = time.monotonic() - start
     await box.wait("now", "later", timeout=12)  # nsqd: up to its 5 s queue-scan refresh
     later = [g for g in box.got if g[0] == "later"][0]
-    if later[2] - start < 0.25:
-        raise Failure("deferred message arrived after %.3fs, want >= 0.25s" % (later[2] - start))
-    if box.got[0][0] != "now":
-        raise Failure("deferred message overtook the immediate one: " + box.describe())
+    if later[2] - start < 0.95:
+        raise Failure("deferred message arrived after %.3fs, want >= 0.95s" % (later[2] - start))
+    # A PUB whose ack took most of the deferral (a stalled disk) may rightly lose the race.
+    if now_acked < 0.8 and box.got[0][0] != "now":
+        raise Failure("deferred message overtook the immediate one (acked after %.3fs): %s"
+                      % (now_acked, box.describe()))
 
 
 async def req(e):
