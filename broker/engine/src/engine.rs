@@ -126,11 +126,25 @@ impl Engine {
         bodies: Vec<Bytes>,
         defer: Option<Duration>,
     ) -> Result<(), PublishError> {
+        self.publish_from(topic, bodies, defer, None).await
+    }
+
+    /// [`Engine::publish`] for a publisher that says when its previous publish was
+    /// acknowledged (`previous_ack`): one that sends the next at once shares group commits
+    /// with the others that do (see `docs/architecture.md`, "Sync").
+    pub async fn publish_from(
+        &self,
+        topic: &str,
+        bodies: Vec<Bytes>,
+        defer: Option<Duration>,
+        previous_ack: Option<Instant>,
+    ) -> Result<(), PublishError> {
+        let returning = previous_ack.is_some_and(|at| at.elapsed() < crate::topic::RETURN_WINDOW);
         let started = Instant::now();
         let m = &self.inner.metrics;
         let count = bodies.len() as u64;
         let bytes: u64 = bodies.iter().map(|b| b.len() as u64).sum();
-        let r = self.publish_inner(topic, bodies, defer).await;
+        let r = self.publish_inner(topic, bodies, defer, returning).await;
         match &r {
             Ok(()) => {
                 m.add(Counter::PublishMessages, count);
@@ -151,6 +165,7 @@ impl Engine {
         topic: &str,
         bodies: Vec<Bytes>,
         defer: Option<Duration>,
+        returning: bool,
     ) -> Result<(), PublishError> {
         let inner = &self.inner;
         if inner.shutting_down() {
@@ -190,8 +205,13 @@ impl Engine {
             .try_publish(total, bodies.len())
             .ok_or(PublishError::Throttled)?;
         let t = inner.registry.get_or_create_topic(topic)?;
-        t.publish(bodies, now_ms() + defer.as_millis() as i64, false)
-            .await
+        t.publish(
+            bodies,
+            now_ms() + defer.as_millis() as i64,
+            false,
+            returning,
+        )
+        .await
     }
 
     /// Creates a topic if absent.

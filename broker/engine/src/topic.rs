@@ -30,6 +30,9 @@ pub(crate) struct PubReq {
     pub available_at_ms: i64,
     /// Sync before replying even in relaxed modes (dead letters).
     pub force_sync: bool,
+    /// Its publisher sent it within [`RETURN_WINDOW`] of its previous ack: it publishes in a
+    /// loop, and will be back as soon as this one is answered.
+    pub returning: bool,
     /// When it was queued (group-commit wait).
     pub queued: Instant,
     pub reply: Reply,
@@ -72,6 +75,7 @@ impl Topic {
         bodies: Vec<Bytes>,
         available_at_ms: i64,
         force_sync: bool,
+        returning: bool,
     ) -> Result<(), PublishError> {
         let (tx, rx) = oneshot::channel();
         self.pub_tx
@@ -79,6 +83,7 @@ impl Topic {
                 bodies,
                 available_at_ms,
                 force_sync,
+                returning,
                 queued: Instant::now(),
                 reply: tx,
             })
@@ -135,8 +140,9 @@ type Reply = crate::group::Reply<PublishError>;
 
 /// What the append stage hands the sync stage.
 enum Appended {
-    /// Appended requests answered only once an fsync that started after their append is done.
-    AwaitSync(Vec<Reply>),
+    /// Appended requests answered only once an fsync that started after their append is done,
+    /// and how many of them are from returning publishers.
+    AwaitSync(Vec<Reply>, usize),
     /// A relaxed append already answered: sync when a relaxed threshold is reached.
     Relaxed,
 }
@@ -203,8 +209,11 @@ async fn append_stage(
         let mut reqs = Vec::with_capacity(n);
         // Each reply, and whether it waits for an fsync (durable mode, or forced: dead letters).
         let mut replies = Vec::with_capacity(n);
+        let mut returning = 0;
         for r in group {
-            replies.push((r.reply, !t.ephemeral && (!relaxed || r.force_sync)));
+            let after_sync = !t.ephemeral && (!relaxed || r.force_sync);
+            returning += usize::from(after_sync && r.returning);
+            replies.push((r.reply, after_sync));
             reqs.push((r.bodies, r.available_at_ms));
         }
         // A plain append is a write to the page cache: done here, it saves a thread handoff per
@@ -243,7 +252,7 @@ async fn append_stage(
             }
         }
         if !appended.is_empty() {
-            let _ = sync_tx.send(Appended::AwaitSync(appended));
+            let _ = sync_tx.send(Appended::AwaitSync(appended, returning));
         }
         if relaxed && relaxed_ok {
             let _ = sync_tx.send(Appended::Relaxed);
@@ -251,6 +260,22 @@ async fn append_stage(
     }
 }
 
+/// How long after its previous ack a publisher's next request counts as returning (see
+/// [`PubReq::returning`]), and how long after an fsync answered its group the sync stage holds
+/// the next fsync for the returning publishers it answered: an ack's way to the client, the
+/// next request's way in and its append, on a loaded machine.
+pub(crate) const RETURN_WINDOW: Duration = Duration::from_micros(400);
+
+/// The per-topic sync stage: one fdatasync for every durable request appended before it began,
+/// and the relaxed syncs by their thresholds.
+///
+/// Publishers that each wait for their ack and publish again at once would otherwise fall
+/// into alternation: one request arrives during the other's fsync, waits for it, then gets an
+/// fsync of its own, and every fsync carries one request. So the stage counts the returning
+/// publishers each fsync answered, and holds the next fsync (until [`RETURN_WINDOW`] after
+/// that answer at most) until as many returning requests have come back: the group then shares
+/// one fsync and stays in step. A request from a publisher that is not looping (a lone one at
+/// low load, a PUB now and then) never waits, and neither does anything once the window closed.
 async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
@@ -258,54 +283,61 @@ async fn sync_stage(
 ) {
     let mut unsynced_since: Option<Instant> = None;
     let mut open = true;
-    while open {
-        let first = match unsynced_since {
-            Some(at) => tokio::time::timeout_at((at + set.sync_interval).into(), rx.recv())
-                .await
-                .unwrap_or(Some(Appended::Relaxed)),
-            None => rx.recv().await,
-        };
-        let Some(first) = first else { break };
-        let mut waiting: Vec<Reply> = Vec::new();
-        let mut relaxed = false;
-        let mut absorb = |a: Appended| match a {
-            Appended::AwaitSync(r) => waiting.extend(r),
-            Appended::Relaxed => relaxed = true,
-        };
-        absorb(first);
-        loop {
-            match rx.try_recv() {
-                Ok(a) => absorb(a),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
+    // What arrived during the last fsync, taken into the next group.
+    let mut carried = Group::default();
+    // When the last fsync that answered returning publishers finished, and how many it answered.
+    let mut expected: Option<(Instant, usize)> = None;
+    // Requests appended before the append stage ended are still synced and answered.
+    while open || !carried.is_empty() {
+        let mut group = std::mem::take(&mut carried);
+        // Returning requests counted from here on came back after the last answer.
+        group.returned = 0;
+        if group.is_empty() {
+            let first = match unsynced_since {
+                Some(at) => tokio::time::timeout_at((at + set.sync_interval).into(), rx.recv())
+                    .await
+                    .unwrap_or(Some(Appended::Relaxed)),
+                None => rx.recv().await,
+            };
+            let Some(first) = first else { break };
+            group.absorb(first);
+        }
+        open = group.absorb_queued(&mut rx);
+        if let Some((answered_at, returning)) = expected
+            && !group.waiting.is_empty()
+        {
+            let until = answered_at + RETURN_WINDOW;
+            // Tokio's timers have millisecond grain, far coarser than the window: the stage
+            // yields to the publishers' tasks and looks again until the window closes.
+            while open && group.returned < returning && Instant::now() < until {
+                tokio::task::yield_now().await;
+                open = group.absorb_queued(&mut rx);
             }
         }
         let Some(t) = topic.upgrade() else {
-            for r in waiting {
+            for r in group.waiting {
                 let _ = r.send(Err(PublishError::ShuttingDown));
             }
             break;
         };
-        let relaxed_due = relaxed && {
+        let relaxed_due = group.relaxed && {
             let (msgs, bytes) = lock(&t.log).unsynced();
             msgs >= set.sync_messages
                 || bytes >= set.sync_bytes
                 || unsynced_since.is_some_and(|at| at.elapsed() >= set.sync_interval)
         };
-        if waiting.is_empty() && !relaxed_due {
-            if relaxed && unsynced_since.is_none() {
+        if group.waiting.is_empty() && !relaxed_due {
+            if group.relaxed && unsynced_since.is_none() {
                 unsynced_since = Some(Instant::now());
             }
             continue;
         }
         let m = &t.metrics;
-        if !waiting.is_empty() {
+        let answered = group.waiting.len();
+        if answered > 0 {
             m.add(Counter::GroupCommits, 1);
-            m.add(Counter::GroupRequests, waiting.len() as u64);
-            m.raise(Counter::GroupMaxRequests, waiting.len() as u64);
+            m.add(Counter::GroupRequests, answered as u64);
+            m.raise(Counter::GroupMaxRequests, answered as u64);
         }
         let t2 = t.clone();
         let sync_began = Instant::now();
@@ -313,14 +345,59 @@ async fn sync_stage(
             .await
             .unwrap_or_else(|e| Err(StorageFault::task("sync", &e).into()));
         t.publish_visibility();
-        answer(waiting, &result);
+        answer(group.waiting, &result);
         // What is still unsynced was appended after the fsync began.
         unsynced_since = (lock(&t.log).unsynced().0 > 0).then_some(sync_began);
+        if answered > 0 {
+            expected = (group.returning > 0).then(|| (Instant::now(), group.returning));
+            open &= carried.absorb_queued(&mut rx);
+        }
     }
     if unsynced_since.is_some()
         && let Some(t) = topic.upgrade()
     {
         background_sync(&t).await;
+    }
+}
+
+/// The sync stage's next group, as the append stage hands it over.
+#[derive(Default)]
+struct Group {
+    /// Durable requests to answer after the fsync.
+    waiting: Vec<Reply>,
+    /// How many of them are from returning publishers.
+    returning: usize,
+    /// Of those, how many came back since the last answer.
+    returned: usize,
+    /// A relaxed append awaits its sync.
+    relaxed: bool,
+}
+
+impl Group {
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && !self.relaxed
+    }
+
+    fn absorb(&mut self, a: Appended) {
+        match a {
+            Appended::AwaitSync(r, returning) => {
+                self.waiting.extend(r);
+                self.returning += returning;
+                self.returned += returning;
+            }
+            Appended::Relaxed => self.relaxed = true,
+        }
+    }
+
+    /// Takes everything already queued; `false` once the append stage is gone.
+    fn absorb_queued(&mut self, rx: &mut mpsc::UnboundedReceiver<Appended>) -> bool {
+        loop {
+            match rx.try_recv() {
+                Ok(a) => self.absorb(a),
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
     }
 }
 

@@ -80,6 +80,10 @@ pub struct Session {
     pending_acks: acks::PendingAcks,
     /// A fatal error was sent: linger before closing so the client can read it.
     closed_on_error: bool,
+    /// When this client's last publish was answered, and its topic: one that publishes to it
+    /// again at once shares group commits with the others that do (`Engine::publish_from`).
+    last_publish_ack: Option<std::time::Instant>,
+    last_publish_topic: String,
 }
 
 impl Session {
@@ -104,6 +108,8 @@ impl Session {
             command_started: None,
             pending_acks: acks::PendingAcks::default(),
             closed_on_error: false,
+            last_publish_ack: None,
+            last_publish_topic: String::new(),
         }
     }
 
@@ -608,11 +614,23 @@ impl Session {
             return self.fail(errors::fenced(r, cmd, &topic)).await;
         }
         let count = bodies.len() as u64;
-        match self.shared.engine.publish(&topic, bodies, defer).await {
+        let previous_ack = self
+            .last_publish_ack
+            .filter(|_| self.last_publish_topic == topic);
+        match self
+            .shared
+            .engine
+            .publish_from(&topic, bodies, defer, previous_ack)
+            .await
+        {
             Ok(()) => {
+                self.last_publish_topic.clear();
+                self.last_publish_topic.push_str(&topic);
                 self.stats
                     .update(|f| *f.pub_counts.entry(topic).or_default() += count);
-                self.ok().await
+                let next = self.ok().await;
+                self.last_publish_ack = Some(std::time::Instant::now());
+                next
             }
             Err(e) => self.fail(errors::publish(&e, cmd)).await,
         }
