@@ -120,7 +120,15 @@ async fn send_parts(
     while sent.size < checksum.size {
         let want = (checksum.size - sent.size).min(bucket.part_size as u64) as usize;
         let mut buffer = vec![0; want];
-        reader.read_exact(&mut buffer).await.map_err(local)?;
+        match reader.read_exact(&mut buffer).await {
+            Ok(_) => {}
+            // Shorter than at the checksum pass: it changed (the bytes read so far stand for
+            // what was found).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(changed(key, file, checksum, sent));
+            }
+            Err(e) => return Err(local(e)),
+        }
         sent = sent.append(&buffer);
         let part = Bytes::from(buffer);
         let index = part_ids.len();
@@ -172,6 +180,16 @@ async fn stored_checksum(bucket: &Bucket, key: &crate::ObjectKey) -> Option<Chec
     Checksum::from_attributes(&result.attributes)
 }
 
+fn changed(key: &crate::ObjectKey, file: &Path, before: Checksum, after: Checksum) -> Error {
+    Error::FileChanged {
+        op: Op::Put,
+        key: key.to_string(),
+        path: file.to_owned(),
+        before,
+        after,
+    }
+}
+
 fn ensure_unchanged(
     key: &crate::ObjectKey,
     file: &Path,
@@ -181,13 +199,7 @@ fn ensure_unchanged(
     if before == after {
         return Ok(());
     }
-    Err(Error::FileChanged {
-        op: Op::Put,
-        key: key.to_string(),
-        path: file.to_owned(),
-        before,
-        after,
-    })
+    Err(changed(key, file, before, after))
 }
 
 /// The CRC-32C and length of the file at `path`, read on a blocking thread.
