@@ -72,9 +72,19 @@ e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-bu
 	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
 
 .PHONY: unit
-unit: deps-argocd-health ## unit and integration tests that need only a compiler: no nsqd, no Kubernetes, no root, no /dev/fuse
+unit: deps-argocd-health deps-versitygw ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the tier tests start versitygw from the cache)
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
+
+# broker/tier against a real S3-compatible server: versitygw (scripts/versions.env), built into
+# the cache once (about 2 min of CPU cold, like crane) and started by each test on loopback.
+# `unit` runs these too; this target runs them alone (about 20 s).
+TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults
+.PHONY: deps-versitygw tier-test
+deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache
+	scripts/deps.sh versitygw
+tier-test: deps-versitygw ## the object-store client layer (broker/tier) against a real versitygw: round trips, damage, kills, pauses, refusals
+	$(CARGO_TEST) $(TIER_TESTS)
 
 .PHONY: crash
 crash: ## crash tests alone: 1,200 simulated storage crash points + real SIGKILL failpoints in storage and console management (unit runs them too)

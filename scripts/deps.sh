@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned external tools (scripts/versions.env) into ~/.cache/rustqueue.
 # Idempotent: a finished install is marked with a .done stamp and skipped next time.
-# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|chromium|helm|olm-validate|promtool|argocd-health|cargo-deny|all]...   (default: all)
+# Usage: scripts/deps.sh [nsqd|nsqlookupd|nsqadmin|python|node|k8s|kubectl|crane|coredns|nftables|openssl|pyyaml|chromium|helm|olm-validate|promtool|versitygw|argocd-health|cargo-deny|all]...   (default: all)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -204,6 +204,25 @@ deps_promtool() {
   log "promtool $PROMTOOL_VERSION built in $((SECONDS - start))s"
 }
 
+# versitygw, the S3-compatible server broker/tier's tests start (posix backend over a temporary
+# directory). Built inside the downloaded module, as crane is; its version is stamped the way
+# its own Makefile does, so `versitygw --version` names the pin.
+deps_versitygw() {
+  local name="versitygw-$VERSITYGW_VERSION"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/versitygw" ] && return 0
+  log "building versitygw $VERSITYGW_VERSION (one time)"
+  local src start=$SECONDS
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/versity/versitygw@$VERSITYGW_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X=main.Version=$VERSITYGW_VERSION -X=main.Build=module -X=main.BuildTime=none" \
+    -o "$RUSTQUEUE_CACHE/$name/bin/versitygw" ./cmd/versitygw)
+  "$RUSTQUEUE_CACHE/$name/bin/versitygw" --version >&2
+  finish "$name"
+  log "versitygw $VERSITYGW_VERSION built in $((SECONDS - start))s"
+}
+
 # The Argo CD health evaluator (config/argocd/health): docs/argocd.md's Lua run by gopher-lua,
 # the engine Argo CD embeds. Built from the repo's source into a cache entry keyed by the
 # gopher-lua version and a hash of the source, so an edit to main.go rebuilds it.
@@ -317,12 +336,12 @@ main() {
   for t in "${targets[@]}"; do
     case "$t" in
       # what the images and the Kubernetes scenarios need first, promtool (minutes) last
-      all) main crane k8s kubectl coredns nftables python pyyaml helm argocd-health nsqd nsqlookupd nsqadmin node openssl chromium olm-validate promtool ;;
-      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | chromium | helm | promtool) locked "$t" "deps_$t" ;;
+      all) main crane k8s kubectl coredns nftables python pyyaml helm argocd-health nsqd nsqlookupd nsqadmin node openssl chromium olm-validate versitygw promtool ;;
+      nsqd | nsqlookupd | nsqadmin | python | node | k8s | kubectl | crane | coredns | nftables | openssl | pyyaml | chromium | helm | promtool | versitygw) locked "$t" "deps_$t" ;;
       olm-validate) locked "$t" deps_olm_validate ;;
       argocd-health) locked "$t" deps_argocd_health ;;
       cargo-deny) locked "$t" deps_cargo_deny ;;
-      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml chromium helm olm-validate promtool argocd-health cargo-deny all)" ;;
+      *) die "unknown tool '$t' (expected: nsqd nsqlookupd nsqadmin python node k8s kubectl crane coredns nftables openssl pyyaml chromium helm olm-validate promtool versitygw argocd-health cargo-deny all)" ;;
     esac
   done
 }
