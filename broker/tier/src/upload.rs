@@ -30,17 +30,25 @@ const MAX_PARTS: u64 = 10_000;
 /// The read size of the checksum pass.
 const CHECKSUM_CHUNK: usize = 1024 * 1024;
 
+/// Maps an error reading the local file of an upload.
+fn local_file<'a>(
+    key: &'a crate::ObjectKey,
+    file: &'a Path,
+) -> impl Fn(std::io::Error) -> Error + Copy + 'a {
+    move |source| Error::LocalFile {
+        op: Op::Put,
+        key: key.to_string(),
+        path: file.to_owned(),
+        source,
+    }
+}
+
 pub(crate) async fn put_file(
     bucket: &Bucket,
     key: &crate::ObjectKey,
     file: &Path,
 ) -> Result<Uploaded, Error> {
-    let local = |source| Error::LocalFile {
-        op: Op::Put,
-        key: key.to_string(),
-        path: file.to_owned(),
-        source,
-    };
+    let local = local_file(key, file);
     let checksum = checksum_file(file).await.map_err(local)?;
     if checksum.size <= bucket.part_size as u64 {
         let bytes = Bytes::from(tokio::fs::read(file).await.map_err(local)?);
@@ -106,12 +114,7 @@ async fn send_parts(
     checksum: Checksum,
     id: &MultipartId,
 ) -> Result<Uploaded, Error> {
-    let local = |source| Error::LocalFile {
-        op: Op::Put,
-        key: key.to_string(),
-        path: file.to_owned(),
-        source,
-    };
+    let local = local_file(key, file);
     let path = bucket.path(key);
     let mut reader = tokio::fs::File::open(file).await.map_err(local)?;
     let mut sent = Checksum::EMPTY;

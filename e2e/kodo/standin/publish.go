@@ -8,7 +8,9 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nsqio/go-nsq"
@@ -118,10 +120,23 @@ func publishMain(args []string) error {
 		return p, nil
 	}
 
+	// SIGTERM stops the run between messages: the one in progress is finished and written to
+	// the ledger first, so every message that may have reached a broker has its line (a
+	// SIGKILL mid-publish leaves a stored message the ledger does not know).
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	defer signal.Stop(term)
+
 	var s summary
 	start := time.Now()
 	cursor := 0
+publishing:
 	for i := 0; i < *n; i++ {
+		select {
+		case <-term:
+			break publishing
+		default:
+		}
 		id := *firstID + uint64(i)
 		began := time.Now()
 		body, sum, err := makeBody(id, *size)
@@ -188,7 +203,11 @@ func publishMain(args []string) error {
 			return err
 		}
 		fmt.Printf("published id=%d acknowledged=%s attempts=%d node=%s\n", e.ID, e.Acknowledged, e.Attempts, e.Node)
-		time.Sleep(*interval)
+		select {
+		case <-term:
+			break publishing
+		case <-time.After(*interval):
+		}
 	}
 	s.Seconds = time.Since(start).Seconds()
 	nodes.mu.Lock()

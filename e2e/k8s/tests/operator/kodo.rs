@@ -101,7 +101,18 @@ impl Fleet {
         .await;
     }
 
+    /// SIGTERM, which the stand-in takes between messages (the one in progress gets its
+    /// ledger line: killed mid-publish, a stored message would be missing from the ledger and
+    /// show as unknown); SIGKILL if it has not exited within a minute.
     fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
