@@ -155,6 +155,23 @@ impl TestServer {
     pub fn pause(&mut self) {
         self.signal(Signal::SIGSTOP);
         self.paused = true;
+        // The stop takes effect asynchronously: a request sent before every thread has stopped
+        // could still be answered, and a test of a paused server would see none paused.
+        let stat = format!("/proc/{}/stat", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            // `pid (comm) S ...`: the state follows the last ')'.
+            if state
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('T'))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("versitygw did not stop within 5 s of SIGSTOP");
     }
 
     /// SIGCONTs a paused server.
@@ -163,9 +180,12 @@ impl TestServer {
         self.paused = false;
     }
 
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server is running").id()
+    }
+
     fn signal(&self, signal: Signal) {
-        let child = self.child.as_ref().expect("the server is running");
-        let pid = Pid::from_raw(i32::try_from(child.id()).expect("a pid fits in i32"));
+        let pid = Pid::from_raw(i32::try_from(self.pid()).expect("a pid fits in i32"));
         kill(pid, signal).expect("signal the server");
     }
 
