@@ -3,6 +3,7 @@
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
@@ -56,10 +57,18 @@ pub struct Bucket {
     pub(crate) store: Arc<AmazonS3>,
     pub(crate) prefix: Option<ObjectKey>,
     pub(crate) retry: RetryPolicy,
+    /// Attempts that failed and were retried, by this bucket and its clones.
+    pub(crate) failed_attempts: Arc<AtomicU64>,
     pub(crate) part_size: usize,
 }
 
 impl Bucket {
+    /// How many attempts of this bucket's operations (and its clones') have failed and been
+    /// retried so far: a bucket that is slow or down shows here before any operation ends.
+    pub fn failed_attempts(&self) -> u64 {
+        self.failed_attempts.load(Ordering::Relaxed)
+    }
+
     /// A client for the bucket `config` names. Checks the configuration, contacts nothing:
     /// a wrong endpoint or credentials show at the first operation.
     pub fn new(config: BucketConfig) -> Result<Self, Error> {
@@ -89,6 +98,7 @@ impl Bucket {
             store: Arc::new(store),
             prefix,
             retry: config.retry,
+            failed_attempts: Arc::default(),
             part_size: config.part_size,
         })
     }
@@ -115,9 +125,13 @@ impl Bucket {
         }
         let path = self.path(key);
         let options = GetOptions::new().with_range(Some(range));
-        let (result, _) = retry::run(&self.retry, Op::Get, key.as_str(), || {
-            self.store.get_opts(&path, options.clone())
-        })
+        let (result, _) = retry::run(
+            &self.retry,
+            &self.failed_attempts,
+            Op::Get,
+            key.as_str(),
+            || self.store.get_opts(&path, options.clone()),
+        )
         .await?;
         let key = key.to_string();
         Ok(result
@@ -133,8 +147,12 @@ impl Bucket {
     /// [`Error::Corrupt`] when they differ, [`Error::NoChecksum`] when nothing was recorded.
     pub async fn verify(&self, key: &ObjectKey) -> Result<Verified, Error> {
         let path = self.path(key);
-        let ((recorded, read), retries) =
-            retry::run(&self.retry, Op::Verify, key.as_str(), || async {
+        let ((recorded, read), retries) = retry::run(
+            &self.retry,
+            &self.failed_attempts,
+            Op::Verify,
+            key.as_str(),
+            || async {
                 let result = self.store.get_opts(&path, GetOptions::new()).await?;
                 let recorded = Checksum::from_attributes(&result.attributes);
                 let mut read = Checksum::EMPTY;
@@ -143,8 +161,9 @@ impl Bucket {
                     read = read.append(&chunk?);
                 }
                 Ok((recorded, read))
-            })
-            .await?;
+            },
+        )
+        .await?;
         let key = key.to_string();
         match recorded {
             None => Err(Error::NoChecksum { key }),
@@ -178,9 +197,13 @@ impl Bucket {
             .as_ref()
             .map(|p| object_store::path::Path::from(p.as_str()));
         let scope = within.or(root);
-        let (metas, _) = retry::run(&self.retry, Op::List, prefix.unwrap_or("every key"), || {
-            self.store.list(scope.as_ref()).try_collect::<Vec<_>>()
-        })
+        let (metas, _) = retry::run(
+            &self.retry,
+            &self.failed_attempts,
+            Op::List,
+            prefix.unwrap_or("every key"),
+            || self.store.list(scope.as_ref()).try_collect::<Vec<_>>(),
+        )
         .await?;
         let mut listed: Vec<Listed> = metas
             .into_iter()
@@ -199,9 +222,13 @@ impl Bucket {
     /// way), so a retried or repeated delete is harmless.
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), Error> {
         let path = self.path(key);
-        retry::run(&self.retry, Op::Delete, key.as_str(), || {
-            self.store.delete(&path)
-        })
+        retry::run(
+            &self.retry,
+            &self.failed_attempts,
+            Op::Delete,
+            key.as_str(),
+            || self.store.delete(&path),
+        )
         .await?;
         Ok(())
     }

@@ -10,6 +10,7 @@
 //! Everything else is permanent.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use object_store::client::{HttpError, HttpErrorKind};
@@ -166,6 +167,7 @@ fn find_cause(error: &(dyn std::error::Error + 'static)) -> (Option<u16>, Option
 /// value and how many retries it took. `op` and `key` name the operation in the error.
 pub(crate) async fn run<T, F, Fut>(
     policy: &RetryPolicy,
+    failed: &AtomicU64,
     op: Op,
     key: &str,
     mut attempt: F,
@@ -195,6 +197,7 @@ where
                 source: error,
             });
         };
+        failed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(%op, key, attempts, ?delay, error = %error, "bucket request failed, retrying");
         tokio::time::sleep(delay).await;
     }
@@ -352,7 +355,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_retries_transient_failures_and_reports_the_count() {
         let mut failures = 3;
-        let (value, retries) = run(&policy(), Op::Put, "k", || {
+        let (value, retries) = run(&policy(), &AtomicU64::new(0), Op::Put, "k", || {
             let fail = failures > 0;
             failures -= 1;
             async move {
@@ -377,7 +380,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_stops_at_the_first_permanent_failure() {
         let mut calls = 0;
-        let error = run(&policy(), Op::Get, "k", || {
+        let error = run(&policy(), &AtomicU64::new(0), Op::Get, "k", || {
             calls += 1;
             async {
                 Err::<(), _>(object_store::Error::PermissionDenied {
@@ -395,7 +398,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_gives_up_when_the_policy_does() {
         let mut calls = 0;
-        let error = run(&policy(), Op::Delete, "k", || {
+        let error = run(&policy(), &AtomicU64::new(0), Op::Delete, "k", || {
             calls += 1;
             async {
                 Err::<(), _>(object_store::Error::Generic {

@@ -55,11 +55,17 @@ pub(crate) async fn put_file(
         ensure_unchanged(key, file, checksum, Checksum::of(&bytes))?;
         let options = PutOptions::from(checksum.to_attributes());
         let path = bucket.path(key);
-        let (_, retries) = retry::run(&bucket.retry, Op::Put, key.as_str(), || {
-            bucket
-                .store
-                .put_opts(&path, PutPayload::from(bytes.clone()), options.clone())
-        })
+        let (_, retries) = retry::run(
+            &bucket.retry,
+            &bucket.failed_attempts,
+            Op::Put,
+            key.as_str(),
+            || {
+                bucket
+                    .store
+                    .put_opts(&path, PutPayload::from(bytes.clone()), options.clone())
+            },
+        )
         .await?;
         return Ok(Uploaded {
             checksum,
@@ -87,9 +93,13 @@ async fn put_multipart(
 ) -> Result<Uploaded, Error> {
     let path = bucket.path(key);
     let options = PutMultipartOptions::from(checksum.to_attributes());
-    let (id, created_retries) = retry::run(&bucket.retry, Op::Put, key.as_str(), || {
-        bucket.store.create_multipart_opts(&path, options.clone())
-    })
+    let (id, created_retries) = retry::run(
+        &bucket.retry,
+        &bucket.failed_attempts,
+        Op::Put,
+        key.as_str(),
+        || bucket.store.create_multipart_opts(&path, options.clone()),
+    )
     .await?;
     match send_parts(bucket, key, file, checksum, &id).await {
         Ok(uploaded) => Ok(Uploaded {
@@ -135,11 +145,17 @@ async fn send_parts(
         sent = sent.append(&buffer);
         let part = Bytes::from(buffer);
         let index = part_ids.len();
-        let (part_id, part_retries) = retry::run(&bucket.retry, Op::Put, key.as_str(), || {
-            bucket
-                .store
-                .put_part(&path, id, index, PutPayload::from(part.clone()))
-        })
+        let (part_id, part_retries) = retry::run(
+            &bucket.retry,
+            &bucket.failed_attempts,
+            Op::Put,
+            key.as_str(),
+            || {
+                bucket
+                    .store
+                    .put_part(&path, id, index, PutPayload::from(part.clone()))
+            },
+        )
         .await?;
         part_ids.push(part_id);
         retries += part_retries;
@@ -152,9 +168,13 @@ async fn send_parts(
     ensure_unchanged(key, file, checksum, after)?;
 
     let parts = part_ids.len();
-    let completed = retry::run(&bucket.retry, Op::Put, key.as_str(), || {
-        bucket.store.complete_multipart(&path, id, part_ids.clone())
-    })
+    let completed = retry::run(
+        &bucket.retry,
+        &bucket.failed_attempts,
+        Op::Put,
+        key.as_str(),
+        || bucket.store.complete_multipart(&path, id, part_ids.clone()),
+    )
     .await;
     match completed {
         Ok((_, complete_retries)) => Ok(Uploaded {

@@ -40,6 +40,19 @@ fn a_part_has_landed(bucket_dir: &Path) -> bool {
     })
 }
 
+/// Waits (at most 60 s) until one more of `bucket`'s attempts than `failed` has failed and
+/// been retried.
+async fn until_a_retry(bucket: &Bucket, failed: u64, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while bucket.failed_attempts() <= failed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no attempt against {what} failed within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Killed between parts and restarted, the server finds the upload where it was: the part in
 /// flight fails (reset or refused), is retried under the same part number once the server is
 /// back, and the upload completes with the file's exact bytes. So an upload retries and
@@ -72,8 +85,10 @@ async fn an_upload_survives_the_server_being_killed_and_restarted_mid_upload() {
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let failed = bucket.failed_attempts();
     server.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Down until the part in flight has failed and been retried at least once.
+    until_a_retry(&bucket, failed, "the killed server").await;
     server.restart();
 
     let uploaded = upload.await.unwrap().unwrap();
@@ -100,13 +115,14 @@ async fn requests_to_a_paused_server_time_out_and_complete_once_it_resumes() {
     let key = ObjectKey::new("topics/t/2.seg").unwrap();
 
     server.pause();
+    let failed = bucket.failed_attempts();
     let upload = tokio::spawn({
         let bucket = bucket.clone();
         let key = key.clone();
         async move { bucket.put_file(&key, &file).await }
     });
-    // Longer than the test configuration's 5 s request timeout: at least one attempt times out.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Paused until an attempt has timed out (the test configuration's 5 s) and been retried.
+    until_a_retry(&bucket, failed, "the paused server").await;
     assert!(
         !upload.is_finished(),
         "an upload to a stopped server finished: {:?}",
@@ -123,11 +139,12 @@ async fn requests_to_a_paused_server_time_out_and_complete_once_it_resumes() {
 
     // A read started while paused also completes after the pause.
     server.pause();
+    let failed = bucket.failed_attempts();
     let verify = tokio::spawn({
         let bucket = bucket.clone();
         async move { bucket.verify(&key).await }
     });
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    until_a_retry(&bucket, failed, "the paused server").await;
     server.resume();
     let verified = verify.await.unwrap().unwrap();
     assert!(verified.retries >= 1, "{verified:?}");
