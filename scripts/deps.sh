@@ -65,17 +65,28 @@ deps_node() {
 # go-containerregistry's crane: assembles the OCI images (`make images`) and serves the testbed's
 # local registry (`crane registry serve`). Built inside the downloaded module, as for nsqd.
 deps_crane() {
-  local name="crane-$CRANE_VERSION"
-  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/crane" ] && return 0
-  log "building crane $CRANE_VERSION (one time)"
+  go_module_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry ./cmd/crane
+}
+
+# Builds the command PKG of Go module MODULE at VERSION into $RUSTQUEUE_CACHE/NAME-VERSION/bin/NAME,
+# inside the downloaded module with its own go.mod (static, trimmed), once. Extra arguments are
+# environment assignments for the build (GOWORK=off ...); GO_LDFLAGS adds to the linker flags, and
+# GO_TOOL_CHECK, when set, is the flag the new binary is run with once (--version).
+go_module_tool() {
+  local tool=$1 version=$2 module=$3 pkg=$4
+  shift 4
+  local name="$tool-$version"
+  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/$tool" ] && return 0
+  log "building $tool $version (one time)"
   local src start=$SECONDS
-  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/google/go-containerregistry@$CRANE_VERSION" |
+  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "$module@$version" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
-    -o "$RUSTQUEUE_CACHE/$name/bin/crane" ./cmd/crane)
+  (cd "$src" && env CGO_ENABLED=0 "$@" go build -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" \
+    -o "$RUSTQUEUE_CACHE/$name/bin/$tool" "$pkg")
+  if [ -n "${GO_TOOL_CHECK:-}" ]; then "$RUSTQUEUE_CACHE/$name/bin/$tool" "$GO_TOOL_CHECK" >&2; fi
   finish "$name"
-  log "crane $CRANE_VERSION built in $((SECONDS - start))s"
+  log "$tool $version built in $((SECONDS - start))s"
 }
 
 # CoreDNS as the testbed's cluster DNS: a main of our own that links only the plugins the testbed's
@@ -189,38 +200,18 @@ deps_openssl() {
 # promtool, to check config/prometheus's rules and run their unit tests (`make monitoring-test`).
 # Built inside the downloaded prometheus module with its own go.mod, as for crane.
 deps_promtool() {
-  local name="promtool-$PROMTOOL_VERSION"
-  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/promtool" ] && return 0
-  log "building promtool $PROMTOOL_VERSION (one time)"
-  local src start=$SECONDS
-  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/prometheus/prometheus@$PROMTOOL_VERSION" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
   # The module ships a go.work naming folders its zip leaves out: build with the go.mod alone.
-  (cd "$src" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
-    -o "$RUSTQUEUE_CACHE/$name/bin/promtool" ./cmd/promtool)
-  "$RUSTQUEUE_CACHE/$name/bin/promtool" --version >&2
-  finish "$name"
-  log "promtool $PROMTOOL_VERSION built in $((SECONDS - start))s"
+  GO_TOOL_CHECK=--version \
+    go_module_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus ./cmd/promtool GOWORK=off
 }
 
 # versitygw, the S3-compatible server broker/tier's tests start (posix backend over a temporary
 # directory). Built inside the downloaded module, as crane is; its version is stamped the way
 # its own Makefile does, so `versitygw --version` names the pin.
 deps_versitygw() {
-  local name="versitygw-$VERSITYGW_VERSION"
-  cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/versitygw" ] && return 0
-  log "building versitygw $VERSITYGW_VERSION (one time)"
-  local src start=$SECONDS
-  src="$(cd "$RUSTQUEUE_CACHE" && go mod download -json "github.com/versity/versitygw@$VERSITYGW_VERSION" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  mkdir -p "$RUSTQUEUE_CACHE/$name/bin"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X=main.Version=$VERSITYGW_VERSION -X=main.Build=module -X=main.BuildTime=none" \
-    -o "$RUSTQUEUE_CACHE/$name/bin/versitygw" ./cmd/versitygw)
-  "$RUSTQUEUE_CACHE/$name/bin/versitygw" --version >&2
-  finish "$name"
-  log "versitygw $VERSITYGW_VERSION built in $((SECONDS - start))s"
+  GO_TOOL_CHECK=--version \
+    GO_LDFLAGS="-X=main.Version=$VERSITYGW_VERSION -X=main.Build=module -X=main.BuildTime=none" \
+    go_module_tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw ./cmd/versitygw
 }
 
 # The Argo CD health evaluator (config/argocd/health): docs/argocd.md's Lua run by gopher-lua,
