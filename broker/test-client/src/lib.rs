@@ -215,21 +215,4 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             Ok(Some(f)) => panic!("expected nothing more, got {f:?}"),
         }
     }
-
-    /// Every message body arriving within `quiet` of the previous one, FINed.
-    pub async fn drain_messages(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        loop {
-            let next = tokio::time::timeout(quiet, self.answer()).await;
-            match next {
-                Ok(Some(Frame::Message { id, body, .. })) => {
-                    out.push(body.to_vec());
-                    self.fin(&id).await;
-                }
-                Ok(other) if out.is_empty() && other.is_none() => return out,
-                Ok(Some(f)) => panic!("unexpected frame {f:?}"),
-                Ok(None) | Err(_) => return out,
-            }
-        }
-    }
 }
