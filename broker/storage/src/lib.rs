@@ -5,7 +5,8 @@
 //! ```text
 //! Store ── directory lock, FORMAT, COMPATIBILITY, broker.meta (id reservation), topics/
 //!   ├─ TopicLog      append-only CRC'd segments, per-topic positions, sealed-segment index, GC
-//!   └─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
+//!   ├─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
+//!   └─ TieredRecord  which sealed segments are in the bucket (tiered storage)
 //! ```
 //!
 //! The engine sees only the types re-exported here; the modules behind them are private.
@@ -33,6 +34,7 @@ mod record;
 #[cfg(any(test, feature = "test-support"))]
 pub mod simfs;
 mod store;
+mod tiered;
 mod wal;
 
 use std::path::{Path, PathBuf};
@@ -46,8 +48,8 @@ pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
 pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
-    AppendBatch, DEFAULT_CACHE_BYTES, DamageSink, Entry, OldestSegment, PageCache, SyncHandle,
-    Synced, TopicLog, is_damaged_body, read_bodies_from, read_body_from,
+    AppendBatch, DEFAULT_CACHE_BYTES, DamageSink, Entry, OldestSegment, PageCache, SealedFiles,
+    SyncHandle, Synced, TopicLog, is_damaged_body, read_bodies_from, read_body_from,
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility, read_json, write_json_at};
@@ -56,6 +58,7 @@ pub use quarantine::{
 };
 pub use record::{MAX_BATCH, payload_len};
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
+pub use tiered::{TIERED_FILE, TieredObject, TieredRecord, TieredSegment};
 pub use wal::ChannelWal;
 
 /// On-disk details that tests inspect or damage on purpose (feature `test-support`).

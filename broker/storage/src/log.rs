@@ -144,6 +144,21 @@ impl DamageSink {
     }
 }
 
+/// The files of a sealed segment, for copying them elsewhere (tiered storage uploads them).
+/// They never change once sealed, but GC may delete them at any time: a reader of the paths
+/// must expect them to be gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedFiles {
+    /// The segment's base log index.
+    pub base: u64,
+    /// The `.rqlog` file.
+    pub log_path: PathBuf,
+    /// Its length (records only, as sealed).
+    pub log_len: u64,
+    /// The `.rqidx` file.
+    pub index_path: PathBuf,
+}
+
 /// A batch to append: one PUB/DPUB (one body) or one MPUB (many), stored as one record.
 pub struct AppendBatch<'a, B: AsRef<[u8]>> {
     /// Id of the first message (the rest follow contiguously).
@@ -536,6 +551,22 @@ impl TopicLog {
                     segment_base: s.base,
                     summary,
                 }),
+            })
+            .collect()
+    }
+
+    /// The sealed segments' files, oldest first (the active segment is never listed, nor a
+    /// sealed one without its index).
+    pub fn sealed_files(&self) -> Vec<SealedFiles> {
+        let n = self.segments.len().saturating_sub(1);
+        self.segments[..n]
+            .iter()
+            .filter(|s| s.summary.is_some())
+            .map(|s| SealedFiles {
+                base: s.base,
+                log_path: s.path.clone(),
+                log_len: s.len,
+                index_path: segment_path(&self.dir, s.base, "rqidx"),
             })
             .collect()
     }

@@ -224,7 +224,7 @@ pub fn read_json<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, Sto
 
 /// Key of the checksum in `FORMAT`, `COMPATIBILITY`, `broker.meta` and each manifest: CRC-32C
 /// of the file's compact JSON without this key.
-const CHECKSUM: &str = "crc32c";
+pub(crate) const CHECKSUM: &str = "crc32c";
 
 fn value_crc(value: &serde_json::Value) -> u32 {
     crc32c::crc32c(&serde_json::to_vec(value).unwrap_or_default())

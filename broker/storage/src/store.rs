@@ -599,6 +599,21 @@ impl Store {
         self.fault.guard(r)
     }
 
+    /// The tiered record of `topic` (docs/storage-format.md, "Tiered record"); `Ok(None)` when
+    /// it has none. `Corrupt` when it is damaged: the caller may start a new one (the objects
+    /// it listed are uploaded again).
+    pub fn read_tiered(&self, topic: &str) -> Result<Option<crate::TieredRecord>, StorageError> {
+        crate::tiered::read(self.fs.as_ref(), &self.topic_dir(topic))
+    }
+
+    /// Replaces the tiered record of its topic atomically; a failure isolates storage like any
+    /// other write.
+    pub fn write_tiered(&self, record: &crate::TieredRecord) -> Result<(), StorageError> {
+        self.fault.check()?;
+        let r = crate::tiered::write(self.fs.as_ref(), &self.topic_dir(&record.topic), record);
+        self.fault.guard(r)
+    }
+
     /// Atomically rewrites a topic manifest.
     pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), StorageError> {
         self.fault.check()?;
