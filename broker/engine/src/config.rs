@@ -85,6 +85,8 @@ pub struct EngineConfig {
     pub group_max_requests: usize,
     /// Publish pipeline: most encoded bytes appended in one hold of the log lock.
     pub group_max_bytes: u64,
+    /// Uploads of sealed segments to a bucket (`None`, the default: nothing is uploaded).
+    pub tiering: Option<crate::tiering::TieringOptions>,
 }
 
 impl Default for EngineConfig {
@@ -121,6 +123,7 @@ impl Default for EngineConfig {
             disk_pressure_grace: Duration::from_secs(60),
             group_max_requests: 64,
             group_max_bytes: 8 << 20,
+            tiering: None,
         }
     }
 }

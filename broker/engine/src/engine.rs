@@ -50,6 +50,12 @@ impl Engine {
         if cfg.max_segment_bytes < 4_096 && cfg.max_segment_bytes < cfg.max_message_bytes {
             return Err(ConfigError::SegmentTooSmall.into());
         }
+        let tiering = cfg
+            .tiering
+            .clone()
+            .map(crate::tiering::Tiering::new)
+            .transpose()?
+            .map(Arc::new);
         // One bound for the engine: every topic log, durable or ephemeral, pages through it.
         let page_cache = Arc::new(PageCache::new(
             usize::try_from(cfg.message_index_cache_bytes).unwrap_or(usize::MAX),
@@ -90,6 +96,13 @@ impl Engine {
             cfg.scrub_interval,
             cfg.scrub_bytes_per_second,
         ));
+        if let Some(tier) = &tiering {
+            tokio::spawn(crate::tiering::upload_loop(
+                Arc::downgrade(&registry),
+                tier.clone(),
+                cfg.node_id,
+            ));
+        }
         let inner = Arc::new(Shared {
             store,
             registry,
@@ -101,6 +114,7 @@ impl Engine {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             metrics,
+            tiering,
             cfg,
         });
         Ok(Engine { inner })
@@ -239,7 +253,10 @@ impl Engine {
             }
             let manifest = lock(&t.manifest).clone();
             let store = self.inner.store.clone();
+            let tiering = self.inner.tiering.clone();
             tokio::task::spawn_blocking(move || {
+                // No tiered record is written into the directory while it goes.
+                let _gate = tiering.as_ref().map(|t| lock(&t.gate));
                 store
                     .delete_topic(&manifest)
                     .and_then(|_| store.bump_revision())
@@ -544,6 +561,11 @@ impl Engine {
                 m.next_position = lock(&t.log).next_position();
                 let _ = self.inner.store.write_manifest(&m);
             }
+        }
+        if let Some(tiering) = self.inner.tiering.clone() {
+            // A tiered record being written finishes before the lock goes; later ones see the
+            // engine closed and write nothing.
+            let _ = tokio::task::spawn_blocking(move || drop(lock(&tiering.gate))).await;
         }
         self.inner.store.release_lock();
     }

@@ -72,6 +72,9 @@ pub enum OpenError {
     /// The configuration is invalid.
     #[error("invalid engine configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The tiering bucket configuration cannot work (the message says what to change).
+    #[error("invalid [tiering] configuration: {0}")]
+    Tiering(#[from] rustqueue_tier::Error),
 }
 
 /// An engine configuration the storage cannot serve.

@@ -4,6 +4,7 @@
 use crate::engine::Engine;
 use crate::lock::lock;
 use crate::metrics::{Counter, EngineMetrics};
+use crate::tiering::TieringStatus;
 
 /// Queue aggregates (and the per-topic parts of the detailed series) of docs/api.md, computed
 /// on demand.
@@ -40,8 +41,27 @@ impl Engine {
         match c {
             Counter::StorageErrors => self.inner.store.fault().errors(),
             Counter::QuarantinedMessages => self.inner.store.quarantine().messages_total(),
+            Counter::TieringRequestFailures => self
+                .inner
+                .tiering
+                .as_ref()
+                .map_or(0, |t| t.bucket.failed_attempts()),
             c => self.inner.metrics.get(c),
         }
+    }
+
+    /// What the uploader of sealed segments has done so far; `None` without tiering.
+    pub fn tiering_status(&self) -> Option<TieringStatus> {
+        let t = self.inner.tiering.as_ref()?;
+        let m = &self.inner.metrics;
+        Some(TieringStatus {
+            backlog_segments: m.get(Counter::TieringBacklogSegments),
+            backlog_bytes: m.get(Counter::TieringBacklogBytes),
+            uploaded_segments: m.get(Counter::TieringUploads),
+            failed_uploads: m.get(Counter::TieringUploadFailures),
+            failed_requests: t.bucket.failed_attempts(),
+            scans: t.scans.load(std::sync::atomic::Ordering::Relaxed),
+        })
     }
 
     /// Queue aggregates that need a walk over topics and channels (computed per scrape).

@@ -6,6 +6,7 @@
 //!                               + FIN/REQ group-commit worker owning the channel WAL
 //!        ── Consumer: RDY, next(), finish/requeue/touch; drop = disconnect
 //!        ── maintenance: retention GC of whole sealed segments
+//!        ── tiering (optional): uploads of sealed segments to a bucket, recorded durably
 //! ```
 //!
 //! Payloads are stored once per topic; each channel is an independent cursor over the log.
@@ -32,6 +33,7 @@ pub mod metrics;
 mod registry;
 mod scrub;
 mod shared;
+mod tiering;
 mod topic;
 mod types;
 
@@ -52,6 +54,9 @@ pub use rustqueue_storage::{
     DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, RealFs,
     StorageError,
 };
+/// Tiered storage: where and when sealed segments are uploaded (docs/tiering.md).
+pub use rustqueue_tier::{BucketConfig, Credentials, ObjectKey};
+pub use tiering::{Backoff, TieringOptions, TieringStatus};
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the
 /// compile-time failpoints of real SIGKILL tests (feature `crash-injection`).

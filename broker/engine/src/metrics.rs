@@ -69,6 +69,12 @@ counters! {
     ChannelWorkersRetired => "rustqueue_channel_commit_workers_retired_total", Counter, "Channel WAL workers that ended";
     BudgetWaiters => "rustqueue_delivery_budget_waiters", Gauge, "Deliveries waiting for the node delivery budget";
     BudgetWaits => "rustqueue_delivery_budget_waits_total", Counter, "Deliveries that had to wait for the delivery budget";
+    TieringBacklogSegments => "rustqueue_tiering_upload_backlog_segments", Gauge, "Sealed segments not yet recorded as uploaded to the bucket (0 without [tiering])";
+    TieringBacklogBytes => "rustqueue_tiering_upload_backlog_bytes", Gauge, "Segment bytes (.rqlog) of the sealed segments not yet uploaded (0 without [tiering])";
+    TieringUploads => "rustqueue_tiering_uploads_total", Counter, "Sealed segments uploaded (segment and index) and recorded";
+    TieringUploadedBytes => "rustqueue_tiering_uploaded_bytes_total", Counter, "Bytes of the segments and indexes uploaded and recorded";
+    TieringUploadFailures => "rustqueue_tiering_upload_failures_total", Counter, "Segment uploads that failed after the bucket's own retries (each is tried again later)";
+    TieringRequestFailures => "rustqueue_tiering_bucket_request_failures_total", Counter, "Bucket requests that failed and were retried (a slow or unreachable bucket shows here first)";
 }
 
 macro_rules! timers {
@@ -101,6 +107,7 @@ timers! {
     PayloadRead => "rustqueue_payload_read_duration_seconds", "Message body read for delivery";
     Scrub => "rustqueue_storage_scrub_duration_seconds", "One scrub pass over every sealed segment";
     Gc => "rustqueue_storage_gc_duration_seconds", "One retention GC pass over every topic";
+    TieringUpload => "rustqueue_tiering_upload_duration_seconds", "One sealed segment uploaded (segment and index) and recorded";
 }
 
 /// A lock-free histogram over [`BUCKETS`].
@@ -151,6 +158,11 @@ impl EngineMetrics {
     /// Subtracts `n` (gauges).
     pub(crate) fn sub(&self, c: Counter, n: u64) {
         self.slot(c).fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Sets a gauge to `v`.
+    pub(crate) fn set(&self, c: Counter, v: u64) {
+        self.slot(c).store(v, Ordering::Relaxed);
     }
 
     /// Raises a high-water gauge to `v`.

@@ -11,6 +11,7 @@ use crate::config::EngineConfig;
 use crate::disk::DiskGuard;
 use crate::metrics::EngineMetrics;
 use crate::registry::Registry;
+use crate::tiering::Tiering;
 
 pub(crate) struct Shared {
     /// The configuration the engine was opened with.
@@ -31,6 +32,8 @@ pub(crate) struct Shared {
     pub start_time: u64,
     /// Counters and histograms.
     pub metrics: Arc<EngineMetrics>,
+    /// The uploader's bucket and gate, when tiering is on.
+    pub tiering: Option<Arc<Tiering>>,
 }
 
 impl Shared {

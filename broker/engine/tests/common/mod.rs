@@ -13,6 +13,8 @@ use std::time::Duration;
 use rustqueue_engine::EngineConfig;
 use rustqueue_storage::{Fs, FsFile, RealFs};
 
+pub mod tiering;
+
 /// Defaults on `dir`, with an explicit disk guard so a nearly full CI host never throttles.
 pub fn cfg(dir: &Path) -> EngineConfig {
     EngineConfig {

@@ -1,0 +1,95 @@
+//! Tiered storage, as far as it goes today: uploads of sealed segments to an S3-compatible
+//! bucket, each recorded durably once its objects are stored (docs/tiering.md).
+//!
+//! ```text
+//! upload_loop: one task per engine, one upload at a time
+//!   scan    every durable topic: TopicLog::sealed_files() + its TieredRecord ─▶ plan::Queue
+//!   upload  Queue::next ─▶ Bucket::put_file(.rqlog), put_file(.rqidx)      (CRC-32C metadata)
+//!   record  under the gate: Store::write_tiered (checksummed atomic write)  ─▶ metrics
+//!   failure the segment stays queued; plan::Backoff (+ jitter) beyond the bucket's own retries
+//! ```
+//!
+//! Publishing and delivery never wait for it: it takes a topic's log lock only to list the
+//! sealed segments, and the only file it writes is a topic's record. GC and protective
+//! eviction go on deleting segments while one uploads; an upload whose files vanished is
+//! dropped without a record, and a record is written only after every object of its segment
+//! is in the bucket, so it never names an object that is not there. The gate orders record
+//! writes against topic deletion and shutdown: a record is never written into a deleted
+//! topic's directory, a recreated topic's, or a directory this process no longer holds.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use rustqueue_tier::{Bucket, BucketConfig};
+
+mod plan;
+mod uploader;
+
+pub use plan::Backoff;
+pub(crate) use uploader::upload_loop;
+
+/// Where and when sealed segments are uploaded (`[tiering]`, docs/configuration.md).
+#[derive(Clone, Debug)]
+pub struct TieringOptions {
+    /// The bucket, its prefix, credentials, and the retry policy of each request.
+    pub bucket: BucketConfig,
+    /// How long after it is first seen sealed a segment is uploaded (`upload_after_seconds`).
+    pub upload_after: Duration,
+    /// The wait after a failed upload, beyond the bucket's own retries.
+    pub backoff: Backoff,
+    /// How often the logs are looked at for newly sealed segments when nothing is due.
+    pub scan_interval: Duration,
+}
+
+impl TieringOptions {
+    /// Uploads to `bucket` as soon as a segment is sealed, the default back-off, a scan a second.
+    pub fn new(bucket: BucketConfig) -> Self {
+        Self {
+            bucket,
+            upload_after: Duration::ZERO,
+            backoff: Backoff::default(),
+            scan_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the uploader has done so far (also exported as metrics, docs/monitoring.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TieringStatus {
+    /// Sealed segments not yet recorded as uploaded.
+    pub backlog_segments: u64,
+    /// Their `.rqlog` bytes.
+    pub backlog_bytes: u64,
+    /// Segments uploaded and recorded since open.
+    pub uploaded_segments: u64,
+    /// Segment uploads that failed since open (each is tried again later).
+    pub failed_uploads: u64,
+    /// Bucket requests that failed and were retried by the bucket's own policy.
+    pub failed_requests: u64,
+    /// Scans of the logs completed since open.
+    pub scans: u64,
+}
+
+/// The uploader's share of the engine: the bucket, the options, and the gate.
+pub(crate) struct Tiering {
+    pub bucket: Bucket,
+    pub opts: TieringOptions,
+    /// Held while a record is written, while a topic directory is removed and before the
+    /// directory lock is released at shutdown.
+    pub gate: Mutex<()>,
+    /// Scans completed.
+    pub scans: AtomicU64,
+}
+
+impl Tiering {
+    /// Checks the bucket configuration (contacting nothing).
+    pub(crate) fn new(opts: TieringOptions) -> Result<Self, rustqueue_tier::Error> {
+        Ok(Self {
+            bucket: Bucket::new(opts.bucket.clone())?,
+            opts,
+            gate: Mutex::new(()),
+            scans: AtomicU64::new(0),
+        })
+    }
+}

@@ -1,0 +1,281 @@
+//! The upload loop: scan the logs, upload the segment [`Queue::next`] names, record it.
+//! The decisions are `plan`'s; this file does the I/O around them.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use rustqueue_storage::{SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment};
+use rustqueue_tier::{Bucket, ObjectKey};
+use tokio::time::Instant;
+
+use super::Tiering;
+use super::plan::{Next, Queue, Sealed, segment_keys};
+use crate::lock::lock;
+use crate::metrics::{Counter, Timer};
+use crate::registry::Registry;
+use crate::topic::Topic;
+
+/// A durable topic the loop has looked at: its record, and its sealed segments at the last scan.
+struct Known {
+    topic: Arc<Topic>,
+    record: TieredRecord,
+    sealed: Vec<SealedFiles>,
+}
+
+/// Why a segment was not uploaded.
+enum Failure {
+    /// Its files are gone: GC or protective eviction deleted the segment meanwhile.
+    Gone,
+    /// The bucket, or the local file, failed; the segment is tried again later.
+    Failed(String),
+}
+
+/// Runs until the engine is dropped or shut down.
+pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, node_id: u16) {
+    let mut queue = Queue::new(tier.opts.backoff);
+    let mut known: HashMap<String, Known> = HashMap::new();
+    loop {
+        let Some(r) = registry.upgrade() else { return };
+        if r.is_shutting_down() {
+            return;
+        }
+        scan(&r, &tier, &mut known, &mut queue).await;
+        let (segments, bytes) = queue.backlog();
+        r.metrics().set(Counter::TieringBacklogSegments, segments);
+        r.metrics().set(Counter::TieringBacklogBytes, bytes);
+        tier.scans.fetch_add(1, Ordering::Relaxed);
+        drop(r);
+        match queue.next(Instant::now(), tier.opts.upload_after) {
+            Next::Upload(topic, base) => {
+                upload_one(
+                    &registry, &tier, node_id, &mut known, &mut queue, &topic, base,
+                )
+                .await;
+            }
+            Next::Wait(until) => {
+                let scan = Instant::now() + tier.opts.scan_interval;
+                tokio::time::sleep_until(until.map_or(scan, |u| u.min(scan))).await;
+            }
+        }
+    }
+}
+
+/// Brings `known` and `queue` up to date with the registry's durable topics and their logs.
+async fn scan(
+    r: &Arc<Registry>,
+    tier: &Tiering,
+    known: &mut HashMap<String, Known>,
+    queue: &mut Queue,
+) {
+    let topics: Vec<Arc<Topic>> = r
+        .topic_list()
+        .into_iter()
+        .filter(|t| !t.ephemeral && !t.deleted.load(Ordering::SeqCst))
+        .collect();
+    // A deleted topic, or one deleted and created again, starts over.
+    known.retain(|_, k| topics.iter().any(|t| Arc::ptr_eq(t, &k.topic)));
+    queue.retain_topics(|name| known.contains_key(name));
+    let new: Vec<Arc<Topic>> = topics
+        .iter()
+        .filter(|t| !known.contains_key(&t.name))
+        .cloned()
+        .collect();
+    if !new.is_empty() {
+        let store = r.store().clone();
+        let (bucket, prefix) = (
+            tier.opts.bucket.bucket.clone(),
+            tier.opts.bucket.prefix.clone(),
+        );
+        let loaded = tokio::task::spawn_blocking(move || {
+            new.into_iter()
+                .filter_map(|t| {
+                    let record = load_record(&store, &t.name, &bucket, prefix.as_ref())?;
+                    Some((t, record))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (topic, record) in loaded {
+            known.insert(
+                topic.name.clone(),
+                Known {
+                    topic,
+                    record,
+                    sealed: Vec::new(),
+                },
+            );
+        }
+    }
+    let now = Instant::now();
+    for (name, k) in known.iter_mut() {
+        k.sealed = lock(&k.topic.log).sealed_files();
+        let sealed: Vec<Sealed> = k
+            .sealed
+            .iter()
+            .map(|f| Sealed {
+                base: f.base,
+                bytes: f.log_len,
+            })
+            .collect();
+        queue.observe(name, &sealed, |base| k.record.contains(base), now);
+    }
+}
+
+/// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).
+fn load_record(
+    store: &rustqueue_storage::Store,
+    topic: &str,
+    bucket: &str,
+    prefix: Option<&String>,
+) -> Option<TieredRecord> {
+    let fresh = || TieredRecord::new(topic, bucket, prefix.cloned());
+    match store.read_tiered(topic) {
+        Ok(None) => Some(fresh()),
+        Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some(r),
+        Ok(Some(r)) => {
+            tracing::warn!(
+                topic,
+                recorded_bucket = %r.bucket,
+                recorded_prefix = ?r.prefix,
+                "the tiered record names another bucket or prefix than [tiering]; \
+                 every sealed segment is uploaded again to the configured one"
+            );
+            Some(fresh())
+        }
+        Err(e @ StorageError::Corrupt { .. }) => {
+            tracing::warn!(topic, error = %e, "the tiered record is damaged; every sealed segment is uploaded again and the record rewritten");
+            Some(fresh())
+        }
+        Err(e) => {
+            tracing::error!(topic, error = %e, "cannot read the tiered record; trying again at the next scan");
+            None
+        }
+    }
+}
+
+/// Uploads the segment `base` of `topic` and records it.
+async fn upload_one(
+    registry: &Weak<Registry>,
+    tier: &Arc<Tiering>,
+    node_id: u16,
+    known: &mut HashMap<String, Known>,
+    queue: &mut Queue,
+    topic: &str,
+    base: u64,
+) {
+    let Some(k) = known.get_mut(topic) else {
+        queue.gone(topic, base);
+        return;
+    };
+    let Some(files) = k.sealed.iter().find(|f| f.base == base).cloned() else {
+        queue.gone(topic, base);
+        return;
+    };
+    let started = std::time::Instant::now();
+    let fs = match registry.upgrade() {
+        Some(r) => r.store().fs().clone(),
+        None => return,
+    };
+    let outcome = match put_segment(&tier.bucket, node_id, topic, &files).await {
+        Err(_) if !(fs.exists(&files.log_path) && fs.exists(&files.index_path)) => {
+            Err(Failure::Gone)
+        }
+        Err(e) => Err(Failure::Failed(e)),
+        Ok(segment) => {
+            let bytes: u64 = segment.objects.iter().map(|o| o.size).sum();
+            match record(registry, tier, &k.topic, &k.record, segment).await {
+                Ok(Some(record)) => {
+                    k.record = record;
+                    Ok(bytes)
+                }
+                // Deleted, or shutting down: nothing more to do for it.
+                Ok(None) => Err(Failure::Gone),
+                Err(e) => {
+                    tracing::error!(topic, base, error = %e, "cannot write the tiered record; storage isolated");
+                    Err(Failure::Failed(e.to_string()))
+                }
+            }
+        }
+    };
+    let Some(r) = registry.upgrade() else { return };
+    let m = r.metrics();
+    match outcome {
+        Ok(bytes) => {
+            queue.succeeded(topic, base);
+            m.add(Counter::TieringUploads, 1);
+            m.add(Counter::TieringUploadedBytes, bytes);
+            m.since(Timer::TieringUpload, started);
+            tracing::debug!(topic, base, bytes, "sealed segment uploaded and recorded");
+        }
+        Err(Failure::Gone) => queue.gone(topic, base),
+        Err(Failure::Failed(error)) => {
+            queue.failed(topic, base, Instant::now(), rand::random::<f64>());
+            m.add(Counter::TieringUploadFailures, 1);
+            tracing::warn!(topic, base, %error, "upload of a sealed segment failed; it stays queued and is tried again after a back-off");
+        }
+    }
+}
+
+/// Puts the segment's `.rqlog`, then its `.rqidx`: an index object is there only once its
+/// segment object is whole.
+async fn put_segment(
+    bucket: &Bucket,
+    node_id: u16,
+    topic: &str,
+    files: &SealedFiles,
+) -> Result<TieredSegment, String> {
+    let keys = segment_keys(node_id, topic, files.base);
+    let mut objects = Vec::with_capacity(2);
+    for (key, path) in keys.into_iter().zip([&files.log_path, &files.index_path]) {
+        let key = ObjectKey::new(key).map_err(|e| e.to_string())?;
+        let uploaded = bucket
+            .put_file(&key, path)
+            .await
+            .map_err(|e| e.to_string())?;
+        objects.push(TieredObject {
+            key: key.to_string(),
+            size: uploaded.checksum.size,
+            crc32c: uploaded.checksum.crc32c,
+        });
+    }
+    if objects[0].size != files.log_len {
+        return Err(format!(
+            "{} is {} bytes but was sealed at {}: a sealed segment changed; not recorded",
+            files.log_path.display(),
+            objects[0].size,
+            files.log_len
+        ));
+    }
+    Ok(TieredSegment {
+        base: files.base,
+        objects,
+    })
+}
+
+/// Writes `record` with `segment` added, under the gate; `Ok(None)` when the topic was
+/// deleted or the engine is shutting down (nothing is written).
+async fn record(
+    registry: &Weak<Registry>,
+    tier: &Arc<Tiering>,
+    topic: &Arc<Topic>,
+    record: &TieredRecord,
+    segment: TieredSegment,
+) -> Result<Option<TieredRecord>, StorageError> {
+    let Some(r) = registry.upgrade() else {
+        return Ok(None);
+    };
+    let (tier, topic, mut record) = (tier.clone(), topic.clone(), record.clone());
+    tokio::task::spawn_blocking(move || {
+        let _gate = lock(&tier.gate);
+        if r.is_shutting_down() || topic.deleted.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        record.insert(segment);
+        r.store().write_tiered(&record)?;
+        Ok(Some(record))
+    })
+    .await
+    .unwrap_or(Ok(None))
+}
