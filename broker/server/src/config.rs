@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod env;
+pub mod tiering;
 mod validate;
 
 pub use env::apply_env;
@@ -52,7 +53,8 @@ pub use rustqueue_api::broker_config::{
 pub trait ConfigFile: Sized {
     /// Parses TOML text (unknown keys rejected).
     fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError>;
-    /// Loads the file (if any), applies `env` overrides and validates.
+    /// Loads the file (if any), applies `env` overrides and validates (the credentials of
+    /// `[tiering]` are read from their files or `env` to check they are there).
     fn load(path: Option<&Path>, env: impl Fn(&str) -> Option<String>)
     -> Result<Self, ConfigError>;
     /// Checks ranges and cross-field rules.
@@ -81,8 +83,10 @@ impl ConfigFile for Config {
             }
             None => Self::default(),
         };
-        apply_env(&mut cfg, env)?;
+        apply_env(&mut cfg, &env)?;
         cfg.validate()?;
+        // The credentials of `[tiering]` must be there now, not at the first upload.
+        tiering::options(cfg.tiering.as_ref(), &env)?;
         Ok(cfg)
     }
 

@@ -27,6 +27,10 @@ pub enum StartError {
     /// TLS material is unusable.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// The configuration cannot be served (the `[tiering]` credentials went missing since it
+    /// was loaded).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// The data directory could not be opened.
     #[error("cannot open data directory: {0}")]
     Engine(String),
@@ -129,7 +133,10 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
         .map(Arc::new);
     let listeners = Listeners::bind(&cfg).await?;
     crate::control::preflight(&cfg).map_err(|e| StartError::Engine(e.to_string()))?;
-    let engine = Engine::open(engine_config(&cfg))
+    let mut engine_cfg = engine_config(&cfg);
+    engine_cfg.tiering =
+        crate::config::tiering::options(cfg.tiering.as_ref(), |k| std::env::var(k).ok())?;
+    let engine = Engine::open(engine_cfg)
         .await
         .map_err(|e| StartError::Engine(e.to_string()))?;
     let (tx, rx) = watch::channel(false);

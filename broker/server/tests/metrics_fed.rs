@@ -1,7 +1,7 @@
 //! `/metrics` moves with real traffic: PUB, MPUB, DPUB, consume, FIN, REQ (until a dead
-//! letter), a throttled MPUB, a refused token, a scrub, a topic deletion and a corrupt segment
-//! found by scrub; then one scrape must show every fed series above zero and every fed
-//! histogram with observations. The tables below name every series, so one that is added to
+//! letter), a throttled MPUB, a refused token, a scrub, a topic deletion, a sealed segment
+//! uploaded to a real versitygw (`[tiering]`) and a corrupt segment found by scrub; then one
+//! scrape must show every fed series above zero and every fed histogram with observations. The tables below name every series, so one that is added to
 //! the engine but never fed (or forgotten here) fails.
 
 mod common;
@@ -9,10 +9,12 @@ mod common;
 use std::time::Duration;
 
 use common::{Broker, eventually, metric};
+use rustqueue_api::broker_config::TieringConfig;
 use rustqueue_engine::{Counter, Timer};
+use rustqueue_tier::test_server::{self, TestServer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 13] = [
+const MAY_BE_ZERO: [(&str, &str); 17] = [
     (
         "rustqueue_timed_out_messages_total",
         "needs an in-flight timeout; tests/console_observe.rs",
@@ -65,6 +67,22 @@ const MAY_BE_ZERO: [(&str, &str); 13] = [
         "rustqueue_retention_expired_messages_total",
         "reserved: no source yet",
     ),
+    (
+        "rustqueue_tiering_upload_backlog_segments",
+        "instantaneous: every sealed segment is uploaded before the scrape",
+    ),
+    (
+        "rustqueue_tiering_upload_backlog_bytes",
+        "instantaneous: every sealed segment is uploaded before the scrape",
+    ),
+    (
+        "rustqueue_tiering_upload_failures_total",
+        "needs the bucket down; broker/engine/tests/tiering_outage.rs",
+    ),
+    (
+        "rustqueue_tiering_bucket_request_failures_total",
+        "needs the bucket down; broker/engine/tests/tiering_outage.rs",
+    ),
 ];
 
 /// Series this crate computes or feeds itself (the engine's come from `Counter::ALL`).
@@ -114,8 +132,21 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
     let tokens = tempfile::tempdir().unwrap();
     let admin = tokens.path().join("admin");
     std::fs::write(&admin, "admin-secret\n").unwrap();
+    let bucket = TestServer::start();
+    let tiering = TieringConfig {
+        bucket: test_server::BUCKET.into(),
+        endpoint: bucket.endpoint(),
+        prefix: Some("metrics-fed".into()),
+        allow_http: true,
+        access_key_file: Some(tokens.path().join("access")),
+        secret_key_file: Some(tokens.path().join("secret")),
+        ..TieringConfig::default()
+    };
+    std::fs::write(tokens.path().join("access"), test_server::ACCESS_KEY).unwrap();
+    std::fs::write(tokens.path().join("secret"), test_server::SECRET_KEY).unwrap();
     let b = Broker::start_with(move |cfg| {
         cfg.security.admin_token_file = Some(admin);
+        cfg.tiering = Some(tiering);
         // Small publish budget so one MPUB is throttled; small segments so scrub has work.
         cfg.limits.max_body_bytes = 64 << 10;
         cfg.queue.max_message_bytes = 64 << 10;
@@ -149,6 +180,13 @@ async fn real_traffic_moves_every_fed_series_and_histogram() {
     // 100 x 600 B: body + 52 + 128 per message exceeds the 64 KiB node budget.
     p.cmd_body("MPUB t", &mpub_body(100, 600)).await;
     p.expect_error("E_THROTTLED").await;
+    // The sealed segment goes to the bucket (before the damage below touches it).
+    eventually(async || {
+        let text = b.metrics().await;
+        metric(&text, "rustqueue_tiering_uploads_total") >= Some(1.0)
+            && metric(&text, "rustqueue_tiering_upload_backlog_segments") == Some(0.0)
+    })
+    .await;
 
     // Consume: FIN the second message (out of order: an ack gap), keep the first in flight,
     // REQ the third so its next take dead-letters it (max_delivery_attempts = 2).

@@ -31,6 +31,10 @@ pub struct BrokerConfig {
     pub metrics: MetricsConfig,
     /// `[shutdown]`.
     pub shutdown: ShutdownConfig,
+    /// `[tiering]`: present = sealed segments are uploaded to an S3-compatible bucket
+    /// (docs/tiering.md). Absent (the default), nothing is uploaded and nothing changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tiering: Option<TieringConfig>,
 }
 
 /// Log output format.
@@ -420,6 +424,65 @@ impl Default for ShutdownConfig {
         Self { grace_seconds: 30 }
     }
 }
+
+/// `[tiering]`: where sealed segments are uploaded, and when (docs/tiering.md).
+///
+/// The credentials come from `access_key_file` and `secret_key_file` (both or neither), or
+/// else from the standard `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` environment variables;
+/// the secret itself is never a key of this file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TieringConfig {
+    /// The bucket's name; it must exist (the broker never creates buckets).
+    pub bucket: String,
+    /// The S3 endpoint, `https://host:port` (path-style requests).
+    pub endpoint: String,
+    /// The region requests are signed for.
+    pub region: String,
+    /// Keys are stored under this prefix (`cluster-a`), or at the bucket's root when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Accept a plain `http://` endpoint (a test server on loopback); off, only `https://`.
+    pub allow_http: bool,
+    /// File holding the access key id (trailing whitespace ignored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_key_file: Option<PathBuf>,
+    /// File holding the secret access key (trailing whitespace ignored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_file: Option<PathBuf>,
+    /// Seconds a sealed segment waits before it is uploaded; 0 = at once.
+    pub upload_after_seconds: u64,
+    /// Refused: local retention is not available yet. A key, not an unknown field, so the
+    /// refusal can say so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_retention_bytes: Option<u64>,
+    /// Refused like `local_retention_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_retention_seconds: Option<u64>,
+}
+
+impl Default for TieringConfig {
+    fn default() -> Self {
+        Self {
+            bucket: String::new(),
+            endpoint: String::new(),
+            region: "us-east-1".into(),
+            prefix: None,
+            allow_http: false,
+            access_key_file: None,
+            secret_key_file: None,
+            upload_after_seconds: 0,
+            local_retention_bytes: None,
+            local_retention_seconds: None,
+        }
+    }
+}
+
+/// The environment variable holding the bucket's access key id when `[tiering]` names no
+/// `access_key_file` (the standard S3 one).
+pub const TIERING_ACCESS_KEY_ENV: &str = "AWS_ACCESS_KEY_ID";
+/// The environment variable holding the secret when `[tiering]` names no `secret_key_file`.
+pub const TIERING_SECRET_KEY_ENV: &str = "AWS_SECRET_ACCESS_KEY";
 
 /// An environment variable that overrides one key of the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,11 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     sizes(cfg)?;
     queue(&cfg.queue)?;
     limits(&cfg.limits, &cfg.queue)?;
-    security(&cfg.security)
+    security(&cfg.security)?;
+    match &cfg.tiering {
+        Some(t) => super::tiering::validate(t),
+        None => Ok(()),
+    }
 }
 
 /// `[node]` and `[network]`.
