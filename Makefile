@@ -77,13 +77,15 @@ unit: deps-argocd-health deps-versitygw ## unit and integration tests that need 
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
 # broker/tier against a real S3-compatible server: versitygw (scripts/versions.env), built into
-# the cache once (about 2 min of CPU cold, like crane) and started by each test on loopback.
-# `unit` runs these too; this target runs them alone (about 20 s).
-TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults
+# the cache once (about 2 min of CPU cold, like crane) and started by each test on loopback;
+# and the engine's uploads of sealed segments and the [tiering] section over the same server.
+# `unit` runs these too; this target runs them alone (about 30 s).
+TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
+	--test tiering_uploads --test tiering_outage --test config_tiering
 .PHONY: deps-versitygw tier-test
 deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache
 	scripts/deps.sh versitygw
-tier-test: deps-versitygw ## the object-store client layer (broker/tier) against a real versitygw: round trips, damage, kills, pauses, refusals
+tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, [tiering] config
 	$(CARGO_TEST) $(TIER_TESTS)
 
 .PHONY: crash
