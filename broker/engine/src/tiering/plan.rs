@@ -107,14 +107,25 @@ impl Queue {
         recorded: impl Fn(u64) -> bool,
         now: Instant,
     ) {
-        self.waiting.retain(|(t, base), _| {
-            t != topic || sealed.iter().any(|s| s.base == *base && !recorded(*base))
-        });
-        for s in sealed.iter().filter(|s| !recorded(s.base)) {
+        let live: BTreeMap<u64, u64> = sealed
+            .iter()
+            .filter(|s| !recorded(s.base))
+            .map(|s| (s.base, s.bytes))
+            .collect();
+        let stale: Vec<(String, u64)> = self
+            .waiting
+            .range((topic.to_owned(), 0)..=(topic.to_owned(), u64::MAX))
+            .filter(|((_, base), _)| !live.contains_key(base))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in stale {
+            self.waiting.remove(&key);
+        }
+        for (base, bytes) in live {
             self.waiting
-                .entry((topic.to_owned(), s.base))
+                .entry((topic.to_owned(), base))
                 .or_insert(Waiting {
-                    bytes: s.bytes,
+                    bytes,
                     first_seen: now,
                     attempts: 0,
                     not_before: None,

@@ -21,6 +21,10 @@ struct Known {
     topic: Arc<Topic>,
     record: TieredRecord,
     sealed: Vec<SealedFiles>,
+    /// The log's segment count, first and next position when `sealed` was listed: while they
+    /// stay the same nothing was appended (so nothing sealed) and nothing deleted, and an idle
+    /// topic's listing is not repeated every scan.
+    shape: Option<(usize, u64, u64)>,
 }
 
 /// Why a segment was not uploaded.
@@ -68,16 +72,17 @@ async fn scan(
     known: &mut HashMap<String, Known>,
     queue: &mut Queue,
 ) {
-    let topics: Vec<Arc<Topic>> = r
+    let topics: HashMap<String, Arc<Topic>> = r
         .topic_list()
         .into_iter()
         .filter(|t| !t.ephemeral && !t.deleted.load(Ordering::SeqCst))
+        .map(|t| (t.name.clone(), t))
         .collect();
     // A deleted topic, or one deleted and created again, starts over.
-    known.retain(|_, k| topics.iter().any(|t| Arc::ptr_eq(t, &k.topic)));
+    known.retain(|name, k| topics.get(name).is_some_and(|t| Arc::ptr_eq(t, &k.topic)));
     queue.retain_topics(|name| known.contains_key(name));
     let new: Vec<Arc<Topic>> = topics
-        .iter()
+        .values()
         .filter(|t| !known.contains_key(&t.name))
         .cloned()
         .collect();
@@ -104,13 +109,26 @@ async fn scan(
                     topic,
                     record,
                     sealed: Vec::new(),
+                    shape: None,
                 },
             );
         }
     }
     let now = Instant::now();
     for (name, k) in known.iter_mut() {
-        k.sealed = lock(&k.topic.log).sealed_files();
+        {
+            let log = lock(&k.topic.log);
+            let shape = Some((
+                log.segment_count(),
+                log.first_position(),
+                log.next_position(),
+            ));
+            if shape == k.shape {
+                continue;
+            }
+            k.sealed = log.sealed_files();
+            k.shape = shape;
+        }
         let sealed: Vec<Sealed> = k
             .sealed
             .iter()

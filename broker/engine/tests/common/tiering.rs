@@ -46,11 +46,16 @@ pub fn topic_dir(dir: &Path) -> PathBuf {
 
 /// The topic `t`'s tiered record (empty when there is none yet).
 pub fn record(dir: &Path) -> TieredRecord {
+    try_record(dir).unwrap()
+}
+
+/// The topic `t`'s tiered record, empty when there is none yet, or the error reading it.
+pub fn try_record(dir: &Path) -> Result<TieredRecord, rustqueue_storage::StorageError> {
     let path = topic_dir(dir).join(rustqueue_storage::TIERED_FILE);
     if !path.exists() {
-        return TieredRecord::new("t", "", None);
+        return Ok(TieredRecord::new("t", "", None));
     }
-    rustqueue_storage::testing::read_checked(&RealFs, &path).unwrap()
+    rustqueue_storage::testing::read_checked(&RealFs, &path)
 }
 
 /// Base log indexes of `t`'s sealed segments on disk (every `.rqlog` with its `.rqidx`).
