@@ -40,7 +40,7 @@ type Refusal = (
     &'static [&'static str],
 );
 
-const MINIMAL: &str = "[tiering]\nbucket = \"b\"\nendpoint = \"https://s3.example.test\"\n";
+const MINIMAL: &str = "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n";
 
 #[test]
 fn without_the_section_tiering_is_off() {
@@ -62,18 +62,18 @@ fn accepted_sections_have_the_documented_defaults() {
     let cases: &[(&str, &[(&str, &str)])] = &[
         (MINIMAL, &ENV_KEYS),
         (
-            "[tiering]\nbucket = \"b\"\nendpoint = \"https://s3.example.test:9000\"\n\
+            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test:9000\"\n\
              region = \"eu-west-3\"\nprefix = \"cluster-a/prod\"\nupload_after_seconds = 60\n\
              access_key_file = \"{dir}/access\"\nsecret_key_file = \"{dir}/secret\"\n",
             &[],
         ),
         (
-            "[tiering]\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:7070\"\nallow_http = true\n",
+            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"http://127.0.0.1:7070\"\nallow_http = true\n",
             &ENV_KEYS,
         ),
         // Files win over the environment.
         (
-            "[tiering]\nbucket = \"b\"\nendpoint = \"https://s3.example.test\"\n\
+            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
              access_key_file = \"{dir}/access\"\nsecret_key_file = \"{dir}/secret\"\n",
             &[("AWS_ACCESS_KEY_ID", ""), ("AWS_SECRET_ACCESS_KEY", "")],
         ),
@@ -110,22 +110,52 @@ fn refusals_name_the_key_and_what_to_do() {
             &["tiering.bucket is empty", "must exist"],
         ),
         (
-            bare("bucket = \"b\"\n"),
+            bare("bucket = \"rq\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"rq\"",
+                "not an S3 bucket name",
+                "InvalidBucketName",
+            ],
+        ),
+        (
+            bare("bucket = \"Rq-Bucket\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"Rq-Bucket\"",
+                "3 to 63 characters of a-z",
+            ],
+        ),
+        (
+            bare("bucket = \"rq..b\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &["tiering.bucket = \"rq..b\"", "not an S3 bucket name"],
+        ),
+        (
+            bare("bucket = \"-rq\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"-rq\"",
+                "starting and ending with a letter or digit",
+            ],
+        ),
+        (
+            bare("bucket = \"rq-b\"\n"),
             &ENV_KEYS,
             &["tiering.endpoint = \"\"", "https:// URL"],
         ),
         (
-            bare("bucket = \"b\"\nendpoint = \"s3.example.test\"\n"),
+            bare("bucket = \"rq-b\"\nendpoint = \"s3.example.test\"\n"),
             &ENV_KEYS,
             &["tiering.endpoint", "https:// URL"],
         ),
         (
-            bare("bucket = \"b\"\nendpoint = \"https://\"\n"),
+            bare("bucket = \"rq-b\"\nendpoint = \"https://\"\n"),
             &ENV_KEYS,
             &["tiering.endpoint", "https:// URL"],
         ),
         (
-            bare("bucket = \"b\"\nendpoint = \"http://127.0.0.1:7070\"\n"),
+            bare("bucket = \"rq-b\"\nendpoint = \"http://127.0.0.1:7070\"\n"),
             &ENV_KEYS,
             &["plain http", "use https", "tiering.allow_http = true"],
         ),
@@ -234,6 +264,6 @@ fn check_config_refuses_missing_credentials_and_prints_a_section_it_reads_back()
             t.prefix.as_deref(),
             t.upload_after_seconds
         ),
-        ("b", Some("cluster-a"), 30)
+        ("rq-b", Some("cluster-a"), 30)
     );
 }

@@ -38,6 +38,14 @@ pub fn validate(t: &TieringConfig) -> Result<(), ConfigError> {
                 .into(),
         ));
     }
+    if !valid_bucket_name(&t.bucket) {
+        return Err(invalid(format!(
+            "tiering.bucket = {:?} is not an S3 bucket name: 3 to 63 characters of a-z, 0-9, '.' \
+             and '-', starting and ending with a letter or digit, no \"..\" (the bucket would \
+             refuse every upload with InvalidBucketName)",
+            t.bucket
+        )));
+    }
     let http = t.endpoint.starts_with("http://");
     let host = t
         .endpoint
@@ -160,4 +168,16 @@ pub fn options(
     let mut options = TieringOptions::new(bucket);
     options.upload_after = Duration::from_secs(t.upload_after_seconds);
     Ok(Some(options))
+}
+
+/// The S3 bucket naming rules every S3 server checks (AWS's general-purpose buckets): a name
+/// that breaks them is refused by the server on every request, so it is refused here first.
+fn valid_bucket_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (3..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && !name.contains("..")
 }
