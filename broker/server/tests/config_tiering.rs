@@ -110,36 +110,6 @@ fn refusals_name_the_key_and_what_to_do() {
             &["tiering.bucket is empty", "must exist"],
         ),
         (
-            bare("bucket = \"rq\"\nendpoint = \"https://s3.example.test\"\n"),
-            &ENV_KEYS,
-            &[
-                "tiering.bucket = \"rq\"",
-                "not an S3 bucket name",
-                "InvalidBucketName",
-            ],
-        ),
-        (
-            bare("bucket = \"Rq-Bucket\"\nendpoint = \"https://s3.example.test\"\n"),
-            &ENV_KEYS,
-            &[
-                "tiering.bucket = \"Rq-Bucket\"",
-                "3 to 63 characters of a-z",
-            ],
-        ),
-        (
-            bare("bucket = \"rq..b\"\nendpoint = \"https://s3.example.test\"\n"),
-            &ENV_KEYS,
-            &["tiering.bucket = \"rq..b\"", "not an S3 bucket name"],
-        ),
-        (
-            bare("bucket = \"-rq\"\nendpoint = \"https://s3.example.test\"\n"),
-            &ENV_KEYS,
-            &[
-                "tiering.bucket = \"-rq\"",
-                "starting and ending with a letter or digit",
-            ],
-        ),
-        (
             bare("bucket = \"rq-b\"\n"),
             &ENV_KEYS,
             &["tiering.endpoint = \"\"", "https:// URL"],
@@ -208,6 +178,65 @@ fn refusals_name_the_key_and_what_to_do() {
         (with("secret_key = \"SK\"\n"), &ENV_KEYS, &["secret_key"]),
         (with("bukcet = \"b\"\n"), &ENV_KEYS, &["bukcet"]),
     ];
+    refused(cases);
+}
+
+#[test]
+fn bucket_names_an_s3_server_would_refuse_are_refused_at_load() {
+    let bare = |body: &str| format!("[tiering]\n{body}");
+    let cases: Vec<Refusal> = vec![
+        (
+            bare("bucket = \"rq\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"rq\"",
+                "not an S3 bucket name",
+                "InvalidBucketName",
+            ],
+        ),
+        (
+            bare("bucket = \"Rq-Bucket\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"Rq-Bucket\"",
+                "3 to 63 characters of a-z",
+            ],
+        ),
+        (
+            bare("bucket = \"rq..b\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &["tiering.bucket = \"rq..b\"", "not an S3 bucket name"],
+        ),
+        (
+            bare("bucket = \"-rq\"\nendpoint = \"https://s3.example.test\"\n"),
+            &ENV_KEYS,
+            &[
+                "tiering.bucket = \"-rq\"",
+                "starting and ending with a letter or digit",
+            ],
+        ),
+    ];
+    refused(cases);
+    for name in ["rq-b", "abc", "a.b-c.0", &"x".repeat(63)] {
+        let toml =
+            format!("[tiering]\nbucket = {name:?}\nendpoint = \"https://s3.example.test\"\n");
+        assert!(
+            load(&toml, &ENV_KEYS).is_ok(),
+            "{name:?} is a valid bucket name"
+        );
+    }
+    let toml = format!(
+        "[tiering]\nbucket = {:?}\nendpoint = \"https://s3.example.test\"\n",
+        "x".repeat(64)
+    );
+    assert!(
+        load(&toml, &ENV_KEYS).is_err(),
+        "64 characters is one too many"
+    );
+}
+
+/// Each configuration is refused with an error naming every wanted string.
+fn refused(cases: Vec<Refusal>) {
     for (toml, env, wants) in cases {
         let err = match load(&toml, env) {
             Ok(_) => panic!("accepted:\n{toml}"),
