@@ -69,6 +69,21 @@ impl Bucket {
         self.failed_attempts.load(Ordering::Relaxed)
     }
 
+    /// Runs one operation on `key` under the bucket's retry policy, counting its failed
+    /// attempts in [`Bucket::failed_attempts`]; also returns how many retries it took.
+    pub(crate) async fn retried<T, F, Fut>(
+        &self,
+        op: Op,
+        key: &str,
+        attempt: F,
+    ) -> Result<(T, u32), Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, object_store::Error>>,
+    {
+        retry::run(&self.retry, &self.failed_attempts, op, key, attempt).await
+    }
+
     /// A client for the bucket `config` names. Checks the configuration, contacts nothing:
     /// a wrong endpoint or credentials show at the first operation.
     pub fn new(config: BucketConfig) -> Result<Self, Error> {
@@ -125,14 +140,11 @@ impl Bucket {
         }
         let path = self.path(key);
         let options = GetOptions::new().with_range(Some(range));
-        let (result, _) = retry::run(
-            &self.retry,
-            &self.failed_attempts,
-            Op::Get,
-            key.as_str(),
-            || self.store.get_opts(&path, options.clone()),
-        )
-        .await?;
+        let (result, _) = self
+            .retried(Op::Get, key.as_str(), || {
+                self.store.get_opts(&path, options.clone())
+            })
+            .await?;
         let key = key.to_string();
         Ok(result
             .into_stream()
@@ -147,12 +159,8 @@ impl Bucket {
     /// [`Error::Corrupt`] when they differ, [`Error::NoChecksum`] when nothing was recorded.
     pub async fn verify(&self, key: &ObjectKey) -> Result<Verified, Error> {
         let path = self.path(key);
-        let ((recorded, read), retries) = retry::run(
-            &self.retry,
-            &self.failed_attempts,
-            Op::Verify,
-            key.as_str(),
-            || async {
+        let ((recorded, read), retries) = self
+            .retried(Op::Verify, key.as_str(), || async {
                 let result = self.store.get_opts(&path, GetOptions::new()).await?;
                 let recorded = Checksum::from_attributes(&result.attributes);
                 let mut read = Checksum::EMPTY;
@@ -161,9 +169,8 @@ impl Bucket {
                     read = read.append(&chunk?);
                 }
                 Ok((recorded, read))
-            },
-        )
-        .await?;
+            })
+            .await?;
         let key = key.to_string();
         match recorded {
             None => Err(Error::NoChecksum { key }),
@@ -197,14 +204,11 @@ impl Bucket {
             .as_ref()
             .map(|p| object_store::path::Path::from(p.as_str()));
         let scope = within.or(root);
-        let (metas, _) = retry::run(
-            &self.retry,
-            &self.failed_attempts,
-            Op::List,
-            prefix.unwrap_or("every key"),
-            || self.store.list(scope.as_ref()).try_collect::<Vec<_>>(),
-        )
-        .await?;
+        let (metas, _) = self
+            .retried(Op::List, prefix.unwrap_or("every key"), || {
+                self.store.list(scope.as_ref()).try_collect::<Vec<_>>()
+            })
+            .await?;
         let mut listed: Vec<Listed> = metas
             .into_iter()
             .filter_map(|meta| {
@@ -222,14 +226,8 @@ impl Bucket {
     /// way), so a retried or repeated delete is harmless.
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), Error> {
         let path = self.path(key);
-        retry::run(
-            &self.retry,
-            &self.failed_attempts,
-            Op::Delete,
-            key.as_str(),
-            || self.store.delete(&path),
-        )
-        .await?;
+        self.retried(Op::Delete, key.as_str(), || self.store.delete(&path))
+            .await?;
         Ok(())
     }
 

@@ -23,7 +23,6 @@ use tokio::io::AsyncReadExt;
 use crate::bucket::{Bucket, Uploaded};
 use crate::checksum::Checksum;
 use crate::error::{Error, Op};
-use crate::retry;
 
 /// S3's limit on the parts of one upload.
 const MAX_PARTS: u64 = 10_000;
@@ -55,18 +54,13 @@ pub(crate) async fn put_file(
         ensure_unchanged(key, file, checksum, Checksum::of(&bytes))?;
         let options = PutOptions::from(checksum.to_attributes());
         let path = bucket.path(key);
-        let (_, retries) = retry::run(
-            &bucket.retry,
-            &bucket.failed_attempts,
-            Op::Put,
-            key.as_str(),
-            || {
+        let (_, retries) = bucket
+            .retried(Op::Put, key.as_str(), || {
                 bucket
                     .store
                     .put_opts(&path, PutPayload::from(bytes.clone()), options.clone())
-            },
-        )
-        .await?;
+            })
+            .await?;
         return Ok(Uploaded {
             checksum,
             parts: 0,
@@ -93,14 +87,11 @@ async fn put_multipart(
 ) -> Result<Uploaded, Error> {
     let path = bucket.path(key);
     let options = PutMultipartOptions::from(checksum.to_attributes());
-    let (id, created_retries) = retry::run(
-        &bucket.retry,
-        &bucket.failed_attempts,
-        Op::Put,
-        key.as_str(),
-        || bucket.store.create_multipart_opts(&path, options.clone()),
-    )
-    .await?;
+    let (id, created_retries) = bucket
+        .retried(Op::Put, key.as_str(), || {
+            bucket.store.create_multipart_opts(&path, options.clone())
+        })
+        .await?;
     match send_parts(bucket, key, file, checksum, &id).await {
         Ok(uploaded) => Ok(Uploaded {
             retries: uploaded.retries + created_retries,
@@ -145,18 +136,13 @@ async fn send_parts(
         sent = sent.append(&buffer);
         let part = Bytes::from(buffer);
         let index = part_ids.len();
-        let (part_id, part_retries) = retry::run(
-            &bucket.retry,
-            &bucket.failed_attempts,
-            Op::Put,
-            key.as_str(),
-            || {
+        let (part_id, part_retries) = bucket
+            .retried(Op::Put, key.as_str(), || {
                 bucket
                     .store
                     .put_part(&path, id, index, PutPayload::from(part.clone()))
-            },
-        )
-        .await?;
+            })
+            .await?;
         part_ids.push(part_id);
         retries += part_retries;
     }
@@ -168,14 +154,11 @@ async fn send_parts(
     ensure_unchanged(key, file, checksum, after)?;
 
     let parts = part_ids.len();
-    let completed = retry::run(
-        &bucket.retry,
-        &bucket.failed_attempts,
-        Op::Put,
-        key.as_str(),
-        || bucket.store.complete_multipart(&path, id, part_ids.clone()),
-    )
-    .await;
+    let completed = bucket
+        .retried(Op::Put, key.as_str(), || {
+            bucket.store.complete_multipart(&path, id, part_ids.clone())
+        })
+        .await;
     match completed {
         Ok((_, complete_retries)) => Ok(Uploaded {
             checksum,
