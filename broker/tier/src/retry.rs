@@ -51,17 +51,21 @@ impl Default for RetryPolicy {
     }
 }
 
+/// "Equal jitter" back-off: wait `n` (1-based) lasts between half and all of
+/// `min(max, first * 2^(n-1))`, `jitter` in `[0, 1]` choosing where. Retries spread out and never
+/// collapse to zero. The tiering uploader's pauses use it too.
+pub fn equal_jitter(first: Duration, max: Duration, n: u32, jitter: f64) -> Duration {
+    let doublings = n.saturating_sub(1).min(31);
+    let step = first.saturating_mul(1u32 << doublings).min(max);
+    let half = step / 2;
+    half + half.mul_f64(jitter.clamp(0.0, 1.0))
+}
+
 impl RetryPolicy {
     /// The wait before retry `retry` (1-based), with `jitter` in `[0, 1)` choosing where in the
     /// upper half of the step it falls.
     pub fn delay(&self, retry: u32, jitter: f64) -> Duration {
-        let doublings = retry.saturating_sub(1).min(32);
-        let step = self
-            .first_delay
-            .saturating_mul(1u32 << doublings.min(31))
-            .min(self.max_delay);
-        let half = step / 2;
-        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+        equal_jitter(self.first_delay, self.max_delay, retry, jitter)
     }
 
     /// The wait before another attempt after `attempts` attempts have failed transiently and

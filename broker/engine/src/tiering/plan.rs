@@ -20,7 +20,8 @@ pub(crate) fn segment_keys(node_id: u16, topic: &str, base: u64) -> [String; 2] 
     [format!("{stem}.rqlog"), format!("{stem}.rqidx")]
 }
 
-/// The wait before the next attempt after failures: retry `n` (1-based) waits between half and
+/// The wait before the next attempt after failures (`rustqueue_tier::retry::equal_jitter`, as the
+/// bucket's own retries): retry `n` (1-based) waits between half and
 /// all of `min(max, first * 2^(n-1))` ("equal jitter": retries spread out, never collapse).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
@@ -44,10 +45,7 @@ impl Default for Backoff {
 impl Backoff {
     /// The wait after `failures` failures in a row, `jitter` in `[0, 1)`.
     pub fn delay(&self, failures: u32, jitter: f64) -> Duration {
-        let doublings = failures.saturating_sub(1).min(31);
-        let step = self.first.saturating_mul(1u32 << doublings).min(self.max);
-        let half = step / 2;
-        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+        rustqueue_tier::retry::equal_jitter(self.first, self.max, failures, jitter)
     }
 }
 
