@@ -152,9 +152,9 @@ enum Appended {
 /// Two stages run side by side, each in its own task. The append stage takes every request
 /// already queued (a [`Collector`] group: up to 64 requests / 8 MiB, never waiting for more)
 /// and appends them in one lock hold. The sync stage fdatasyncs the active segment and answers
-/// every durable request appended before that fsync began. Appends go on while an fsync runs,
-/// so everything that arrives during one fsync shares the next: a group is as large as the
-/// load makes it, and an idle topic pays one fsync, with no batching delay.
+/// every durable request appended before that fsync began. Appends go on while an fsync runs, so everything that
+/// arrives during one fsync shares the next: a group is as large as the load makes it, and an
+/// idle topic pays one fsync, with no batching delay.
 pub(crate) async fn publish_worker(
     topic: Weak<Topic>,
     store: Arc<Store>,
@@ -223,14 +223,14 @@ async fn append_stage(
         // blocking pool.
         let ids: u64 = reqs.iter().map(|(b, _)| b.len() as u64).sum();
         let needs_io = lock(&t.log).append_needs_io(bytes) || !store.ids_reserved(ids);
-        let (results, unsynced) = if needs_io {
+        let results = if needs_io {
             let t2 = t.clone();
             let store2 = store.clone();
             tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
                 .await
                 .unwrap_or_else(|e| {
                     let e = PublishError::from(StorageFault::task("commit", &e));
-                    (vec![Err(e); n], (0, 0))
+                    vec![Err(e); n]
                 })
         } else {
             append(&t, &store, &reqs)
@@ -257,7 +257,7 @@ async fn append_stage(
             let _ = sync.tx.send(Appended::AwaitSync(appended, returning));
         }
         if relaxed && relaxed_ok {
-            sync.relaxed(unsynced, &set);
+            sync.relaxed(&t, &set);
         }
     }
 }
@@ -266,18 +266,21 @@ async fn append_stage(
 struct Handoff {
     tx: mpsc::UnboundedSender<Appended>,
     /// Set once the sync stage was told of a relaxed append not yet synced; cleared by the sync
-    /// stage before each sync starts.
+    /// stage before each relaxed sync starts.
     told: Arc<AtomicBool>,
 }
 
 impl Handoff {
     /// Tells the sync stage of a relaxed append when it needs to know: the first one since its
     /// last sync (that starts the interval), and any that reaches a message or byte threshold.
-    /// A relaxed group costs no wake-up of the sync stage otherwise. `unsynced` is the log's
-    /// unsynced messages and bytes as the append left them.
-    fn relaxed(&self, (msgs, bytes): (u64, u64), set: &GroupSettings) {
+    /// A relaxed group costs no wake-up of the sync stage otherwise.
+    fn relaxed(&self, t: &Topic, set: &GroupSettings) {
         let first = !self.told.swap(true, Ordering::SeqCst);
-        if first || msgs >= set.sync_messages || bytes >= set.sync_bytes {
+        let due = first || {
+            let (msgs, bytes) = lock(&t.log).unsynced();
+            msgs >= set.sync_messages || bytes >= set.sync_bytes
+        };
+        if due {
             let _ = self.tx.send(Appended::Relaxed);
         }
     }
@@ -453,13 +456,8 @@ impl Group {
 }
 
 /// Appends every request (ids reserved first) in one hold of the log lock and, as far as the
-/// active segment reaches, one write; no fsync. Also returns the log's unsynced messages and
-/// bytes after the append, read in the same hold.
-fn append(
-    t: &Topic,
-    store: &Store,
-    reqs: &[(Vec<Bytes>, i64)],
-) -> (Vec<Result<(), PublishError>>, (u64, u64)) {
+/// active segment reaches, one write; no fsync.
+fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<(), PublishError>> {
     let m = &t.metrics;
     let waited = Instant::now();
     let mut log = lock(&t.log);
@@ -490,10 +488,9 @@ fn append(
             results[slot] = Err(PublishError::from(e));
         }
     }
-    let unsynced = log.unsynced();
     drop(log);
     m.since(Timer::PublishLockHold, held);
-    (results, unsynced)
+    results
 }
 
 /// fdatasyncs the active segment *outside* the log lock (appends and deliveries go on) and
