@@ -404,37 +404,6 @@ async fn relaxed_modes_ack_before_sync_and_sync_in_the_background() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_lone_relaxed_append_is_synced_on_the_interval_after_earlier_syncs() {
-    // The append stage tells the sync stage only of the first unsynced append after a sync (and
-    // of one at a threshold): each sync must re-arm that, or a later lone append would wait for
-    // a threshold that never comes.
-    for mode in [AckMode::WriteAck, AckMode::NsqRelaxed] {
-        let dir = tempfile::tempdir().unwrap();
-        let e = Engine::open(EngineConfig {
-            ack_mode: mode,
-            relaxed_sync_interval: Duration::from_millis(20),
-            relaxed_sync_messages: u64::MAX,
-            relaxed_sync_bytes: u64::MAX,
-            ..cfg(dir.path())
-        })
-        .await
-        .unwrap();
-        for n in 1..=4u64 {
-            e.publish("t", vec![b("m")], None).await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while e.stats(None, None).topics[0].last_durable_position < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "{mode:?}: append {n} synced on the interval"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            assert_eq!(e.stats(None, None).topics[0].unsynced_messages, 0);
-        }
-    }
-}
-
 #[tokio::test]
 async fn relaxed_modes_sync_on_their_interval_not_after_every_append() {
     // Regression: the age of the unsynced tail was never reset while appends went on during a
