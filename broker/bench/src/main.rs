@@ -103,7 +103,8 @@ struct CompareArgs {
     #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
     idle_topics: usize,
     /// Also run the sweeps behind the curves (clients, message size, topics; ~12 more cases).
-    #[arg(long, env = "BENCH_SWEEPS")]
+    /// The environment variable takes 1/0, yes/no or true/false (`BENCH_SWEEPS=1 make bench`).
+    #[arg(long, env = "BENCH_SWEEPS", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     sweeps: bool,
     /// Comma-separated case names (default all).
     #[arg(long, env = "BENCH_CASES", value_delimiter = ',')]
@@ -316,4 +317,38 @@ fn write_markdown(
 fn read_notes(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     path.map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweeps(args: &[&str]) -> bool {
+        let cli = Cli::try_parse_from(
+            ["rustqueue-bench", "compare", "--nsqd", "nsqd"]
+                .iter()
+                .chain(args),
+        )
+        .unwrap();
+        match cli.command {
+            Command::Compare(a) => a.sweeps,
+            _ => unreachable!("parsed as compare"),
+        }
+    }
+
+    #[test]
+    fn sweeps_take_the_values_make_bench_documents() {
+        // `BENCH_SWEEPS=1 make bench` goes through the same parser as `--sweeps=1`.
+        for (args, want) in [
+            (&[][..], false),
+            (&["--sweeps"][..], true),
+            (&["--sweeps=1"][..], true),
+            (&["--sweeps=true"][..], true),
+            (&["--sweeps=yes"][..], true),
+            (&["--sweeps=0"][..], false),
+            (&["--sweeps=no"][..], false),
+        ] {
+            assert_eq!(sweeps(args), want, "{args:?}");
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Curves instead of points: PUB+FIN at saturation swept along one axis at a time (clients,
 //! message size, active topics), each point run against every curve profile like any other
 //! case, and drawn as SVG charts (both servers on each chart) that `docs/benchmarks.md`
-//! embeds. `make bench-curves` runs them (`BENCH_SWEEPS=1`); `make bench` leaves them out.
+//! embeds. `BENCH_SWEEPS=1 make bench` runs them; `make bench` alone leaves them out.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
