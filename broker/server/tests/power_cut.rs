@@ -116,7 +116,27 @@ fn mount(fs: &LazyFs, at: &Path) -> Mounted {
     })
 }
 
+/// Starts `rustqueued` on the mount. Its stderr is echoed to the test's and kept, so a broker
+/// that exits names its reason in the panic (CI's summary shows the panic, not the whole log).
+/// Fresh ports are tried again only when the broker says another process took its port
+/// between the test picking it and the broker binding it; any other exit fails the test.
 async fn start(data: &Path, mode: &str) -> Broker {
+    const PORT_RACES: usize = 3;
+    for attempt in 1..=PORT_RACES {
+        match try_start(data, mode).await {
+            Ok(b) => return b,
+            Err(stderr) if stderr.contains("cannot listen on") && attempt < PORT_RACES => {
+                eprintln!("rustqueued lost a port race ({mode}), starting it on others: {stderr}");
+            }
+            Err(stderr) => {
+                panic!("rustqueued exited on the surviving state ({mode}); its stderr:\n{stderr}")
+            }
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+async fn try_start(data: &Path, mode: &str) -> Result<Broker, String> {
     let (tcp, http) = (common::free_port(), common::free_port());
     let config = tempfile::tempdir().unwrap();
     let path = config.path().join("powercut.toml");
@@ -130,15 +150,17 @@ async fn start(data: &Path, mode: &str) -> Broker {
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
         .env("RUSTQUEUE_CONFIG", &path)
         .env("RUSTQUEUE_DATA_PATH", data)
         .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
         .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let stderr = echo_and_keep(child.stderr.take().unwrap());
     let mut child = common::KillOnDrop(child);
     let ping = format!("http://127.0.0.1:{http}/ping");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -150,7 +172,9 @@ async fn start(data: &Path, mode: &str) -> Broker {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("rustqueued exited on the surviving state ({mode}): {status}");
+            // The echo thread ends with the pipe, so everything the broker wrote is kept.
+            let text = stderr.join().unwrap();
+            return Err(format!("{status}\n{text}"));
         }
         assert!(
             Instant::now() < deadline,
@@ -158,12 +182,26 @@ async fn start(data: &Path, mode: &str) -> Broker {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Broker {
+    Ok(Broker {
         child,
         tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
         http,
         _config: config,
-    }
+    })
+}
+
+/// Copies a child's stderr to ours line by line; the thread returns all of it at EOF.
+fn echo_and_keep(pipe: std::process::ChildStderr) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut kept = String::new();
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+        kept
+    })
 }
 
 async fn send(c: &mut Client<TcpStream>, bytes: &[u8]) -> bool {
