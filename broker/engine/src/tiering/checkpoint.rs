@@ -1,0 +1,226 @@
+//! Checkpoints in the bucket: what a restore needs beside the segments, uploaded on its own
+//! period (`checkpoint_upload_seconds`, docs/tiering.md "Checkpoints").
+//!
+//! ```text
+//! every period, for each durable topic the uploader knows:
+//!   channels  read_topic_files: manifest + each channel's durable state (checkpoint + WAL), read only
+//!   head      the log's next position − 1 and first position, read after the channels
+//!   put       nodes/<n>/topics/<hex>/<incarnation>/checkpoint.json   (only when it changed)
+//! then      nodes/<n>/catalog.json: every topic with a checkpoint, and its incarnation
+//! ```
+//!
+//! The head is read after the channels, so it is at or past every position they mention. A
+//! failed upload is tried again at the next period; publishing and delivery never wait for it
+//! (the files are read as `storage verify` reads them, and the log lock is held only to read
+//! two numbers).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rustqueue_storage::{ChannelState, TieredSegment};
+use rustqueue_tier::ObjectKey;
+use serde::{Deserialize, Serialize};
+
+use super::Tiering;
+use super::keys;
+use super::uploader::Known;
+use crate::lock::lock;
+use crate::registry::Registry;
+
+/// The layout version of [`TopicCheckpoint`] and [`Catalog`].
+pub const CHECKPOINT_FORMAT: u32 = 1;
+
+/// A topic's state at one moment, as a restore needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicCheckpoint {
+    /// Always [`CHECKPOINT_FORMAT`].
+    pub format: u32,
+    /// The node it belongs to.
+    pub node_id: u16,
+    /// The topic.
+    pub topic: String,
+    /// This life of the topic (the key segment its objects are under).
+    pub incarnation: String,
+    /// When it was read, ms since the epoch.
+    pub written_at_ms: u64,
+    /// The last position the topic had handed out: every message up to here was published;
+    /// a restore counts what it cannot bring back against it.
+    pub head: u64,
+    /// The first position still in the local log (GC and eviction had removed the ones below).
+    pub first_position: u64,
+    /// Deliveries paused (the manifest's flag).
+    pub paused: bool,
+    /// The manifest's unrouted boundary (present while the topic has no durable channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrouted_from_position: Option<u64>,
+    /// Each durable channel's durable state (its checkpoint body, docs/storage-format.md).
+    pub channels: Vec<ChannelState>,
+    /// The segments uploaded by then, as the tiered record lists them.
+    pub segments: Vec<TieredSegment>,
+}
+
+/// One topic of the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogTopic {
+    /// The topic.
+    pub topic: String,
+    /// The incarnation whose checkpoint is current.
+    pub incarnation: String,
+}
+
+/// The node's topics at one moment: what a restore brings back (a topic deleted before it is
+/// not in it, a topic created after it is not yet).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    /// Always [`CHECKPOINT_FORMAT`].
+    pub format: u32,
+    /// The node.
+    pub node_id: u16,
+    /// When it was written, ms since the epoch.
+    pub written_at_ms: u64,
+    /// Its topics, by name.
+    pub topics: Vec<CatalogTopic>,
+}
+
+/// What the loop remembers between periods: what each topic's last uploaded checkpoint said
+/// (without its time), and the last catalog.
+#[derive(Default)]
+pub(crate) struct Sent {
+    topics: HashMap<String, (String, Vec<u8>)>,
+    catalog: Option<Vec<CatalogTopic>>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Uploads the checkpoint of every topic in `known` whose state changed since its last one,
+/// then the catalog if the set of topics changed. Failures are logged and counted; the next
+/// period tries again.
+pub(crate) async fn upload(
+    r: &Arc<Registry>,
+    tier: &Tiering,
+    node_id: u16,
+    known: &HashMap<String, Known>,
+    sent: &mut Sent,
+) {
+    sent.topics.retain(|name, _| known.contains_key(name));
+    let mut names: Vec<&String> = known.keys().collect();
+    names.sort();
+    for name in names {
+        let Some(k) = known.get(name) else { continue };
+        let Some(incarnation) = k.record.incarnation.clone() else {
+            continue;
+        };
+        let Some(mut cp) = read(r, node_id, k, &incarnation).await else {
+            continue;
+        };
+        let unchanged = serde_json::to_vec(&cp).unwrap_or_default();
+        if sent.topics.get(name) == Some(&(incarnation.clone(), unchanged.clone())) {
+            continue;
+        }
+        cp.written_at_ms = now_ms();
+        let key = keys::checkpoint_key(node_id, name, &incarnation);
+        match put_json(tier, &key, &cp).await {
+            Ok(()) => {
+                tier.checkpoint_uploads.fetch_add(1, Ordering::Relaxed);
+                sent.topics.insert(name.clone(), (incarnation, unchanged));
+                tracing::debug!(topic = %name, head = cp.head, "topic checkpoint uploaded");
+            }
+            Err(error) => {
+                tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(topic = %name, %error, "upload of a topic checkpoint failed; tried again at the next period");
+            }
+        }
+    }
+    let mut topics: Vec<CatalogTopic> = sent
+        .topics
+        .iter()
+        .map(|(topic, (incarnation, _))| CatalogTopic {
+            topic: topic.clone(),
+            incarnation: incarnation.clone(),
+        })
+        .collect();
+    topics.sort_by(|a, b| a.topic.cmp(&b.topic));
+    if sent.catalog.as_ref() == Some(&topics) {
+        return;
+    }
+    let catalog = Catalog {
+        format: CHECKPOINT_FORMAT,
+        node_id,
+        written_at_ms: now_ms(),
+        topics: topics.clone(),
+    };
+    match put_json(tier, &keys::catalog_key(node_id), &catalog).await {
+        Ok(()) => {
+            tier.checkpoint_uploads.fetch_add(1, Ordering::Relaxed);
+            sent.catalog = Some(topics);
+        }
+        Err(error) => {
+            tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%error, "upload of the node's catalog failed; tried again at the next period");
+        }
+    }
+}
+
+/// The topic's checkpoint now (`written_at_ms` 0), or `None` when its files cannot be read
+/// (deleted meanwhile, or damaged: logged).
+async fn read(
+    r: &Arc<Registry>,
+    node_id: u16,
+    k: &Known,
+    incarnation: &str,
+) -> Option<TopicCheckpoint> {
+    if k.topic.deleted.load(Ordering::SeqCst) {
+        return None;
+    }
+    let store = r.store().clone();
+    let name = k.topic.name.clone();
+    let files = tokio::task::spawn_blocking(move || {
+        rustqueue_storage::restore::read_topic_files(store.fs().as_ref(), store.root(), &name)
+    })
+    .await
+    .ok()?;
+    let files = match files {
+        Ok(files) => files,
+        Err(error) => {
+            if !k.topic.deleted.load(Ordering::SeqCst) {
+                tracing::warn!(topic = %k.topic.name, %error, "cannot read the topic's channel files for its checkpoint; tried again at the next period");
+            }
+            return None;
+        }
+    };
+    let (head, first_position) = {
+        let log = lock(&k.topic.log);
+        (log.next_position() - 1, log.first_position())
+    };
+    Some(TopicCheckpoint {
+        format: CHECKPOINT_FORMAT,
+        node_id,
+        topic: k.topic.name.clone(),
+        incarnation: incarnation.to_owned(),
+        written_at_ms: 0,
+        head,
+        first_position,
+        paused: files.manifest.paused,
+        unrouted_from_position: files.manifest.unrouted_from_position,
+        channels: files.channels,
+        segments: k.record.segments.clone(),
+    })
+}
+
+async fn put_json<T: Serialize>(tier: &Tiering, key: &str, value: &T) -> Result<(), String> {
+    let key = ObjectKey::new(key.to_owned()).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    tier.bucket
+        .put_bytes(&key, bytes.into())
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
