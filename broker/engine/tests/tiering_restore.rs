@@ -203,6 +203,20 @@ async fn a_deleted_data_directory_comes_back_from_the_bucket_and_the_loss_is_cou
     drop(e);
 
     std::fs::remove_dir_all(dir.path()).unwrap();
+    // A broker started on the empty directory by mistake must not replace the lost volume's
+    // catalog with its own.
+    let fresh = Engine::open(tiered(dir.path(), &server)).await.unwrap();
+    common::wait_for(30, "the catalog refused", || {
+        status(&fresh).checkpoint_failures >= 1
+    })
+    .await;
+    fresh.shutdown().await;
+    drop(fresh);
+    assert_eq!(
+        catalog(&server).await.unwrap().topics[0].incarnation,
+        cp.incarnation
+    );
+    std::fs::remove_dir_all(dir.path()).unwrap();
     let report = restore(&server, dir.path(), false).await;
     let t = topic(&report, "t");
     assert!(t.restored && !report.damaged(), "{report:#?}");
@@ -246,6 +260,12 @@ async fn a_deleted_data_directory_comes_back_from_the_bucket_and_the_loss_is_cou
     // The uploads continue the incarnation: the restored segments are not uploaded again.
     common::wait_for(30, "three scans", || status(&e).scans >= 3).await;
     assert_eq!(status(&e).uploaded_segments, 0, "nothing uploaded twice");
+    // Its checkpoints and catalog go on too: the restored directory is the catalog's volume.
+    common::wait_for(30, "a checkpoint and the catalog uploaded", || {
+        status(&e).checkpoint_uploads >= 2
+    })
+    .await;
+    assert_eq!(status(&e).checkpoint_failures, 0);
     assert_eq!(
         record(dir.path()).incarnation.as_deref(),
         Some(&*cp.incarnation)

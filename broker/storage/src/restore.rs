@@ -73,6 +73,40 @@ pub fn read_topic_files(fs: &dyn Fs, root: &Path, topic: &str) -> Result<TopicFi
     Ok(TopicFiles { manifest, channels })
 }
 
+/// The file naming the data directory's identity in the bucket's catalog.
+pub const VOLUME_FILE: &str = "tiering.volume";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeFile {
+    volume: String,
+}
+
+/// The data directory's volume id (`tiering.volume`), written with `new_id` first when it has
+/// none. The node's catalog carries it: a broker replaces a catalog only when it is its own
+/// directory's (or names no topic), so a broker started on an empty directory after a volume
+/// was lost never replaces the catalog the restore needs.
+pub fn volume_id(fs: &dyn Fs, root: &Path, new_id: &str) -> Result<String, StorageError> {
+    let path = root.join(VOLUME_FILE);
+    if fs.exists(&path) {
+        let v: VolumeFile = meta::read_checked(fs, &path)?;
+        return Ok(v.volume);
+    }
+    write_volume_id(fs, root, new_id)?;
+    Ok(new_id.to_owned())
+}
+
+/// Writes the volume id (a restore keeps the id of the catalog it restored from).
+pub fn write_volume_id(fs: &dyn Fs, root: &Path, id: &str) -> Result<(), StorageError> {
+    meta::write_checked(
+        fs,
+        &root.join(VOLUME_FILE),
+        &VolumeFile {
+            volume: id.to_owned(),
+        },
+    )
+}
+
 /// What a sealed segment holds, from its records or its index header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentSummary {
@@ -252,7 +286,8 @@ pub fn write_topic(fs: Arc<dyn Fs>, root: &Path, t: &RestoredTopic) -> Result<()
         .map_err(io_err("fsync directory", &topics))
 }
 
-/// Writes `FORMAT`, `COMPATIBILITY` (the lowest level the restored records need) and
+/// Writes the volume id of the catalog restored from, `FORMAT`, `COMPATIBILITY` (the lowest
+/// level the restored records need) and
 /// `broker.meta` for `node_id` (ids resume [`REBUILT_SEQUENCE_SKIP`] past the highest restored
 /// one, so no id handed out before the loss is reused), releases the lock, then opens the
 /// directory as a start would and scrubs it ([`crate::offline::repair`]): what that finds is
@@ -261,8 +296,10 @@ pub fn finish(
     fs: Arc<dyn Fs>,
     root: &Path,
     node_id: u16,
+    volume: &str,
     lock: RestoreLock,
 ) -> Result<RepairReport, StorageError> {
+    write_volume_id(fs.as_ref(), root, volume)?;
     let (level, _) = crate::offline::lowest_safe_level(fs.as_ref(), root)?;
     let (highest, _) = crate::offline::highest_stored_sequence(fs.as_ref(), root, node_id)?;
     let next_sequence = highest + 1 + REBUILT_SEQUENCE_SKIP;

@@ -82,6 +82,8 @@ pub struct Catalog {
     pub node_id: u16,
     /// When it was written, ms since the epoch.
     pub written_at_ms: u64,
+    /// The data directory that wrote it (its `tiering.volume`; a restore keeps it).
+    pub volume: String,
     /// Its topics, by name.
     pub topics: Vec<CatalogTopic>,
 }
@@ -92,6 +94,18 @@ pub struct Catalog {
 pub(crate) struct Sent {
     topics: HashMap<String, (String, Vec<u8>)>,
     catalog: Option<Vec<CatalogTopic>>,
+    /// The catalog found in the bucket at start was checked ([`may_replace`]).
+    checked: bool,
+    /// This data directory's volume id, once read.
+    volume: Option<String>,
+}
+
+/// Whether this broker may replace `found`, the catalog in the bucket: only when it was
+/// written from the same data directory (`volume`), or names no topic. A catalog of another
+/// volume is a lost volume's, which `storage restore --from-bucket` still needs: a broker
+/// started on an empty directory must not replace it with its own.
+pub(crate) fn may_replace(found: &Catalog, volume: &str) -> bool {
+    found.topics.is_empty() || found.volume == volume
 }
 
 fn now_ms() -> u64 {
@@ -151,10 +165,25 @@ pub(crate) async fn upload(
     if sent.catalog.as_ref() == Some(&topics) {
         return;
     }
+    let Some(volume) = volume(r, sent).await else {
+        tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if !sent.checked {
+        match check_found(tier, node_id, &volume).await {
+            Ok(()) => sent.checked = true,
+            Err(error) => {
+                tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%error, "the node's catalog is not replaced");
+                return;
+            }
+        }
+    }
     let catalog = Catalog {
         format: CHECKPOINT_FORMAT,
         node_id,
         written_at_ms: now_ms(),
+        volume,
         topics: topics.clone(),
     };
     match put_json(tier, &keys::catalog_key(node_id), &catalog).await {
@@ -215,6 +244,65 @@ async fn read(
     })
 }
 
+/// This data directory's volume id (created at the first call).
+async fn volume(r: &Arc<Registry>, sent: &mut Sent) -> Option<String> {
+    if let Some(v) = &sent.volume {
+        return Some(v.clone());
+    }
+    let store = r.store().clone();
+    let new_id = keys::new_incarnation(now_ms(), rand::random::<u32>());
+    let read = tokio::task::spawn_blocking(move || {
+        rustqueue_storage::restore::volume_id(store.fs().as_ref(), store.root(), &new_id)
+    })
+    .await
+    .ok()?;
+    match read {
+        Ok(v) => {
+            sent.volume = Some(v.clone());
+            Some(v)
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot read or write the data directory's tiering.volume; the node's catalog is not uploaded");
+            None
+        }
+    }
+}
+
+/// Checks the catalog in the bucket before the first one this broker writes.
+async fn check_found(tier: &Tiering, node_id: u16, volume: &str) -> Result<(), String> {
+    let key = keys::catalog_key(node_id);
+    let object = ObjectKey::new(key.clone()).map_err(|e| e.to_string())?;
+    let found: Catalog = match tier.bucket.get_verified(&object).await {
+        Ok((bytes, _)) => serde_json::from_slice(&bytes).map_err(|e| {
+            format!(
+                "{key} does not parse ({e}); delete it if this node's bucket objects are not needed"
+            )
+        })?,
+        Err(rustqueue_tier::Error::NotFound { .. }) => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "cannot read {key} ({e}); tried again at the next period"
+            ));
+        }
+    };
+    if may_replace(&found, volume) {
+        return Ok(());
+    }
+    let named: Vec<String> = found
+        .topics
+        .iter()
+        .map(|t| format!("{} ({})", t.topic, t.incarnation))
+        .collect();
+    Err(format!(
+        "{key} was written from another data directory (volume {}, this one is {volume}) and \
+         names topics: {}. If this broker's volume was lost, stop it and run `rustqueued \
+         storage restore --from-bucket` (docs/operations.md); if those topics are not needed, \
+         delete {key} and this broker's catalog is written at the next period",
+        found.volume,
+        named.join(", ")
+    ))
+}
+
 async fn put_json<T: Serialize>(tier: &Tiering, key: &str, value: &T) -> Result<(), String> {
     let key = ObjectKey::new(key.to_owned()).map_err(|e| e.to_string())?;
     let bytes = serde_json::to_vec(value).map_err(|e| e.to_string())?;
@@ -223,4 +311,40 @@ async fn put_json<T: Serialize>(tier: &Tiering, key: &str, value: &T) -> Result<
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, incarnation: &str) -> CatalogTopic {
+        CatalogTopic {
+            topic: name.into(),
+            incarnation: incarnation.into(),
+        }
+    }
+
+    #[test]
+    fn a_lost_volumes_catalog_is_never_replaced_by_another_data_directory() {
+        let found = |volume: &str, topics: Vec<CatalogTopic>| Catalog {
+            format: CHECKPOINT_FORMAT,
+            node_id: 1,
+            written_at_ms: 0,
+            volume: volume.into(),
+            topics,
+        };
+        let cases = [
+            (found("v1", vec![]), "v2", true),
+            (found("v1", vec![topic("t", "a")]), "v1", true),
+            // An empty directory, or another one: the catalog is a lost volume's.
+            (found("v1", vec![topic("t", "a")]), "v2", false),
+        ];
+        for (in_bucket, ours, want) in cases {
+            assert_eq!(
+                may_replace(&in_bucket, ours),
+                want,
+                "{in_bucket:?} vs {ours}"
+            );
+        }
+    }
 }

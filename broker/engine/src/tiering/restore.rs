@@ -52,11 +52,11 @@ pub struct RestoreOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
     /// The data directory cannot be prepared or written.
-    #[error("{0}")]
+    #[error(transparent)]
     Storage(#[from] StorageError),
     /// The bucket failed (after its own retries).
     #[error("{0}; check the bucket and run the restore again with --force")]
-    Bucket(#[from] rustqueue_tier::Error),
+    Bucket(rustqueue_tier::Error),
     /// The node has no catalog in the bucket.
     #[error(
         "no catalog for node {node_id} at {key} in bucket {bucket}: this node never uploaded a \
@@ -79,6 +79,12 @@ pub enum RestoreError {
         /// What is wrong.
         detail: String,
     },
+}
+
+impl From<rustqueue_tier::Error> for RestoreError {
+    fn from(e: rustqueue_tier::Error) -> Self {
+        Self::Bucket(e)
+    }
 }
 
 /// An object that was found damaged or missing, and not used.
@@ -313,9 +319,11 @@ pub async fn restore_from_bucket(
         "writing FORMAT, COMPATIBILITY and broker.meta; opening the directory as a start does"
             .into(),
     );
-    let repaired = tokio::task::spawn_blocking(move || files::finish(fs, &root, node, lock))
-        .await
-        .map_err(|e| StorageError::Incompatible(e.to_string()))??;
+    let volume = catalog.volume.clone();
+    let repaired =
+        tokio::task::spawn_blocking(move || files::finish(fs, &root, node, &volume, lock))
+            .await
+            .map_err(|e| StorageError::Incompatible(e.to_string()))??;
     report.findings = repaired.new_findings;
     Ok(report)
 }
