@@ -241,6 +241,17 @@ async fn restore_command(
     })
 }
 
+/// How long before now `ms` (since the epoch) was, for people.
+fn ago(ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    format!(
+        "{ms} ms since the epoch, {} s ago",
+        now.saturating_sub(ms) / 1000
+    )
+}
+
 /// The restore's report as text: per topic what came back and what was lost.
 fn print_restore(report: &rustqueue_engine::restore::RestoreReport) {
     {
@@ -249,7 +260,7 @@ fn print_restore(report: &rustqueue_engine::restore::RestoreReport) {
                 .restored_positions
                 .map_or("none".into(), |r| format!("{}..={}", r.from, r.through));
             println!(
-                "topic {}: {} (incarnation {}), {} segments, {} messages restored (positions {positions}), head {} at checkpoint {} ms",
+                "topic {}: {} (incarnation {}), {} segments, {} messages restored (positions {positions}), head {} at its checkpoint ({})",
                 t.topic,
                 if t.restored {
                     "restored"
@@ -260,8 +271,7 @@ fn print_restore(report: &rustqueue_engine::restore::RestoreReport) {
                 t.segments_restored,
                 t.messages_restored,
                 t.head.map_or("unknown".into(), |h| h.to_string()),
-                t.checkpoint_written_at_ms
-                    .map_or("none".into(), |ms| ms.to_string()),
+                t.checkpoint_written_at_ms.map_or("none".into(), ago),
             );
             match t.lost_messages {
                 Some(0) => println!("  lost: nothing"),
