@@ -107,16 +107,6 @@ fn refusals_name_the_key_and_what_to_do() {
             &["tiering.local_retention_seconds", "not available yet"],
         ),
         (
-            with("checkpoint_upload_seconds = 0\n"),
-            &ENV_KEYS,
-            &["tiering.checkpoint_upload_seconds = 0", "1 to 86400"],
-        ),
-        (
-            with("checkpoint_upload_seconds = 86401\n"),
-            &ENV_KEYS,
-            &["tiering.checkpoint_upload_seconds = 86401", "out of range"],
-        ),
-        (
             bare("endpoint = \"https://s3.example.test\"\n"),
             &ENV_KEYS,
             &["tiering.bucket is empty", "must exist"],
@@ -191,6 +181,23 @@ fn refusals_name_the_key_and_what_to_do() {
         (with("bukcet = \"b\"\n"), &ENV_KEYS, &["bukcet"]),
     ];
     refused(cases);
+}
+
+#[test]
+fn a_checkpoint_period_outside_a_second_to_a_day_is_refused() {
+    let with = |extra: &str| format!("{MINIMAL}{extra}");
+    refused(vec![
+        (
+            with("checkpoint_upload_seconds = 0\n"),
+            &ENV_KEYS,
+            &["tiering.checkpoint_upload_seconds = 0", "1 to 86400"],
+        ),
+        (
+            with("checkpoint_upload_seconds = 86401\n"),
+            &ENV_KEYS,
+            &["tiering.checkpoint_upload_seconds = 86401", "out of range"],
+        ),
+    ]);
 }
 
 #[test]
