@@ -32,7 +32,6 @@ mod checkpoint;
 mod keys;
 mod plan;
 pub mod restore;
-mod restore_plan;
 mod uploader;
 
 pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};

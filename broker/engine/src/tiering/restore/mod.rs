@@ -23,16 +23,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustqueue_storage::restore::{self as files, RestoredTopic, SegmentSummary};
-use rustqueue_storage::{
-    Fs, Manifest, QuarantineRecord, RealFs, StorageError, TieredObject, TieredRecord, TieredSegment,
-};
+use rustqueue_storage::{Fs, Manifest, RealFs, StorageError, TieredRecord, TieredSegment};
 use rustqueue_tier::{Bucket, BucketConfig, ObjectKey};
-use serde::Serialize;
 
 use super::checkpoint::{CHECKPOINT_FORMAT, Catalog, TopicCheckpoint};
 use super::keys;
-pub use super::restore_plan::PositionRange;
-use super::restore_plan::{Candidate, candidates, lost_ranges, unfinished};
+pub use plan::PositionRange;
+use plan::{candidates, lost_ranges, unfinished};
+pub use report::{ChannelLoss, DamagedObject, Ignored, RestoreReport, TopicRestore};
+use segments::{Fetched, fetch_segment};
+
+mod plan;
+mod report;
+mod segments;
 
 /// What to restore, from where, into where.
 #[derive(Clone, Debug)]
@@ -84,126 +87,6 @@ pub enum RestoreError {
 impl From<rustqueue_tier::Error> for RestoreError {
     fn from(e: rustqueue_tier::Error) -> Self {
         Self::Bucket(e)
-    }
-}
-
-/// An object that was found damaged or missing, and not used.
-#[derive(Clone, Debug, Serialize)]
-pub struct DamagedObject {
-    /// Its key, relative to the bucket prefix.
-    pub key: String,
-    /// What is wrong with it.
-    pub detail: String,
-}
-
-/// What one channel lost.
-#[derive(Clone, Debug, Serialize)]
-pub struct ChannelLoss {
-    /// The channel.
-    pub channel: String,
-    /// Messages of the lost positions it had not finished.
-    pub lost_messages: u64,
-}
-
-/// What happened to one topic of the catalog.
-#[derive(Clone, Debug, Serialize)]
-pub struct TopicRestore {
-    /// The topic.
-    pub topic: String,
-    /// The incarnation restored.
-    pub incarnation: String,
-    /// Whether the topic was written into the data directory.
-    pub restored: bool,
-    /// When its checkpoint was written, ms since the epoch (`None`: no usable checkpoint).
-    pub checkpoint_written_at_ms: Option<u64>,
-    /// The last position it had handed out by then.
-    pub head: Option<u64>,
-    /// Sealed segments restored.
-    pub segments_restored: usize,
-    /// Messages in them.
-    pub messages_restored: u64,
-    /// First and last position restored.
-    pub restored_positions: Option<PositionRange>,
-    /// Segments in the bucket holding only positions collected before the checkpoint (GC or
-    /// eviction had removed them locally): not restored, not lost.
-    pub collected_segments_skipped: usize,
-    /// Positions the topic had that were not restored.
-    pub lost: Vec<PositionRange>,
-    /// How many positions that is (`None` when unknown: no usable checkpoint).
-    pub lost_messages: Option<u64>,
-    /// Per channel, the lost messages it had not finished.
-    pub channels: Vec<ChannelLoss>,
-    /// Objects found damaged or missing (not used).
-    pub damaged: Vec<DamagedObject>,
-    /// Bases of the uploaded segments not restored because an earlier one failed.
-    pub not_restored_after_damage: Vec<u64>,
-    /// Uploads continue under this incarnation (every uploaded segment was restored);
-    /// otherwise the next start begins a new one and uploads its segments again.
-    pub continues_incarnation: bool,
-}
-
-impl TopicRestore {
-    /// Nothing restored yet.
-    fn new(topic: &str, incarnation: &str) -> Self {
-        TopicRestore {
-            topic: topic.to_owned(),
-            incarnation: incarnation.to_owned(),
-            restored: false,
-            checkpoint_written_at_ms: None,
-            head: None,
-            segments_restored: 0,
-            messages_restored: 0,
-            restored_positions: None,
-            collected_segments_skipped: 0,
-            lost: Vec::new(),
-            lost_messages: None,
-            channels: Vec::new(),
-            damaged: Vec::new(),
-            not_restored_after_damage: Vec::new(),
-            continues_incarnation: false,
-        }
-    }
-}
-
-/// Objects of the node that the catalog does not name.
-#[derive(Clone, Debug, Serialize)]
-pub struct Ignored {
-    /// The topic (its hex key segment when it is not valid UTF-8 hex).
-    pub topic: String,
-    /// The incarnation.
-    pub incarnation: String,
-    /// Objects under it.
-    pub objects: usize,
-}
-
-/// What a restore did.
-#[derive(Clone, Debug, Serialize)]
-pub struct RestoreReport {
-    /// The node restored.
-    pub node_id: u16,
-    /// The data directory written.
-    pub data_path: PathBuf,
-    /// When the catalog was written, ms since the epoch.
-    pub catalog_written_at_ms: u64,
-    /// Every topic of the catalog.
-    pub topics: Vec<TopicRestore>,
-    /// Incarnations in the bucket the catalog does not name (deleted topics, a recreated
-    /// topic's previous life, topics created after the catalog): not restored.
-    pub ignored: Vec<Ignored>,
-    /// Damaged or missing objects, over all topics.
-    pub damaged_objects: usize,
-    /// Lost positions over all topics whose loss is known.
-    pub lost_messages: u64,
-    /// Topics of the catalog not restored at all (no usable checkpoint).
-    pub topics_not_restored: usize,
-    /// What opening and scrubbing the restored directory found (expected empty).
-    pub findings: Vec<QuarantineRecord>,
-}
-
-impl RestoreReport {
-    /// Whether anything was damaged or missing, or a topic could not be restored.
-    pub fn damaged(&self) -> bool {
-        self.damaged_objects > 0 || self.topics_not_restored > 0 || !self.findings.is_empty()
     }
 }
 
@@ -535,139 +418,4 @@ async fn restore_topic(
     .await?;
     out.restored = true;
     Ok(out)
-}
-
-enum Fetched {
-    Restored(TieredSegment, SegmentSummary),
-    /// Only positions below the checkpoint's first position: collected, not restored.
-    Collected,
-    Damaged(DamagedObject),
-}
-
-/// Downloads one candidate segment into `<file>.tmp` (index first: its header says whether
-/// the segment was collected before the checkpoint), checks it, and renames it into place.
-async fn fetch_segment(
-    bucket: &Bucket,
-    fs: &Arc<dyn Fs>,
-    sdir: &Path,
-    c: &Candidate,
-    keys: &[String; 2],
-    expected_base: Option<u64>,
-    first_position: u64,
-) -> Result<Fetched, RestoreError> {
-    let damaged = |key: &str, detail: String| {
-        Ok(Fetched::Damaged(DamagedObject {
-            key: key.to_owned(),
-            detail,
-        }))
-    };
-    let (Some(log), Some(idx)) = (&c.log, &c.index) else {
-        let which = if c.log.is_none() { &keys[0] } else { &keys[1] };
-        return damaged(which, "recorded as uploaded but not in the bucket".into());
-    };
-    if let Some(want) = expected_base
-        && want != c.base
-    {
-        return damaged(
-            &log.key,
-            format!(
-                "segment base {} does not follow the last restored record (log index {want}): \
-                 the segments between are missing",
-                c.base
-            ),
-        );
-    }
-    let tmp = |ext: &str| files::segment_file(sdir, c.base, &format!("{ext}.tmp"));
-    let (log_tmp, idx_tmp) = (tmp("rqlog"), tmp("rqidx"));
-    let clean = || {
-        let _ = std::fs::remove_file(&idx_tmp);
-        let _ = std::fs::remove_file(&log_tmp);
-    };
-    let mut stored = Vec::with_capacity(2);
-    for (object, path) in [(idx, &idx_tmp), (log, &log_tmp)] {
-        match bucket.get_file(&key(&object.key)?, path).await {
-            Ok(v) => {
-                if let Some(want) = object.recorded_crc32c
-                    && want != v.checksum.crc32c
-                {
-                    clean();
-                    return damaged(
-                        &object.key,
-                        format!(
-                            "CRC-32C {:08x} differs from the {want:08x} the broker recorded at upload",
-                            v.checksum.crc32c
-                        ),
-                    );
-                }
-                stored.push(TieredObject {
-                    key: object.key.clone(),
-                    size: v.checksum.size,
-                    crc32c: v.checksum.crc32c,
-                });
-            }
-            Err(e) if object_fault(&e) => {
-                clean();
-                return damaged(&object.key, e.to_string());
-            }
-            Err(e) => {
-                clean();
-                return Err(e.into());
-            }
-        }
-        if stored.len() == 1 && expected_base.is_none() {
-            let bytes = std::fs::read(&idx_tmp).map_err(|e| io("read", &idx_tmp, e))?;
-            let summary = files::index_summary(&bytes, c.base, log.size);
-            if summary.is_some_and(|s| s.last_position.is_some_and(|p| p < first_position)) {
-                clean();
-                return Ok(Fetched::Collected);
-            }
-        }
-    }
-    let checked = {
-        let (fs, l, i, base) = (fs.clone(), log_tmp.clone(), idx_tmp.clone(), c.base);
-        tokio::task::spawn_blocking(move || files::check_segment(fs.as_ref(), &l, base, Some(&i)))
-            .await
-            .map_err(|e| StorageError::Incompatible(e.to_string()))?
-    };
-    let summary = match checked {
-        Ok(s) => s,
-        Err(detail) => {
-            clean();
-            return damaged(&log.key, detail);
-        }
-    };
-    stored.reverse(); // the .rqlog, then the .rqidx, as the tiered record lists them
-    let segment = TieredSegment {
-        base: c.base,
-        objects: stored,
-    };
-    place_segment(fs, sdir, c.base).await?;
-    Ok(Fetched::Restored(segment, summary))
-}
-
-/// Renames a checked segment's `.tmp` files into place, durably.
-async fn place_segment(fs: &Arc<dyn Fs>, sdir: &Path, base: u64) -> Result<(), RestoreError> {
-    let (fs2, sdir2) = (fs.clone(), sdir.to_path_buf());
-    tokio::task::spawn_blocking(move || -> Result<(), StorageError> {
-        for ext in ["rqlog", "rqidx"] {
-            let from = files::segment_file(&sdir2, base, &format!("{ext}.tmp"));
-            let to = files::segment_file(&sdir2, base, ext);
-            let f = fs2.open(&from, false).map_err(|e| io("open", &from, e))?;
-            f.sync_all().map_err(|e| io("fsync", &from, e))?;
-            fs2.rename(&from, &to).map_err(|e| io("rename", &to, e))?;
-        }
-        fs2.sync_dir(&sdir2)
-            .map_err(|e| io("fsync directory", &sdir2, e))
-    })
-    .await
-    .map_err(|e| StorageError::Incompatible(e.to_string()))??;
-    Ok(())
-}
-
-fn io(op: &'static str, file: &Path, source: std::io::Error) -> StorageError {
-    StorageError::Io {
-        op,
-        file: file.to_path_buf(),
-        source,
-    }
 }
