@@ -115,8 +115,8 @@ fn now_ms() -> u64 {
 }
 
 /// Uploads the checkpoint of every topic in `known` whose state changed since its last one,
-/// then the catalog if the set of topics changed. Failures are logged and counted; the next
-/// period tries again.
+/// then the catalog if the set of topics changed. A failure is logged and counted and ends
+/// the round (the catalog included); the next period tries again.
 pub(crate) async fn upload(
     r: &Arc<Registry>,
     tier: &Tiering,
@@ -148,8 +148,11 @@ pub(crate) async fn upload(
                 tracing::debug!(topic = %name, head = cp.head, "topic checkpoint uploaded");
             }
             Err(error) => {
+                // The bucket's own retries are spent: the rest of this round would wait as
+                // long each, holding up the segment uploads behind it.
                 tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(topic = %name, %error, "upload of a topic checkpoint failed; tried again at the next period");
+                tracing::warn!(topic = %name, %error, "upload of a topic checkpoint failed; the round stops and the next period tries again");
+                return;
             }
         }
     }
