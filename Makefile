@@ -81,11 +81,12 @@ unit: deps-argocd-health deps-versitygw ## unit and integration tests that need 
 # and the engine's uploads of sealed segments and the [tiering] section over the same server.
 # `unit` runs these too; this target runs them alone (about 30 s).
 TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
-	--test tiering_uploads --test tiering_outage --test config_tiering
+	--test tiering_uploads --test tiering_outage --test tiering_restore --test storage_restore \
+	--test config_tiering
 .PHONY: deps-versitygw tier-test
 deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache
 	scripts/deps.sh versitygw
-tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, [tiering] config
+tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, checkpoints and the restore, [tiering] config
 	$(CARGO_TEST) $(TIER_TESTS)
 
 .PHONY: crash

@@ -61,6 +61,12 @@ impl Engine {
             failed_uploads: m.get(Counter::TieringUploadFailures),
             failed_requests: t.bucket.failed_attempts(),
             scans: t.scans.load(std::sync::atomic::Ordering::Relaxed),
+            checkpoint_uploads: t
+                .checkpoint_uploads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            checkpoint_failures: t
+                .checkpoint_failures
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

@@ -56,7 +56,11 @@ pub use rustqueue_storage::{
 };
 /// Tiered storage: where and when sealed segments are uploaded (docs/tiering.md).
 pub use rustqueue_tier::{BucketConfig, Credentials, ObjectKey};
-pub use tiering::{Backoff, TieringOptions, TieringStatus};
+pub use tiering::restore;
+pub use tiering::{
+    Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, TieringOptions,
+    TieringStatus, TopicCheckpoint,
+};
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the
 /// compile-time failpoints of real SIGKILL tests (feature `crash-injection`).

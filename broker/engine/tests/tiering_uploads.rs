@@ -55,7 +55,10 @@ async fn check_bucket_matches_disk(server: &TestServer, dir: &std::path::Path) {
             let name = path.file_name().unwrap().to_string_lossy();
             assert_eq!(
                 object.key,
-                format!("nodes/1/topics/74/segments/{name}"),
+                format!(
+                    "nodes/1/topics/74/{}/segments/{name}",
+                    rec.incarnation.as_deref().unwrap()
+                ),
                 "the documented key layout"
             );
             let local = checksum(path);
@@ -67,8 +70,12 @@ async fn check_bucket_matches_disk(server: &TestServer, dir: &std::path::Path) {
             assert_eq!(verified.checksum, local, "{} in the bucket", object.key);
         }
     }
+    let segments = format!(
+        "nodes/1/topics/74/{}/segments",
+        rec.incarnation.as_deref().unwrap()
+    );
     let listed: Vec<String> = bucket
-        .list(Some("nodes/1/topics/74/segments"))
+        .list(Some(&segments))
         .await
         .unwrap()
         .into_iter()

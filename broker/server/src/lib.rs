@@ -33,6 +33,7 @@ mod state;
 mod tcp;
 mod tls;
 
+pub use config::tiering::options as tiering_options;
 pub use config::{Config, ConfigError, ConfigFile, LogFormat, TlsConfig};
 pub use control::binary_capabilities;
 pub use control::capabilities::MAX_STORAGE_FEATURE_LEVEL;

@@ -3,7 +3,8 @@
 //! Exit status: 0 after a signal-driven graceful shutdown (or `--check-config` /
 //! `--capabilities-output`); 1 when the configuration or startup is refused; 2 for bad
 //! command-line flags; 3 when storage became isolated at runtime
-//! ([`rustqueue_server::isolation`]); 4 when `storage verify` found damage.
+//! ([`rustqueue_server::isolation`]); 4 when `storage verify` found damage, or `storage restore`
+//! a damaged or missing object.
 
 use std::path::PathBuf;
 
@@ -82,6 +83,28 @@ enum StorageCmd {
         #[arg(long)]
         node_id: Option<u16>,
     },
+    /// Rebuild a lost data directory from the bucket of `[tiering]`: topics, sealed segments
+    /// (each checked), channel checkpoints; report what was lost. The broker must be stopped.
+    /// Exit 0 when everything in the bucket was usable, 4 when an object was damaged or
+    /// missing (reported, never used).
+    Restore {
+        /// Required: where to restore from (the bucket of the configuration's `[tiering]`).
+        #[arg(long, required = true)]
+        from_bucket: bool,
+        /// Data directory to fill (default: `storage.data_path` of the configuration). It must
+        /// be missing or empty.
+        #[arg(long)]
+        data_path: Option<PathBuf>,
+        /// The node whose objects are restored (default: `node.id` of the configuration).
+        #[arg(long)]
+        node_id: Option<u16>,
+        /// Delete whatever the data directory holds first instead of refusing.
+        #[arg(long)]
+        force: bool,
+        /// Print the report as JSON (progress still goes to standard error).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// First line of `--check-config`'s output: a TOML comment, so the whole output stays a
@@ -129,6 +152,7 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
                 0
             })
         }
+        StorageCmd::Restore { .. } => anyhow::bail!("storage restore runs in restore_command"),
         StorageCmd::Repair {
             data_path,
             json,
@@ -178,6 +202,131 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
     }
 }
 
+/// `storage restore --from-bucket`: the restore, its progress on stderr and its report.
+async fn restore_command(
+    cfg: &Config,
+    data_path: Option<PathBuf>,
+    node_id: Option<u16>,
+    force: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    use rustqueue_engine::restore::{RestoreOptions, restore_from_bucket};
+    let Some(tiering) =
+        rustqueue_server::tiering_options(cfg.tiering.as_ref(), |k| std::env::var(k).ok())?
+    else {
+        anyhow::bail!(
+            "storage restore --from-bucket reads the bucket of the configuration's [tiering] \
+             section, and there is none: pass the broker's --config (or RUSTQUEUE_CONFIG)"
+        );
+    };
+    let opts = RestoreOptions {
+        bucket: tiering.bucket,
+        node_id: node_id.unwrap_or(cfg.node.id as u16),
+        data_path: data_path.unwrap_or_else(|| cfg.storage.data_path.clone()),
+        force,
+    };
+    let root = opts.data_path.clone();
+    let report = restore_from_bucket(opts, &mut |line| eprintln!("{line}"))
+        .await
+        .with_context(|| format!("restoring {} from the bucket", root.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_restore(&report);
+    }
+    Ok(if report.damaged() {
+        EXIT_DAMAGE_FOUND
+    } else {
+        0
+    })
+}
+
+/// How long before now `ms` (since the epoch) was, for people.
+fn ago(ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    format!(
+        "{ms} ms since the epoch, {} s ago",
+        now.saturating_sub(ms) / 1000
+    )
+}
+
+/// The restore's report as text: per topic what came back and what was lost.
+fn print_restore(report: &rustqueue_engine::restore::RestoreReport) {
+    {
+        for t in &report.topics {
+            let positions = t
+                .restored_positions
+                .map_or("none".into(), |r| format!("{}..={}", r.from, r.through));
+            println!(
+                "topic {}: {} (incarnation {}), {} segments, {} messages restored (positions {positions}), head {} at its checkpoint ({})",
+                t.topic,
+                if t.restored {
+                    "restored"
+                } else {
+                    "NOT restored"
+                },
+                t.incarnation,
+                t.segments_restored,
+                t.messages_restored,
+                t.head.map_or("unknown".into(), |h| h.to_string()),
+                t.checkpoint_written_at_ms.map_or("none".into(), ago),
+            );
+            match t.lost_messages {
+                Some(0) => println!("  lost: nothing"),
+                Some(n) => {
+                    let ranges: Vec<String> = t
+                        .lost
+                        .iter()
+                        .map(|r| format!("{}..={}", r.from, r.through))
+                        .collect();
+                    println!("  lost: {n} messages (positions {})", ranges.join(", "));
+                }
+                None => println!("  lost: unknown (no usable checkpoint)"),
+            }
+            for c in &t.channels {
+                println!(
+                    "  channel {}: {} lost messages it had not finished",
+                    c.channel, c.lost_messages
+                );
+            }
+            for d in &t.damaged {
+                println!("  DAMAGED {}: {}", d.key, d.detail);
+            }
+            if !t.not_restored_after_damage.is_empty() {
+                println!(
+                    "  not restored (after the damaged segment): bases {:?}",
+                    t.not_restored_after_damage
+                );
+            }
+            if t.collected_segments_skipped > 0 {
+                println!(
+                    "  {} uploaded segments skipped: collected before the checkpoint",
+                    t.collected_segments_skipped
+                );
+            }
+        }
+        for i in &report.ignored {
+            println!(
+                "ignored: topic {} incarnation {} ({} objects): not in the catalog (deleted, replaced by a new incarnation, or created after the catalog)",
+                i.topic, i.incarnation, i.objects
+            );
+        }
+        for f in &report.findings {
+            println!("finding on open: {:?} {}: {}", f.kind, f.file, f.action);
+        }
+        println!(
+            "{} topics restored, {} not; {} messages lost; {} damaged or missing objects; the broker can start on {}",
+            report.topics.len() - report.topics_not_restored,
+            report.topics_not_restored,
+            report.lost_messages,
+            report.damaged_objects,
+            report.data_path.display()
+        );
+    }
+}
+
 fn init_logging(format: LogFormat) {
     rustqueue_api::telemetry::init_logging(format, "info");
 }
@@ -214,7 +363,16 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(Cmd::Storage { action }) = args.command {
-        let code = storage_command(action, &cfg)?;
+        let code = match action {
+            StorageCmd::Restore {
+                from_bucket: _,
+                data_path,
+                node_id,
+                force,
+                json,
+            } => restore_command(&cfg, data_path, node_id, force, json).await?,
+            action => storage_command(action, &cfg)?,
+        };
         std::process::exit(code);
     }
     if args.check_config {

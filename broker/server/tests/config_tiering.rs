@@ -57,6 +57,7 @@ fn accepted_sections_have_the_documented_defaults() {
     let t = cfg.tiering.unwrap();
     assert_eq!(t.region, "us-east-1");
     assert_eq!(t.upload_after_seconds, 0, "uploaded as soon as sealed");
+    assert_eq!(t.checkpoint_upload_seconds, 60, "checkpoints every minute");
     assert!(!t.allow_http);
     assert_eq!(t.prefix, None);
     let cases: &[(&str, &[(&str, &str)])] = &[
@@ -64,6 +65,7 @@ fn accepted_sections_have_the_documented_defaults() {
         (
             "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test:9000\"\n\
              region = \"eu-west-3\"\nprefix = \"cluster-a/prod\"\nupload_after_seconds = 60\n\
+             checkpoint_upload_seconds = 86400\n\
              access_key_file = \"{dir}/access\"\nsecret_key_file = \"{dir}/secret\"\n",
             &[],
         ),
@@ -182,6 +184,23 @@ fn refusals_name_the_key_and_what_to_do() {
 }
 
 #[test]
+fn a_checkpoint_period_outside_a_second_to_a_day_is_refused() {
+    let with = |extra: &str| format!("{MINIMAL}{extra}");
+    refused(vec![
+        (
+            with("checkpoint_upload_seconds = 0\n"),
+            &ENV_KEYS,
+            &["tiering.checkpoint_upload_seconds = 0", "1 to 86400"],
+        ),
+        (
+            with("checkpoint_upload_seconds = 86401\n"),
+            &ENV_KEYS,
+            &["tiering.checkpoint_upload_seconds = 86401", "out of range"],
+        ),
+    ]);
+}
+
+#[test]
 fn bucket_names_an_s3_server_would_refuse_are_refused_at_load() {
     let bare = |body: &str| format!("[tiering]\n{body}");
     let cases: Vec<Refusal> = vec![
@@ -255,7 +274,10 @@ fn check_config_refuses_missing_credentials_and_prints_a_section_it_reads_back()
     let file = dir.path().join("rq.toml");
     std::fs::write(
         &file,
-        format!("{MINIMAL}prefix = \"cluster-a\"\nupload_after_seconds = 30\n"),
+        format!(
+            "{MINIMAL}prefix = \"cluster-a\"\nupload_after_seconds = 30\n\
+             checkpoint_upload_seconds = 15\n"
+        ),
     )
     .unwrap();
     let check = |env: &[(&str, &str)]| {
@@ -291,8 +313,9 @@ fn check_config_refuses_missing_credentials_and_prints_a_section_it_reads_back()
         (
             t.bucket.as_str(),
             t.prefix.as_deref(),
-            t.upload_after_seconds
+            t.upload_after_seconds,
+            t.checkpoint_upload_seconds
         ),
-        ("rq-b", Some("cluster-a"), 30)
+        ("rq-b", Some("cluster-a"), 30, 15)
     );
 }

@@ -7,6 +7,7 @@
 //!   ├─ TopicLog      append-only CRC'd segments, per-topic positions, sealed-segment index, GC
 //!   ├─ ChannelWal    FIN/REQ/... command frames + periodic checkpoint of a ChannelState
 //!   └─ TieredRecord  which sealed segments are in the bucket (tiered storage)
+//! restore          the files of a data directory rebuilt from the bucket (`storage restore`)
 //! ```
 //!
 //! The engine sees only the types re-exported here; the modules behind them are private.
@@ -31,6 +32,7 @@ mod meta;
 pub mod offline;
 mod quarantine;
 mod record;
+pub mod restore;
 #[cfg(any(test, feature = "test-support"))]
 pub mod simfs;
 mod store;

@@ -657,7 +657,7 @@ pub fn rebuild_broker_meta(
 
 /// The highest sequence of every message id stored in any segment, and how many ids were
 /// read; refuses when an id names a node other than `node_id`.
-fn highest_stored_sequence(
+pub(crate) fn highest_stored_sequence(
     fs: &dyn Fs,
     root: &Path,
     node_id: u16,

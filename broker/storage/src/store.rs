@@ -566,6 +566,11 @@ impl Store {
         self.root.join("topics").join(hex(topic))
     }
 
+    /// The data directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Directory holding a topic's channel files.
     pub fn channels_dir(&self, topic: &str) -> PathBuf {
         self.topic_dir(topic).join("channels")

@@ -15,8 +15,10 @@ use crate::{StorageError, meta};
 
 /// The record's file name inside a topic directory.
 pub const TIERED_FILE: &str = "tiered";
-/// The version of the record's layout.
-pub const TIERED_FORMAT: u32 = 1;
+/// The version of the record's layout. 2 added `incarnation`; a format-1 record (written
+/// before it, its objects under keys without one) is still read, and started over by the
+/// uploader.
+pub const TIERED_FORMAT: u32 = 2;
 
 /// One object in the bucket: a file of a sealed segment as uploaded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,22 +55,29 @@ pub struct TieredRecord {
     /// The key prefix of the bucket configuration (`None`: the bucket's root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
+    /// This life of the topic: chosen when the record is started, part of every object key,
+    /// so a topic deleted and created again never writes over (nor restores) the objects of
+    /// the one before. `None` only in a format-1 record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<String>,
     /// The uploaded segments.
     pub segments: Vec<TieredSegment>,
 }
 
 impl TieredRecord {
-    /// An empty record for `topic` in `bucket` under `prefix`.
+    /// An empty record for `topic` in `bucket` under `prefix`, for its life `incarnation`.
     pub fn new(
         topic: impl Into<String>,
         bucket: impl Into<String>,
         prefix: Option<String>,
+        incarnation: impl Into<String>,
     ) -> Self {
         Self {
             format: TIERED_FORMAT,
             topic: topic.into(),
             bucket: bucket.into(),
             prefix,
+            incarnation: Some(incarnation.into()),
             segments: Vec::new(),
         }
     }
@@ -115,7 +124,7 @@ pub fn read(fs: &dyn Fs, topic_dir: &Path) -> Result<Option<TieredRecord>, Stora
         });
     }
     let record: TieredRecord = meta::read_checked(fs, &path)?;
-    if record.format != TIERED_FORMAT {
+    if !(1..=TIERED_FORMAT).contains(&record.format) {
         return Err(StorageError::Corrupt {
             file: path,
             offset: 0,
@@ -156,7 +165,7 @@ mod tests {
 
     #[test]
     fn segments_stay_in_base_order_and_listed_once() {
-        let mut r = TieredRecord::new("t", "b", None);
+        let mut r = TieredRecord::new("t", "b", None, "i1");
         for base in [5, 1, 9, 5] {
             r.insert(segment(base));
         }
@@ -171,7 +180,7 @@ mod tests {
         for step in 0..6 {
             let fs = SimFs::new();
             fs.create_dir_all(dir).unwrap();
-            let mut old = TieredRecord::new("t", "b", Some("p".into()));
+            let mut old = TieredRecord::new("t", "b", Some("p".into()), "i1");
             old.insert(segment(1));
             write(&fs, dir, &old).unwrap();
             let mut new = old.clone();
@@ -190,7 +199,7 @@ mod tests {
         let dir = Path::new("/t");
         fs.create_dir_all(dir).unwrap();
         assert_eq!(read(&fs, dir).unwrap(), None);
-        let mut r = TieredRecord::new("t", "b", None);
+        let mut r = TieredRecord::new("t", "b", None, "i1");
         r.insert(segment(3));
         write(&fs, dir, &r).unwrap();
         let bytes = fs.read(&path(dir)).unwrap();

@@ -179,6 +179,39 @@ pub(crate) fn verify_checkpoint(fs: &dyn Fs, path: &Path, name: &str) -> Result<
     Ok(())
 }
 
+/// The durable state of a channel, read without opening it (and so without writing): the
+/// checkpoint with every whole WAL frame after it applied. A torn or damaged frame ends the
+/// replay there; a damaged checkpoint is an error. Read while a broker runs, the state may be
+/// behind the channel's (a checkpoint replaced between the two reads skips the frames it
+/// absorbed), never ahead of what was made durable: such a state only redelivers.
+pub(crate) fn read_state(
+    fs: &dyn Fs,
+    dir: &Path,
+    name: &str,
+) -> Result<ChannelState, StorageError> {
+    let (wal_path, ckpt_path) = paths(dir, name);
+    let bytes = fs.read(&ckpt_path).map_err(io_err("read", &ckpt_path))?;
+    let mut state = decode_checkpoint(&ckpt_path, &bytes)?;
+    if state.name != name {
+        return Err(StorageError::Corrupt {
+            file: ckpt_path,
+            offset: 0,
+            detail: format!("checkpoint names channel {:?}", state.name),
+        });
+    }
+    let data = if fs.exists(&wal_path) {
+        fs.read(&wal_path).map_err(io_err("read", &wal_path))?
+    } else {
+        Vec::new()
+    };
+    let mut at = 0;
+    while let Frame::Whole(cmd, next) = frame_at(&data, at) {
+        state.apply(&cmd);
+        at = next;
+    }
+    Ok(state)
+}
+
 impl ChannelWal {
     /// Creates a channel durably: empty WAL (fsynced), then the checkpoint, then the directory.
     pub fn create(

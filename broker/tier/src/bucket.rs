@@ -16,7 +16,7 @@ use crate::error::{Error, Op};
 use crate::http::Connector;
 use crate::key::{ObjectKey, bucket_path, key_of, key_problem};
 use crate::retry::{self, RetryPolicy};
-use crate::upload;
+use crate::{download, upload};
 
 /// A stream of an object's bytes, in order.
 pub type ByteStream = BoxStream<'static, Result<Bytes, Error>>;
@@ -125,6 +125,25 @@ impl Bucket {
     /// (checksum, then upload) and a difference fails the upload before it completes.
     pub async fn put_file(&self, key: &ObjectKey, path: &Path) -> Result<Uploaded, Error> {
         upload::put_file(self, key, path).await
+    }
+
+    /// Stores `bytes` as `key` in one PUT, with their CRC-32C and length as metadata (small
+    /// objects: a checkpoint, a catalog). Replaces an existing object of that key.
+    pub async fn put_bytes(&self, key: &ObjectKey, bytes: Bytes) -> Result<Uploaded, Error> {
+        upload::put_bytes(self, key, bytes).await
+    }
+
+    /// Reads `key` whole into memory, checked against the CRC-32C and length recorded when it
+    /// was stored ([`Error::Corrupt`], [`Error::NoChecksum`]). For small objects.
+    pub async fn get_verified(&self, key: &ObjectKey) -> Result<(Bytes, Verified), Error> {
+        download::get_verified(self, key).await
+    }
+
+    /// Writes `key` whole to the local file `path` (created or truncated), checked against
+    /// the CRC-32C and length recorded when it was stored: on [`Error::Corrupt`] or
+    /// [`Error::NoChecksum`] the file holds the bytes read, which must not be used.
+    pub async fn get_file(&self, key: &ObjectKey, path: &Path) -> Result<Verified, Error> {
+        download::get_file(self, key, path).await
     }
 
     /// Streams bytes `range` of `key`. The request is retried until the body starts; if the

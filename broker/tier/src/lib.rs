@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! Bucket ── put_file (PUT, or multipart in 8 MiB parts; CRC-32C + length as metadata)
+//!   │       put_bytes · get_verified / get_file (whole objects, checked against that metadata)
 //!   │       get_range (streamed) · verify (CRC-32C over the whole object) · list · delete
 //!   ├─ retry      transient (connect, reset, timeout, 5xx, 408, 429) vs permanent; back-off
 //!   ├─ http       object_store's HTTP client = a rustqueue_api::http_client reqwest (ring TLS)
@@ -22,6 +23,7 @@
 mod bucket;
 mod checksum;
 mod config;
+mod download;
 mod error;
 mod http;
 mod key;

@@ -42,6 +42,28 @@ fn local_file<'a>(
     }
 }
 
+pub(crate) async fn put_bytes(
+    bucket: &Bucket,
+    key: &crate::ObjectKey,
+    bytes: Bytes,
+) -> Result<Uploaded, Error> {
+    let checksum = Checksum::of(&bytes);
+    let options = PutOptions::from(checksum.to_attributes());
+    let path = bucket.path(key);
+    let (_, retries) = bucket
+        .retried(Op::Put, key.as_str(), || {
+            bucket
+                .store
+                .put_opts(&path, PutPayload::from(bytes.clone()), options.clone())
+        })
+        .await?;
+    Ok(Uploaded {
+        checksum,
+        parts: 0,
+        retries,
+    })
+}
+
 pub(crate) async fn put_file(
     bucket: &Bucket,
     key: &crate::ObjectKey,

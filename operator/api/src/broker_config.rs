@@ -452,6 +452,10 @@ pub struct TieringConfig {
     pub secret_key_file: Option<PathBuf>,
     /// Seconds a sealed segment waits before it is uploaded; 0 = at once.
     pub upload_after_seconds: u64,
+    /// Seconds between uploads of the topics' checkpoints (head, channels, uploaded segments)
+    /// and the node's catalog, which `storage restore --from-bucket` rebuilds a lost volume
+    /// from; 1 to 86,400.
+    pub checkpoint_upload_seconds: u64,
     /// Refused: local retention is not available yet. A key, not an unknown field, so the
     /// refusal can say so.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -472,11 +476,17 @@ impl Default for TieringConfig {
             access_key_file: None,
             secret_key_file: None,
             upload_after_seconds: 0,
+            checkpoint_upload_seconds: DEFAULT_CHECKPOINT_UPLOAD_SECONDS,
             local_retention_bytes: None,
             local_retention_seconds: None,
         }
     }
 }
+
+/// The default `tiering.checkpoint_upload_seconds`.
+pub const DEFAULT_CHECKPOINT_UPLOAD_SECONDS: u64 = 60;
+/// The largest `tiering.checkpoint_upload_seconds` (a day).
+pub const MAX_CHECKPOINT_UPLOAD_SECONDS: u64 = 86_400;
 
 /// The environment variable holding the bucket's access key id when `[tiering]` names no
 /// `access_key_file` (the standard S3 one).

@@ -1,5 +1,7 @@
 //! Tiered storage, as far as it goes today: uploads of sealed segments to an S3-compatible
-//! bucket, each recorded durably once its objects are stored (docs/tiering.md).
+//! bucket, each recorded durably once its objects are stored, checkpoints of each topic's
+//! head and channels on their own period, and the offline restore of a lost volume from them
+//! (docs/tiering.md). Object keys: `keys.rs`.
 //!
 //! ```text
 //! upload_loop: one task per engine, one upload at a time
@@ -7,6 +9,9 @@
 //!   upload  Queue::next ─▶ Bucket::put_file(.rqlog), put_file(.rqidx)      (CRC-32C metadata)
 //!   record  under the gate: Store::write_tiered (checksummed atomic write)  ─▶ metrics
 //!   failure the segment stays queued; plan::Backoff (+ jitter) beyond the bucket's own retries
+//!   period  checkpoint::upload: each changed topic's checkpoint, then the node's catalog
+//!
+//! restore::restore_from_bucket (offline): catalog ─▶ checkpoints ─▶ segments, checked ─▶ files
 //! ```
 //!
 //! Publishing and delivery never wait for it: it takes a topic's log lock only to list the
@@ -23,11 +28,20 @@ use std::time::Duration;
 
 use rustqueue_tier::{Bucket, BucketConfig};
 
+mod checkpoint;
+mod keys;
 mod plan;
+pub mod restore;
 mod uploader;
+
+pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 
 pub use plan::Backoff;
 pub(crate) use uploader::upload_loop;
+
+/// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
+/// channels' progress (redelivered after a restore) and of the head the loss is counted from.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where and when sealed segments are uploaded (`[tiering]`, docs/configuration.md).
 #[derive(Clone, Debug)]
@@ -40,6 +54,9 @@ pub struct TieringOptions {
     pub backoff: Backoff,
     /// How often the logs are looked at for newly sealed segments when nothing is due.
     pub scan_interval: Duration,
+    /// How often each topic's checkpoint (head, channels, uploaded segments) and the node's
+    /// catalog are uploaded when they changed (`checkpoint_upload_seconds`).
+    pub checkpoint_interval: Duration,
 }
 
 impl TieringOptions {
@@ -50,6 +67,7 @@ impl TieringOptions {
             upload_after: Duration::ZERO,
             backoff: Backoff::default(),
             scan_interval: Duration::from_secs(1),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
         }
     }
 }
@@ -69,6 +87,10 @@ pub struct TieringStatus {
     pub failed_requests: u64,
     /// Scans of the logs completed since open.
     pub scans: u64,
+    /// Topic checkpoints and catalogs uploaded since open.
+    pub checkpoint_uploads: u64,
+    /// Their uploads that failed (each tried again at the next period).
+    pub checkpoint_failures: u64,
 }
 
 /// The uploader's share of the engine: the bucket, the options, and the gate.
@@ -80,6 +102,10 @@ pub(crate) struct Tiering {
     pub gate: Mutex<()>,
     /// Scans completed.
     pub scans: AtomicU64,
+    /// Checkpoints and catalogs uploaded.
+    pub checkpoint_uploads: AtomicU64,
+    /// Checkpoint and catalog uploads that failed.
+    pub checkpoint_failures: AtomicU64,
 }
 
 impl Tiering {
@@ -90,6 +116,8 @@ impl Tiering {
             opts,
             gate: Mutex::new(()),
             scans: AtomicU64::new(0),
+            checkpoint_uploads: AtomicU64::new(0),
+            checkpoint_failures: AtomicU64::new(0),
         })
     }
 }

@@ -1,5 +1,5 @@
-//! The uploader's decisions, as plain functions of their inputs: the object keys of a segment,
-//! the back-off after a failed upload, and which sealed segment to upload next.
+//! The uploader's decisions, as plain functions of their inputs: the back-off after a failed
+//! upload, and which sealed segment to upload next.
 //!
 //! [`Queue`] holds every sealed segment not yet recorded as uploaded, with when it was first
 //! seen and how its attempts went; the loop in `uploader.rs` feeds it what the logs and the
@@ -9,16 +9,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-/// The object keys of a sealed segment's `.rqlog` and `.rqidx`, relative to the bucket prefix:
-/// `nodes/<node id>/topics/<hex topic>/segments/segment-<20-digit base>.rqlog` (and `.rqidx`).
-/// The file names are the ones on disk (docs/storage-format.md), so a restore can copy the
-/// objects back as they are; the node id keeps brokers sharing one prefix apart.
-pub(crate) fn segment_keys(node_id: u16, topic: &str, base: u64) -> [String; 2] {
-    let hex: String = topic.bytes().map(|b| format!("{b:02x}")).collect();
-    let stem = format!("nodes/{node_id}/topics/{hex}/segments/segment-{base:020}");
-    [format!("{stem}.rqlog"), format!("{stem}.rqidx")]
-}
 
 /// The wait before the next attempt after failures (`rustqueue_tier::retry::equal_jitter`, as the
 /// bucket's own retries): retry `n` (1-based) waits between half and
@@ -200,21 +190,6 @@ mod tests {
             .iter()
             .map(|&base| Sealed { base, bytes: 100 })
             .collect()
-    }
-
-    #[test]
-    fn keys_name_the_node_the_topic_in_hex_and_the_file_names_on_disk() {
-        assert_eq!(
-            segment_keys(7, "ab.c", 42),
-            [
-                "nodes/7/topics/61622e63/segments/segment-00000000000000000042.rqlog",
-                "nodes/7/topics/61622e63/segments/segment-00000000000000000042.rqidx",
-            ]
-        );
-        let longest = "t".repeat(64);
-        for key in segment_keys(65_535, &longest, u64::MAX) {
-            assert!(rustqueue_tier::ObjectKey::new(key.clone()).is_ok(), "{key}");
-        }
     }
 
     #[test]

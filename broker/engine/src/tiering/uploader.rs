@@ -10,16 +10,18 @@ use rustqueue_tier::{Bucket, ObjectKey};
 use tokio::time::Instant;
 
 use super::Tiering;
-use super::plan::{Next, Queue, Sealed, segment_keys};
+use super::checkpoint;
+use super::keys::{new_incarnation, segment_keys};
+use super::plan::{Next, Queue, Sealed};
 use crate::lock::lock;
 use crate::metrics::{Counter, Timer};
 use crate::registry::Registry;
 use crate::topic::Topic;
 
 /// A durable topic the loop has looked at: its record, and its sealed segments at the last scan.
-struct Known {
-    topic: Arc<Topic>,
-    record: TieredRecord,
+pub(super) struct Known {
+    pub(super) topic: Arc<Topic>,
+    pub(super) record: TieredRecord,
     sealed: Vec<SealedFiles>,
     /// The log's segment count, first and next position when `sealed` was listed: while they
     /// stay the same nothing was appended (so nothing sealed) and nothing deleted, and an idle
@@ -39,12 +41,18 @@ enum Failure {
 pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, node_id: u16) {
     let mut queue = Queue::new(tier.opts.backoff);
     let mut known: HashMap<String, Known> = HashMap::new();
+    let mut sent = checkpoint::Sent::default();
+    let mut next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
     loop {
         let Some(r) = registry.upgrade() else { return };
         if r.is_shutting_down() {
             return;
         }
         scan(&r, &tier, &mut known, &mut queue).await;
+        if Instant::now() >= next_checkpoint {
+            checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
+            next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
+        }
         let (segments, bytes) = queue.backlog();
         r.metrics().set(Counter::TieringBacklogSegments, segments);
         r.metrics().set(Counter::TieringBacklogBytes, bytes);
@@ -58,7 +66,7 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
                 .await;
             }
             Next::Wait(until) => {
-                let scan = Instant::now() + tier.opts.scan_interval;
+                let scan = (Instant::now() + tier.opts.scan_interval).min(next_checkpoint);
                 tokio::time::sleep_until(until.map_or(scan, |u| u.min(scan))).await;
             }
         }
@@ -148,9 +156,23 @@ fn load_record(
     bucket: &str,
     prefix: Option<&String>,
 ) -> Option<TieredRecord> {
-    let fresh = || TieredRecord::new(topic, bucket, prefix.cloned());
+    let fresh = || {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let incarnation = new_incarnation(now_ms, rand::random::<u32>());
+        TieredRecord::new(topic, bucket, prefix.cloned(), incarnation)
+    };
     match store.read_tiered(topic) {
         Ok(None) => Some(fresh()),
+        Ok(Some(r)) if r.incarnation.is_none() => {
+            tracing::info!(
+                topic,
+                "the tiered record is of format 1 (object keys without an incarnation); every \
+                 sealed segment is uploaded again under a new incarnation"
+            );
+            Some(fresh())
+        }
         Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some(r),
         Ok(Some(r)) => {
             tracing::warn!(
@@ -196,7 +218,8 @@ async fn upload_one(
         Some(r) => r.store().fs().clone(),
         None => return,
     };
-    let outcome = match put_segment(&tier.bucket, node_id, topic, &files).await {
+    let incarnation = k.record.incarnation.clone().unwrap_or_default();
+    let outcome = match put_segment(&tier.bucket, node_id, topic, &incarnation, &files).await {
         Err(_) if !(fs.exists(&files.log_path) && fs.exists(&files.index_path)) => {
             Err(Failure::Gone)
         }
@@ -242,9 +265,10 @@ async fn put_segment(
     bucket: &Bucket,
     node_id: u16,
     topic: &str,
+    incarnation: &str,
     files: &SealedFiles,
 ) -> Result<TieredSegment, String> {
-    let keys = segment_keys(node_id, topic, files.base);
+    let keys = segment_keys(node_id, topic, incarnation, files.base);
     let mut objects = Vec::with_capacity(2);
     for (key, path) in keys.into_iter().zip([&files.log_path, &files.index_path]) {
         let key = ObjectKey::new(key).map_err(|e| e.to_string())?;

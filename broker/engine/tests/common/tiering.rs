@@ -53,7 +53,7 @@ pub fn record(dir: &Path) -> TieredRecord {
 pub fn try_record(dir: &Path) -> Result<TieredRecord, rustqueue_storage::StorageError> {
     let path = topic_dir(dir).join(rustqueue_storage::TIERED_FILE);
     if !path.exists() {
-        return Ok(TieredRecord::new("t", "", None));
+        return Ok(TieredRecord::new("t", "", None, ""));
     }
     rustqueue_storage::testing::read_checked(&RealFs, &path)
 }

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rustqueue_api::broker_config::{TIERING_ACCESS_KEY_ENV, TIERING_SECRET_KEY_ENV, TieringConfig};
+use rustqueue_api::broker_config::{
+    MAX_CHECKPOINT_UPLOAD_SECONDS, TIERING_ACCESS_KEY_ENV, TIERING_SECRET_KEY_ENV, TieringConfig,
+};
 use rustqueue_engine::{BucketConfig, Credentials, ObjectKey, TieringOptions};
 
 use super::ConfigError;
@@ -30,6 +32,14 @@ pub fn validate(t: &TieringConfig) -> Result<(), ConfigError> {
                  the key"
             )));
         }
+    }
+    if !(1..=MAX_CHECKPOINT_UPLOAD_SECONDS).contains(&t.checkpoint_upload_seconds) {
+        return Err(invalid(format!(
+            "tiering.checkpoint_upload_seconds = {} is out of range: give 1 to \
+             {MAX_CHECKPOINT_UPLOAD_SECONDS} seconds (default 60). It is how often the topics' \
+             checkpoints go up, and so about how much a lost volume's restore cannot account for",
+            t.checkpoint_upload_seconds
+        )));
     }
     if t.bucket.is_empty() {
         return Err(invalid(
@@ -167,6 +177,7 @@ pub fn options(
     bucket.allow_http = t.allow_http;
     let mut options = TieringOptions::new(bucket);
     options.upload_after = Duration::from_secs(t.upload_after_seconds);
+    options.checkpoint_interval = Duration::from_secs(t.checkpoint_upload_seconds);
     Ok(Some(options))
 }
 
