@@ -80,9 +80,20 @@ fn check_in_chromium(ui: &Path, url: &str, out: &Path) -> String {
         .output()
         .expect("running node (Node.js 20 or newer is needed)");
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&run.stderr));
-    assert!(run.status.success(), "the browser check failed (above)");
+    eprintln!("{stderr}");
+    // The panic names the failed check and the error itself: CI's summary of a failed run shows
+    // the panic, not the whole output above it.
+    let failed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert!(
+        run.status.success(),
+        "the browser check failed after {:.1} s ({}): {}\n{}",
+        start.elapsed().as_secs_f64(),
+        run.status,
+        failed.join("\n"),
+        stderr.trim()
+    );
     println!(
         "browser check: {:.1} s; screenshots in {}",
         start.elapsed().as_secs_f64(),
