@@ -212,15 +212,7 @@ pub fn prepare(fs: &dyn Fs, root: &Path, force: bool) -> Result<RestoreLock, Sto
             shown.join(", ")
         )));
     }
-    let lock_path = root.join(".rustqueue.lock");
-    let lock = fs.lock(&lock_path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => StorageError::Locked(root.to_path_buf()),
-        _ => StorageError::Io {
-            op: "lock",
-            file: lock_path.clone(),
-            source: e,
-        },
-    })?;
+    let lock = crate::store::lock_data_dir(fs, root)?;
     for name in present {
         let path = root.join(&name);
         let removed = fs.remove_dir_all(&path).or_else(|_| fs.remove_file(&path));

@@ -100,6 +100,23 @@ impl std::fmt::Debug for Store {
 /// What a metadata finding says when an interrupted replacement was completed.
 const ADOPTED: &str = "replaced by its whole, checksummed temp sibling (an interrupted atomic replacement, completed)";
 
+/// Takes the data directory's lock (`.rustqueue.lock`), which one process holds at a time: a
+/// running broker, or an offline tool writing the directory. Held until the value is dropped.
+pub(crate) fn lock_data_dir(
+    fs: &dyn Fs,
+    root: &Path,
+) -> Result<Box<dyn Any + Send + Sync>, StorageError> {
+    let lock_path = root.join(".rustqueue.lock");
+    fs.lock(&lock_path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => StorageError::Locked(root.to_path_buf()),
+        _ => StorageError::Io {
+            op: "lock",
+            file: lock_path,
+            source: e,
+        },
+    })
+}
+
 fn incompatible(msg: String) -> StorageError {
     StorageError::Incompatible(msg)
 }
@@ -129,15 +146,7 @@ impl Store {
     ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
         fs.create_dir_all(root)
             .map_err(io_err("create directory", root))?;
-        let lock_path = root.join(".rustqueue.lock");
-        let lock = fs.lock(&lock_path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock => StorageError::Locked(root.to_path_buf()),
-            _ => StorageError::Io {
-                op: "lock",
-                file: lock_path.clone(),
-                source: e,
-            },
-        })?;
+        let lock = lock_data_dir(fs.as_ref(), root)?;
         let fault = Fault::default();
         let mut repaired = Vec::new();
         Self::check_format(fs.as_ref(), root, &mut repaired)?;

@@ -48,6 +48,16 @@ pub(crate) async fn put_bytes(
     bytes: Bytes,
 ) -> Result<Uploaded, Error> {
     let checksum = Checksum::of(&bytes);
+    put_single(bucket, key, bytes, checksum).await
+}
+
+/// One PUT of `bytes`, whose CRC-32C and length are `checksum`, stored with the object.
+async fn put_single(
+    bucket: &Bucket,
+    key: &crate::ObjectKey,
+    bytes: Bytes,
+    checksum: Checksum,
+) -> Result<Uploaded, Error> {
     let options = PutOptions::from(checksum.to_attributes());
     let path = bucket.path(key);
     let (_, retries) = bucket
@@ -74,20 +84,7 @@ pub(crate) async fn put_file(
     if checksum.size <= bucket.part_size as u64 {
         let bytes = Bytes::from(tokio::fs::read(file).await.map_err(local)?);
         ensure_unchanged(key, file, checksum, Checksum::of(&bytes))?;
-        let options = PutOptions::from(checksum.to_attributes());
-        let path = bucket.path(key);
-        let (_, retries) = bucket
-            .retried(Op::Put, key.as_str(), || {
-                bucket
-                    .store
-                    .put_opts(&path, PutPayload::from(bytes.clone()), options.clone())
-            })
-            .await?;
-        return Ok(Uploaded {
-            checksum,
-            parts: 0,
-            retries,
-        });
+        return put_single(bucket, key, bytes, checksum).await;
     }
     let parts = checksum.size.div_ceil(bucket.part_size as u64);
     if parts > MAX_PARTS {
