@@ -80,25 +80,24 @@ async fn wait_checkpointed(
     })
     .await;
     let sealed = sealed_bases(dir);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(cp) = checkpoint(server, "t").await {
-            let bases: Vec<u64> = cp.segments.iter().map(|s| s.base).collect();
-            let floors_ok = floors.iter().all(|(name, floor)| {
-                cp.channels
-                    .iter()
-                    .any(|c| c.name == *name && c.ack_floor == *floor)
-            });
-            if cp.head == head && bases == sealed && floors_ok {
-                return cp;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for a checkpoint of head {head}, segments {sealed:?}, floors {floors:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut found = None;
+    let what = format!("a checkpoint of head {head}, segments {sealed:?}, floors {floors:?}");
+    common::wait_until(60, &what, async || {
+        let Some(cp) = checkpoint(server, "t").await else {
+            return false;
+        };
+        let bases: Vec<u64> = cp.segments.iter().map(|s| s.base).collect();
+        let floors_ok = floors.iter().all(|(name, floor)| {
+            cp.channels
+                .iter()
+                .any(|c| c.name == *name && c.ack_floor == *floor)
+        });
+        let done = cp.head == head && bases == sealed && floors_ok;
+        found = done.then_some(cp);
+        done
+    })
+    .await;
+    found.expect("the wait ended on a matching checkpoint")
 }
 
 /// The last position of sealed segment `base` of `t`, from its local index.

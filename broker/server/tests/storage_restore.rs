@@ -104,30 +104,24 @@ async fn the_restore_command_rebuilds_a_deleted_directory_and_reports_the_loss()
     assert_eq!(got, (0..10).map(body).collect::<Vec<_>>());
     drop(consumer);
     // Every sealed segment uploaded and a checkpoint of the final state: head 30, c at 10.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    common::eventually_within(Duration::from_secs(60), async || {
         let sealed: Vec<u64> = {
             let mut all = bases(b.dir.path());
             all.pop();
             all
         };
-        if let Some(cp) = checkpoint(&server).await {
-            let recorded: Vec<u64> = cp["segments"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["base"].as_u64().unwrap())
-                .collect();
-            if cp["head"] == 30 && cp["channels"][0]["ack_floor"] == 10 && recorded == sealed {
-                break;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no final checkpoint"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let Some(cp) = checkpoint(&server).await else {
+            return false;
+        };
+        let recorded: Vec<u64> = cp["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["base"].as_u64().unwrap())
+            .collect();
+        cp["head"] == 30 && cp["channels"][0]["ack_floor"] == 10 && recorded == sealed
+    })
+    .await;
     let dir = b.stop_keep_dir().await;
     // One message per record: the active segment's base is the first position not uploaded.
     let active = *bases(dir.path()).last().unwrap();

@@ -194,8 +194,13 @@ pub fn segment_files(dir: &Path) -> Vec<String> {
 
 /// Polls `cond` every 5 ms until it holds; panics with `what` after `secs` seconds.
 pub async fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    wait_until(secs, what, async || cond()).await;
+}
+
+/// [`wait_for`] with a condition that awaits (a look into the bucket, say).
+pub async fn wait_until(secs: u64, what: &str, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
+    while !cond().await {
         assert!(std::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -188,12 +188,17 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 }
 
 /// Polls `f` until it returns true (within [`T`]).
-pub async fn eventually(mut f: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + T;
+pub async fn eventually(f: impl AsyncFnMut() -> bool) {
+    eventually_within(T, f).await;
+}
+
+/// Polls `f` until it returns true (within `bound`).
+pub async fn eventually_within(bound: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + bound;
     while !f().await {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "condition not met within {T:?}"
+            "condition not met within {bound:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
