@@ -631,19 +631,8 @@ pub fn rebuild_broker_meta(
         }
     }
     let (highest, messages) = highest_stored_sequence(fs.as_ref(), root, node_id)?;
-    let next_sequence = highest + 1 + REBUILT_SEQUENCE_SKIP;
-    if next_sequence > meta::MAX_SEQUENCE {
-        return Err(StorageError::SequenceExhausted);
-    }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let bm = BrokerMeta {
-        format: meta::FORMAT_VERSION,
-        node_id,
-        next_sequence,
-        registry_revision: now_ms,
-    };
+    let bm = rebuilt_broker_meta(node_id, highest)?;
+    let next_sequence = bm.next_sequence;
     let damaged_len = fs.read(&path).map_or(0, |b| b.len() as u64);
     meta::write_checked(fs.as_ref(), &path, &bm)?;
     let done = format!(
@@ -653,6 +642,25 @@ pub fn rebuild_broker_meta(
     );
     record_rebuild(fs, root, &path, damaged_len, &done)?;
     Ok(done)
+}
+
+/// A `broker.meta` written anew for `node_id` (a rebuild or a restore): ids resume
+/// [`REBUILT_SEQUENCE_SKIP`] past `highest`, the highest stored sequence, and the registry
+/// revision is the time now.
+pub(crate) fn rebuilt_broker_meta(node_id: u16, highest: u64) -> Result<BrokerMeta, StorageError> {
+    let next_sequence = highest + 1 + REBUILT_SEQUENCE_SKIP;
+    if next_sequence > meta::MAX_SEQUENCE {
+        return Err(StorageError::SequenceExhausted);
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Ok(BrokerMeta {
+        format: meta::FORMAT_VERSION,
+        node_id,
+        next_sequence,
+        registry_revision: now_ms,
+    })
 }
 
 /// The highest sequence of every message id stored in any segment, and how many ids were

@@ -20,8 +20,8 @@ use crate::channel::ChannelState;
 use crate::fs::Fs;
 use crate::log::index;
 use crate::log::scan::walk;
-use crate::meta::{self, BrokerMeta, Compatibility, FormatFile, Manifest, hex, unhex};
-use crate::offline::{REBUILT_SEQUENCE_SKIP, RepairReport};
+use crate::meta::{self, Compatibility, FormatFile, Manifest, hex, unhex};
+use crate::offline::RepairReport;
 use crate::tiered::TieredRecord;
 use crate::{StorageError, io_err, wal};
 
@@ -279,11 +279,10 @@ pub fn write_topic(fs: Arc<dyn Fs>, root: &Path, t: &RestoredTopic) -> Result<()
 }
 
 /// Writes the volume id of the catalog restored from, `FORMAT`, `COMPATIBILITY` (the lowest
-/// level the restored records need) and
-/// `broker.meta` for `node_id` (ids resume [`REBUILT_SEQUENCE_SKIP`] past the highest restored
-/// one, so no id handed out before the loss is reused), releases the lock, then opens the
-/// directory as a start would and scrubs it ([`crate::offline::repair`]): what that finds is
-/// in the report.
+/// level the restored records need) and `broker.meta` for `node_id` (ids resume
+/// [`crate::offline::REBUILT_SEQUENCE_SKIP`] past the highest restored one, so no id handed
+/// out before the loss is reused), releases the lock, then opens the directory as a start
+/// would and scrubs it ([`crate::offline::repair`]): what that finds is in the report.
 pub fn finish(
     fs: Arc<dyn Fs>,
     root: &Path,
@@ -294,13 +293,7 @@ pub fn finish(
     write_volume_id(fs.as_ref(), root, volume)?;
     let (level, _) = crate::offline::lowest_safe_level(fs.as_ref(), root)?;
     let (highest, _) = crate::offline::highest_stored_sequence(fs.as_ref(), root, node_id)?;
-    let next_sequence = highest + 1 + REBUILT_SEQUENCE_SKIP;
-    if next_sequence > meta::MAX_SEQUENCE {
-        return Err(StorageError::SequenceExhausted);
-    }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let broker_meta = crate::offline::rebuilt_broker_meta(node_id, highest)?;
     meta::write_checked(
         fs.as_ref(),
         &root.join("FORMAT"),
@@ -318,16 +311,7 @@ pub fn finish(
             generation: u64::from(level),
         },
     )?;
-    meta::write_checked(
-        fs.as_ref(),
-        &root.join("broker.meta"),
-        &BrokerMeta {
-            format: meta::FORMAT_VERSION,
-            node_id,
-            next_sequence,
-            registry_revision: now_ms,
-        },
-    )?;
+    meta::write_checked(fs.as_ref(), &root.join("broker.meta"), &broker_meta)?;
     drop(lock);
     crate::offline::repair(fs, root)
 }
