@@ -55,6 +55,9 @@ pub use log::{
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility, read_json, write_json_at};
+/// How a topic or channel name becomes a directory name on disk (lowercase hex of its bytes),
+/// and back; the tiering layer's object keys use the same names.
+pub use meta::{hex, unhex};
 pub use quarantine::{
     DamageKind, Detector, Finding, Quarantine, QuarantineRecord, QuarantineSummary,
 };

@@ -23,8 +23,11 @@ pub(crate) fn catalog_key(node_id: u16) -> String {
 
 /// The prefix of every incarnation of `topic` on the node.
 pub(crate) fn topic_prefix(node_id: u16, topic: &str) -> String {
-    let hex: String = topic.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{}/topics/{hex}", node_prefix(node_id))
+    format!(
+        "{}/topics/{}",
+        node_prefix(node_id),
+        rustqueue_storage::hex(topic)
+    )
 }
 
 /// The prefix of one incarnation of `topic`.
@@ -77,14 +80,7 @@ pub(crate) fn new_incarnation(now_ms: u64, random: u32) -> String {
 
 /// The topic named by a `<hex topic>` key segment.
 pub(crate) fn unhex_topic(hex: &str) -> Option<String> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
+    rustqueue_storage::unhex(hex)
 }
 
 #[cfg(test)]
