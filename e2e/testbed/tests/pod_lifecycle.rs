@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{TOOLS, wait_pod};
 
@@ -247,10 +247,83 @@ async fn scenario() {
             .contains("got TERM")
     );
 
+    a_force_deleted_pod_never_writes_its_replacements_status(&pods).await;
+
     let all = bed.process_ids();
     drop(bed);
     assert!(
         all.iter().all(|p| !support::process_running(*p)),
         "nothing left: {all:?}"
     );
+}
+
+/// A StatefulSet replaces a force-deleted Pod at once under the same name. The deleted Pod's
+/// worker may still be in the middle of a probe when the deletion arrives; the status it
+/// writes afterwards must not land on the replacement: the API server then keeps the dead
+/// Pod's IP on it for good (a Pod IP may not change once set) and refuses every status the
+/// replacement's own worker writes, so it never turns Ready.
+async fn a_force_deleted_pod_never_writes_its_replacements_status(pods: &Api<Pod>) {
+    // Ready after its first probe; every later probe takes 3 s and fails, so the worker is
+    // inside a probe when the deletion comes, and has a changed status to write after it.
+    let probe = "if test -f /scratch/seen; then sleep 3; exit 1; fi; touch /scratch/seen";
+    let old = pod(
+        "reborn",
+        "Always",
+        "sleep 600",
+        json!({"spec": {
+            "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "sleep 600"],
+                "readinessProbe": {"exec": {"command": ["sh", "-c", probe]},
+                                   "periodSeconds": 1, "timeoutSeconds": 10, "failureThreshold": 1},
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        }}),
+    );
+    let pp = PostParams::default();
+    pods.create(&pp, &old).await.unwrap();
+    let first = wait_pod(pods, "reborn", "Ready", LONG, support::is_ready).await;
+    let old_uid = first.metadata.uid.clone().unwrap();
+    let old_ip = support::pod_ip(&first).expect("the first Pod has an IP");
+    // The second probe starts about a second after the first and runs for 3 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete("reborn", &force).await.unwrap();
+    // The replacement is held unscheduled (so no worker of its own writes its status) until
+    // the old worker's probe has surely ended and its status write, if any, has been made.
+    let gate = "testbed.rustqueue.io/hold";
+    let replacement = pod(
+        "reborn",
+        "Always",
+        "sleep 600",
+        json!({"spec": {"schedulingGates": [{"name": gate}]}}),
+    );
+    pods.create(&pp, &replacement).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let held = pods.get("reborn").await.unwrap();
+    assert_ne!(held.metadata.uid.as_deref(), Some(old_uid.as_str()));
+    assert_eq!(
+        support::pod_ip(&held),
+        None,
+        "the deleted Pod's worker wrote its status ({old_ip}) into its unscheduled replacement: {:#?}",
+        held.status
+    );
+    pods.patch(
+        "reborn",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    let new = wait_pod(
+        pods,
+        "reborn",
+        "the replacement Ready",
+        LONG,
+        support::is_ready,
+    )
+    .await;
+    assert_ne!(support::pod_ip(&new), Some(old_ip));
+    pods.delete("reborn", &force).await.unwrap();
 }

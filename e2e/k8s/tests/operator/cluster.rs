@@ -315,33 +315,46 @@ impl Cluster {
         }
     }
 
-    /// Prints every broker Pod's current log (for a failing step).
+    /// Prints every broker Pod's identity, IP, readiness and current log, and the tail of
+    /// the operator leader's log (for a failing step).
     pub async fn dump_broker_logs(&self) {
-        let names = self.broker_names().await;
-        for p in names {
-            let log = match &self.backend {
-                Backend::Testbed(bed) => bed.logs(NS, &p, "broker").unwrap_or_default(),
-                Backend::Kubeconfig => kubectl(&self.kc, &["logs", "-n", NS, &p, "-c", "broker"])
-                    .stdout
-                    .clone(),
-            };
-            eprintln!("--- {p}\n{log}");
+        let lp = kube::api::ListParams::default().labels(BROKERS);
+        let pods = self
+            .pods
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for p in pods {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .map_or("?".to_string(), |c| c.status.clone());
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            eprintln!(
+                "--- {name} (uid {}, podIP {ip:?}, Ready {ready})\n{}",
+                p.metadata.uid.as_deref().unwrap_or("?"),
+                self.container_log(&name, "broker")
+            );
+        }
+        if let Some(leader) = self.leader().await {
+            let log = self.container_log(&leader, "operator");
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            eprintln!("--- operator {leader} (last 40 lines)\n{tail}");
         }
     }
 
-    /// Names of the broker Pods that exist now.
-    pub async fn broker_names(&self) -> Vec<String> {
-        let lp = kube::api::ListParams::default().labels(BROKERS);
-        self.pods
-            .list(&lp)
-            .await
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter_map(|p| p.metadata.name)
-                    .collect()
-            })
-            .unwrap_or_default()
+    fn container_log(&self, pod: &str, container: &str) -> String {
+        match &self.backend {
+            Backend::Testbed(bed) => bed.logs(NS, pod, container).unwrap_or_default(),
+            Backend::Kubeconfig => kubectl(&self.kc, &["logs", "-n", NS, pod, "-c", container])
+                .stdout
+                .clone(),
+        }
     }
 
     /// The Pod's IP (it must have one).
@@ -372,7 +385,6 @@ impl Cluster {
             .then(|| p.metadata.uid.clone().unwrap_or_default())
     }
 
-    /// The operator-managed admin token (Secret `queue-auth`).
     /// The Pod holding the operator Lease, if any.
     pub async fn leader(&self) -> Option<String> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), NS);
@@ -406,6 +418,7 @@ impl Cluster {
         (old, new, took)
     }
 
+    /// The operator-managed admin token (Secret `queue-auth`).
     pub async fn admin_token(&self) -> String {
         self.token("admin-token").await
     }

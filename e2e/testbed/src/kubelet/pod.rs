@@ -360,11 +360,17 @@ impl Worker {
             .patch_status(
                 &self.name,
                 &PatchParams::default(),
-                &Patch::Strategic(body.clone()),
+                &Patch::Strategic(with_uid_precondition(&body, &self.uid)),
             )
             .await
         {
             Ok(_) => self.last_patch = Some(body),
+            // The name now belongs to another Pod (a force delete and an immediate
+            // replacement): its status is its own worker's to write, never this one's.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+                tracing::debug!(pod = %self.name, uid = %self.uid, %e, "status patch refused: the Pod was replaced");
+                self.last_patch = Some(body);
+            }
             Err(e) => tracing::debug!(pod = %self.name, %e, "status patch failed; retrying"),
         }
     }
@@ -453,5 +459,28 @@ impl Worker {
             self.k.ipam.release(ip);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A status patch that applies only to the Pod with this UID, like the kubelet's status
+/// manager writes them: Pods are addressed by name, and a StatefulSet reuses a name as soon as
+/// a force delete removes the object, while the deleted Pod's worker may still be finishing a
+/// step. The API server refuses a patch whose `metadata.uid` differs from the object's.
+fn with_uid_precondition(body: &Value, uid: &str) -> Value {
+    let mut patch = body.clone();
+    patch["metadata"] = json!({ "uid": uid });
+    patch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_patch_names_the_pod_uid_it_was_computed_for() {
+        let body = json!({"status": {"phase": "Running"}});
+        let patch = with_uid_precondition(&body, "u-1");
+        assert_eq!(patch["metadata"]["uid"], "u-1");
+        assert_eq!(patch["status"], body["status"]);
     }
 }
