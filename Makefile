@@ -180,7 +180,7 @@ deps-nsqd: ## install official nsqd (the parity and benchmark peer) into the cac
 
 .PHONY: bench
 bench: deps-nsqd ## RustQueue vs nsqd side by side, with the disk, restart and idle-topics cases (~8 min a round on a loaded machine, under 25 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES/_RESTART_MESSAGES/_IDLE_TOPICS; BENCH_SWEEPS=1 adds the curves (SVG)
-	$(CARGO) build --release -p rustqueue-server -p rustqueue-bench
+	$(CARGO) build --release -p rustqueue-server -p rustqueue-gateway -p rustqueue-discovery -p rustqueue-bench
 	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
 	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
 	  --markdown docs/benchmarks.md --notes bench/notes.md

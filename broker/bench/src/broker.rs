@@ -97,7 +97,7 @@ pub struct Binaries {
 pub enum BrokerError {
     /// No binary for this kind of broker.
     #[error(
-        "no {0} binary (build rustqueued with `cargo build --release -p rustqueue-server`; install nsqd with `scripts/deps.sh nsqd`)"
+        "no {0} binary (build RustQueue's with `cargo build --release -p rustqueue-server -p rustqueue-gateway -p rustqueue-discovery`, which puts them side by side; install nsqd with `scripts/deps.sh nsqd`)"
     )]
     NoBinary(&'static str),
     /// Temp dir, port or spawn failed.

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::{self, Binaries, Broker, Kind, Profile};
+use crate::cluster::{Cluster, ClusterConfig};
 use crate::disk::DiskReport;
 use crate::idle::{IdleConfig, IdleReport};
 use crate::restart::{RestartConfig, RestartReport};
@@ -49,6 +50,9 @@ pub enum CaseKind {
     Restart(RestartConfig),
     /// Many topics, light traffic, then idle.
     IdleTopics(IdleConfig),
+    /// The load of [`Case::load`] against several servers (docs/benchmarks.md, the brokers
+    /// curve): RustQueue behind its gateway, nsqd spread over directly.
+    Cluster(ClusterConfig),
 }
 
 /// One benchmark case.
@@ -300,6 +304,9 @@ pub fn cases(s: &Settings) -> Vec<Case> {
         drain_timeout_seconds: s.drain_timeout_seconds,
         identify: true,
         broker_pid: None,
+        producer_addresses: vec![],
+        consumer_addresses: vec![],
+        extra_pids: vec![],
         topics: 1,
         spread_producers: false,
     };
@@ -536,6 +543,7 @@ async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) 
     };
     match &case.kind {
         CaseKind::Load => {}
+        CaseKind::Cluster(cluster) => return run_cluster(case, profile, bins, *cluster, out).await,
         CaseKind::Disk => return run_disk(case, round).await,
         CaseKind::Restart(config) => {
             match crate::restart::run(profile, bins, config).await {
@@ -569,6 +577,44 @@ async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) 
         Err(e) => out.error = Some(e.to_string()),
     }
     tokio::task::spawn_blocking(move || broker.stop())
+        .await
+        .ok();
+    out
+}
+
+async fn run_cluster(
+    case: &Case,
+    profile: &Profile,
+    bins: &Binaries,
+    config: ClusterConfig,
+    mut out: CaseRun,
+) -> CaseRun {
+    let (p, b) = (profile.clone(), bins.clone());
+    let cluster = match tokio::task::spawn_blocking(move || Cluster::start(&p, &b, config)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    let pids = cluster.pids();
+    let load = RunConfig {
+        address: cluster.producer_addresses[0].clone(),
+        producer_addresses: cluster.producer_addresses.clone(),
+        consumer_addresses: cluster.consumer_addresses.clone(),
+        broker_pid: pids.first().copied(),
+        extra_pids: pids[1..].to_vec(),
+        ..case.load.clone()
+    };
+    match run::run(load).await {
+        Ok(report) => out.report = Some(report),
+        Err(e) => out.error = Some(e.to_string()),
+    }
+    tokio::task::spawn_blocking(move || cluster.stop())
         .await
         .ok();
     out
@@ -801,8 +847,17 @@ mod tests {
             .filter(|c| c.sweep.is_some())
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(sweep_names.len(), 12, "{sweep_names:?}");
+        assert_eq!(sweep_names.len(), 14, "{sweep_names:?}");
         assert!(sweep_names.contains(&"sweep_size_1048576"));
+        let three = with_sweeps
+            .iter()
+            .find(|c| c.name == "sweep_brokers_3")
+            .unwrap();
+        assert!(
+            matches!(three.kind, CaseKind::Cluster(ClusterConfig { brokers: 3 })),
+            "{:?}",
+            three.kind
+        );
         let topics = with_sweeps
             .iter()
             .find(|c| c.name == "sweep_topics_256")

@@ -11,9 +11,12 @@
 //! - [`disk`], [`restart`] and [`idle`]: the cases that are not producer/consumer loads (the
 //!   disk's own limits, restart time with a backlog, many idle topics); [`http`] is the small
 //!   HTTP client they use.
+//! - [`sweep`] and [`cluster`]: the curves (one parameter swept at a time, drawn as SVG), and
+//!   the servers the brokers curve starts (several brokers behind the gateway, or several nsqd).
 
 pub mod broker;
 pub mod client;
+pub mod cluster;
 pub mod compare;
 pub mod disk;
 pub mod http;

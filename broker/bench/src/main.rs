@@ -75,6 +75,14 @@ struct RunArgs {
     /// At a fixed --rate, space the producers' commands evenly instead of all at once.
     #[arg(long)]
     spread_producers: bool,
+    /// Producers connect to these (comma-separated, round robin) instead of --address: a
+    /// gateway, or several nsqd.
+    #[arg(long, value_delimiter = ',')]
+    producer_addresses: Vec<String>,
+    /// Consumers connect to these (comma-separated, round robin, at least one consumer each)
+    /// instead of --address: every broker of a cluster.
+    #[arg(long, value_delimiter = ',')]
+    consumer_addresses: Vec<String>,
     /// Print the report as JSON (otherwise a short summary).
     #[arg(long)]
     json: bool,
@@ -102,7 +110,8 @@ struct CompareArgs {
     /// Topics in the idle-topics case.
     #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
     idle_topics: usize,
-    /// Also run the sweeps behind the curves (clients, message size, topics; ~12 more cases).
+    /// Also run the sweeps behind the curves (clients, message size, topics, brokers behind
+    /// the gateway; 14 more cases).
     /// The environment variable takes 1/0, yes/no or true/false (`BENCH_SWEEPS=1 make bench`).
     #[arg(long, env = "BENCH_SWEEPS", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     sweeps: bool,
@@ -172,6 +181,9 @@ async fn run_command(a: RunArgs) -> anyhow::Result<()> {
         broker_pid: a.broker_pid,
         topics: a.topics,
         spread_producers: a.spread_producers,
+        producer_addresses: a.producer_addresses,
+        consumer_addresses: a.consumer_addresses,
+        extra_pids: vec![],
     };
     let report = run::run(config).await?;
     if a.json {

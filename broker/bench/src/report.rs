@@ -73,7 +73,7 @@ pub fn render_with(results: &Results, notes: Option<&str>, curves: &str) -> Stri
     }
     for case in results.cases.iter().filter(|c| c.sweep.is_none()) {
         match case.kind {
-            CaseKind::Load => case_table(&mut md, results, case),
+            CaseKind::Load | CaseKind::Cluster(_) => case_table(&mut md, results, case),
             CaseKind::Disk => disk_table(&mut md, results, case),
             CaseKind::Restart(_) => restart_table(&mut md, results, case),
             CaseKind::IdleTopics(_) => idle_table(&mut md, results, case),

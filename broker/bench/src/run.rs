@@ -58,6 +58,20 @@ pub struct RunConfig {
     /// interval, so arrivals are evenly spaced instead of a burst from every producer at once.
     #[serde(default)]
     pub spread_producers: bool,
+    /// Where producer `i` connects: `producer_addresses[i % len]`; empty = `address`. A
+    /// cluster run sends every producer to the gateway (RustQueue) or spreads them over the
+    /// servers themselves (nsqd, which has no gateway).
+    #[serde(default)]
+    pub producer_addresses: Vec<String>,
+    /// Where consumer connection `j` connects: `consumer_addresses[j % len]`; empty =
+    /// `address`. A cluster run gives every server its share of the consumers, as an NSQ
+    /// consumer connects to every broker that holds the topic.
+    #[serde(default)]
+    pub consumer_addresses: Vec<String>,
+    /// Further server processes whose CPU time counts with `broker_pid`'s (a cluster run's
+    /// other brokers, its gateway and discovery); memory figures stay `broker_pid`'s.
+    #[serde(default)]
+    pub extra_pids: Vec<u32>,
 }
 
 fn one() -> usize {
@@ -65,10 +79,33 @@ fn one() -> usize {
 }
 
 impl RunConfig {
-    /// Consumer connections the run opens: `consumers`, but at least one per topic.
+    /// Consumer connections the run opens: `consumers`, but at least one per topic, and at
+    /// least one per consumer address.
     pub fn consumer_connections(&self) -> usize {
-        self.consumers.max(self.topics)
+        self.consumers
+            .max(self.topics)
+            .max(self.consumer_addresses.len())
     }
+
+    fn producer_address(&self, i: usize) -> &str {
+        pick(&self.producer_addresses, i).unwrap_or(&self.address)
+    }
+
+    fn consumer_address(&self, j: usize) -> &str {
+        pick(&self.consumer_addresses, j).unwrap_or(&self.address)
+    }
+
+    /// Every process whose CPU the run measures.
+    fn server_pids(&self) -> Vec<u32> {
+        self.broker_pid
+            .into_iter()
+            .chain(self.extra_pids.iter().copied())
+            .collect()
+    }
+}
+
+fn pick(list: &[String], i: usize) -> Option<&str> {
+    (!list.is_empty()).then(|| list[i % list.len()].as_str())
 }
 
 /// Publish-ack latency percentiles, microseconds.
@@ -170,8 +207,8 @@ async fn start_consumers(
 ) -> Result<Vec<JoinHandle<Result<(), ClientError>>>, RunError> {
     let mut consumers = Vec::new();
     for i in 0..config.consumer_connections() {
-        let mut conn =
-            Conn::connect(&config.address, config.identify, &format!("bench-c{i}")).await?;
+        let address = config.consumer_address(i);
+        let mut conn = Conn::connect(address, config.identify, &format!("bench-c{i}")).await?;
         load::subscribe(&mut conn, &topics[i % topics.len()], channel).await?;
         let task = load::consume(conn, ledger.clone(), control.clone());
         consumers.push(tokio::spawn(task));
@@ -250,7 +287,8 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     let consumers = start_consumers(&config, &topics, &channel, &ledger, &control).await?;
     let mut conns = Vec::new();
     for i in 0..config.producers {
-        conns.push(Conn::connect(&config.address, config.identify, &format!("bench-p{i}")).await?);
+        let address = config.producer_address(i);
+        conns.push(Conn::connect(address, config.identify, &format!("bench-p{i}")).await?);
     }
     let sampler = config
         .broker_pid
@@ -276,7 +314,8 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     if config.warmup_seconds > 0.0 && config.duration_seconds.is_some() {
         tokio::time::sleep(Duration::from_secs_f64(config.warmup_seconds)).await;
     }
-    let window_start = Mark::take(&ledger, config.broker_pid);
+    let pids = config.server_pids();
+    let window_start = Mark::take(&ledger, &pids);
     phase.store(PHASE_MEASURE, Ordering::Release);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
     if let Some(seconds) = config.duration_seconds {
@@ -284,7 +323,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     }
     let mut window_end = None;
     if config.duration_seconds.is_some() {
-        window_end = Some(Mark::take(&ledger, config.broker_pid));
+        window_end = Some(Mark::take(&ledger, &pids));
         phase.store(PHASE_STOP, Ordering::Release);
     }
     for task in producers {
@@ -294,7 +333,7 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
             Err(e) => errors.push(format!("producer task: {e}")),
         }
     }
-    let window_end = window_end.unwrap_or_else(|| Mark::take(&ledger, config.broker_pid));
+    let window_end = window_end.unwrap_or_else(|| Mark::take(&ledger, &pids));
     let broker_after_publish = config.broker_pid.and_then(procstat::sample);
 
     let _ = go_tx.send(true);
@@ -405,11 +444,12 @@ impl Mark {
     /// Samples CPU first (reading /proc takes a while) and the ledger counters last, so the
     /// caller's phase switch follows the counters at once: otherwise producers keep timing
     /// acks for the phase being left while the window's counts are already fixed.
-    fn take(ledger: &Ledger, pid: Option<u32>) -> Mark {
-        let broker_ticks = pid
-            .and_then(procstat::sample)
+    fn take(ledger: &Ledger, pids: &[u32]) -> Mark {
+        let broker_ticks = pids
+            .iter()
+            .filter_map(|&pid| procstat::sample(pid))
             .map(|s| s.cpu_ticks)
-            .unwrap_or(0);
+            .sum();
         let own_ticks = procstat::sample(std::process::id())
             .map(|s| s.cpu_ticks)
             .unwrap_or(0);
@@ -493,6 +533,9 @@ mod tests {
             broker_pid: None,
             topics: 3,
             spread_producers: true,
+            producer_addresses: vec![],
+            consumer_addresses: vec![],
+            extra_pids: vec![],
         }
     }
 
@@ -518,6 +561,31 @@ mod tests {
             3,
         );
         assert_eq!(bunched.offset, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_cluster_run_spreads_connections_over_its_addresses() {
+        let single = config();
+        assert_eq!(single.producer_address(5), "");
+        let c = RunConfig {
+            address: "gw".into(),
+            producer_addresses: vec!["gw".into()],
+            consumer_addresses: vec!["b1".into(), "b2".into(), "b3".into()],
+            consumers: 2,
+            topics: 1,
+            broker_pid: Some(10),
+            extra_pids: vec![11, 12],
+            ..config()
+        };
+        assert_eq!(c.producer_address(7), "gw");
+        let to: Vec<&str> = (0..4).map(|j| c.consumer_address(j)).collect();
+        assert_eq!(to, ["b1", "b2", "b3", "b1"]);
+        assert_eq!(
+            c.consumer_connections(),
+            3,
+            "at least one consumer per broker"
+        );
+        assert_eq!(c.server_pids(), [10, 11, 12]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Curves instead of points: PUB+FIN at saturation swept along one axis at a time (clients,
-//! message size, active topics), each point run against every curve profile like any other
+//! message size, active topics, servers: see [`crate::cluster`]), each point run against every curve profile like any other
 //! case, and drawn as SVG charts (both servers on each chart) that `docs/benchmarks.md`
 //! embeds. `BENCH_SWEEPS=1 make bench` runs them; `make bench` alone leaves them out.
 
@@ -11,6 +11,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::broker;
+use crate::cluster::ClusterConfig;
 use crate::compare::{Case, CaseKind, Headline, Results, Skip};
 use crate::run::RunConfig;
 
@@ -24,17 +25,26 @@ pub enum Axis {
     MessageBytes,
     /// Topics the 16 producers and consumers are spread over.
     Topics,
+    /// Servers: RustQueue brokers behind the gateway, or nsqd spread over directly
+    /// ([`crate::cluster`]).
+    Brokers,
 }
 
 impl Axis {
     /// Every axis, in run order.
-    pub const ALL: [Axis; 3] = [Axis::Clients, Axis::MessageBytes, Axis::Topics];
+    pub const ALL: [Axis; 4] = [
+        Axis::Clients,
+        Axis::MessageBytes,
+        Axis::Topics,
+        Axis::Brokers,
+    ];
 
     fn slug(self) -> &'static str {
         match self {
             Axis::Clients => "clients",
             Axis::MessageBytes => "size",
             Axis::Topics => "topics",
+            Axis::Brokers => "brokers",
         }
     }
 
@@ -43,6 +53,7 @@ impl Axis {
             Axis::Clients => "producers = consumers",
             Axis::MessageBytes => "message size, bytes",
             Axis::Topics => "active topics (16 producers, at least 16 consumers)",
+            Axis::Brokers => "brokers (RustQueue behind its gateway; nsqd spread over directly)",
         }
     }
 
@@ -52,6 +63,7 @@ impl Axis {
             Axis::Clients => &[1, 4, 16, 64],
             Axis::MessageBytes => &[100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024],
             Axis::Topics => &[1, 16, 256],
+            Axis::Brokers => &[1, 3],
         }
     }
 }
@@ -107,7 +119,12 @@ pub fn cases(base: &RunConfig) -> Vec<Case> {
                     topic_prefix: format!("bench-{name}"),
                     ..load
                 },
-                kind: CaseKind::Load,
+                kind: match axis {
+                    Axis::Brokers => CaseKind::Cluster(ClusterConfig {
+                        brokers: x as usize,
+                    }),
+                    _ => CaseKind::Load,
+                },
                 skip: skip.clone(),
                 sweep: Some(SweepPoint { axis, x }),
             });
@@ -142,6 +159,14 @@ fn point(base: &RunConfig, axis: Axis, x: u64) -> (RunConfig, String) {
             format!(
                 "16 producers over {n} topic(s), {} consumers (one or more per topic), 1 KiB",
                 base.consumers.max(n)
+            ),
+        ),
+        Axis::Brokers => (
+            base.clone(),
+            format!(
+                "16 producers + 16 consumers, 1 KiB, {n} server(s): RustQueue producers through \
+                 the gateway, consumers dealt to the brokers; nsqd producers and consumers dealt \
+                 to the nsqd directly"
             ),
         ),
     }
@@ -298,7 +323,8 @@ fn draw(
         .iter()
         .flat_map(|c| c.points.iter().map(|p| p.1))
         .fold(0.0_f64, f64::max)
-        * 1.15;
+        // headroom for the legend in the upper right, above the highest point
+        * 1.45;
     let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -378,6 +404,17 @@ pub fn section(results: &Results, charts: &[Chart], markdown_dir: &Path) -> Stri
     for (chart, (axis, measure)) in charts.iter().zip(wanted(results)) {
         let rel = relative(&chart.path, markdown_dir);
         let _ = writeln!(md, "### {}\n\n![{}]({})\n", chart.title, chart.title, rel);
+        if axis == Axis::Brokers {
+            let _ = writeln!(
+                md,
+                "Every server process (brokers, gateway, discovery; or the nsqd) runs on the same \
+                 {} CPUs as the load generator, so more servers cannot add cores here: this curve \
+                 shows what the gateway hop and the extra processes cost, not how a cluster of \
+                 machines scales. RustQueue's first point already goes through the gateway; \
+                 nsqd has no gateway, so its producers connect to the nsqd directly.\n",
+                results.machine.cpus
+            );
+        }
         figures(
             &mut md,
             results,

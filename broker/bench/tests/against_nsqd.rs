@@ -61,6 +61,9 @@ fn load(address: &str, pid: u32) -> RunConfig {
         broker_pid: Some(pid),
         topics: 1,
         spread_producers: false,
+        producer_addresses: vec![],
+        consumer_addresses: vec![],
+        extra_pids: vec![],
     }
 }
 
@@ -355,4 +358,89 @@ async fn sweep_points_become_a_chart_and_a_table() {
         !md.contains("## `sweep_clients_1`"),
         "sweep points have no table of their own: {md}"
     );
+}
+
+/// rustqueued, rustqueue-gateway and rustqueue-discovery from this build's target directory
+/// (`make test` builds every binary before the test stages run).
+fn rustqueue_bins() -> Binaries {
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf();
+    for name in ["rustqueued", "rustqueue-gateway", "rustqueue-discovery"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{name} not built in {} — run `cargo build -p rustqueue-server -p rustqueue-gateway \
+             -p rustqueue-discovery` (make test does)",
+            dir.display()
+        );
+    }
+    Binaries {
+        nsqd: nsqd(),
+        rustqueued: Some(dir.join("rustqueued")),
+    }
+}
+
+/// Messages a server holds or has delivered for `topic` (nsqd's `/stats` format, which
+/// rustqueued answers too).
+fn topic_messages(http: &str, topic: &str) -> u64 {
+    let r = rustqueue_bench::http::get(http, "/stats?format=json").unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["topics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t["topic_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(topic))
+        })
+        .map(|t| t["message_count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// The brokers curve's clusters: three rustqueued behind the gateway (producers through it,
+/// consumers on each broker) and three nsqd (producers and consumers dealt to each). Every
+/// server takes part, and the runs drain with nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_run_reaches_every_server_and_drains() {
+    use rustqueue_bench::cluster::{Cluster, ClusterConfig};
+    let bins = rustqueue_bins();
+    for name in ["rustqueue-nsq_relaxed", "nsqd-default"] {
+        let (p, b) = (profile(name), bins.clone());
+        let cluster = tokio::task::spawn_blocking(move || {
+            Cluster::start(&p, &b, ClusterConfig { brokers: 3 })
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pids = cluster.pids();
+        assert_eq!(pids.len(), if name == "nsqd-default" { 3 } else { 5 });
+        let topic = format!("cluster-{}", &name[..5]);
+        let config = RunConfig {
+            address: cluster.producer_addresses[0].clone(),
+            producer_addresses: cluster.producer_addresses.clone(),
+            consumer_addresses: cluster.consumer_addresses.clone(),
+            broker_pid: Some(pids[0]),
+            extra_pids: pids[1..].to_vec(),
+            producers: 6,
+            consumers: 3,
+            topic_prefix: topic.clone(),
+            ..load("", 0)
+        };
+        let report = run::run(config).await.unwrap();
+        assert!(report.complete, "{name}: {report:#?}");
+        assert!(report.published > 0 && report.ledger.missing == 0);
+        for http in cluster.http_addresses() {
+            let n = topic_messages(&http, &topic);
+            assert!(n > 0, "{name}: the server at {http} took no messages");
+        }
+        let cpu = report.broker.as_ref().unwrap().cpu_seconds;
+        assert!(cpu > 0.0, "{name}: CPU of every server process: {cpu}");
+        tokio::task::spawn_blocking(move || cluster.stop())
+            .await
+            .unwrap();
+    }
 }

@@ -159,6 +159,9 @@ fn config(address: String, batch_size: usize) -> RunConfig {
         broker_pid: None,
         topics: 1,
         spread_producers: false,
+        producer_addresses: vec![],
+        consumer_addresses: vec![],
+        extra_pids: vec![],
     }
 }
 
