@@ -243,7 +243,16 @@ async fn read(
         paused: files.manifest.paused,
         unrouted_from_position: files.manifest.unrouted_from_position,
         channels: files.channels,
-        segments: k.record.segments.clone(),
+        // Where the local copies are is no concern of a restore (nor of an older build's).
+        segments: k
+            .record
+            .segments
+            .iter()
+            .map(|s| TieredSegment {
+                evicted: false,
+                ..s.clone()
+            })
+            .collect(),
     })
 }
 

@@ -293,6 +293,7 @@ async fn put_segment(
     Ok(TieredSegment {
         base: files.base,
         objects,
+        evicted: false,
     })
 }
 
