@@ -796,10 +796,16 @@ fn find(len: usize, get: impl Fn(usize) -> Entry, position: u64) -> Option<Entry
 pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; e.body_len as usize];
     file.read_exact_at(&mut buf, e.body_offset)?;
-    if crc32c::crc32c(&buf) != e.body_crc {
+    if !body_matches(e, &buf) {
         return Err(damaged(e));
     }
     Ok(buf)
+}
+
+/// Whether `body` is the body of `e`: its length and CRC-32C (Castagnoli) are the entry's.
+/// Every read for delivery checks this, local or from the bucket.
+pub fn body_matches(e: &Entry, body: &[u8]) -> bool {
+    body.len() == e.body_len as usize && crc32c::crc32c(body) == e.body_crc
 }
 
 /// Reads the bodies of `entries`, records of one segment file in file order, with one read
@@ -836,7 +842,7 @@ pub fn read_bodies_from(
         .map(|e| {
             let at = (e.body_offset - start) as usize;
             let body = buf.slice(at..at + e.body_len as usize);
-            if crc32c::crc32c(&body) == e.body_crc {
+            if body_matches(e, &body) {
                 Ok(body)
             } else {
                 Err(damaged(e))

@@ -398,7 +398,7 @@ impl Store {
         // Segments local retention evicted are read from the bucket. A damaged record names
         // none: their indexes are then reported as lost segments (the uploader starts a new
         // record and incarnation, docs/tiering.md).
-        let remote = match crate::tiered::read(self.fs.as_ref(), &dir) {
+        let remote = match crate::tiered::read(self.fs.as_ref(), dir) {
             Ok(record) => record.map(|r| r.remote_segments()).unwrap_or_default(),
             Err(StorageError::Corrupt { .. }) => Default::default(),
             Err(e) => return Err(e),

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use rustqueue_storage::{SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment};
+use rustqueue_storage::{
+    RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment,
+};
 use rustqueue_tier::{Bucket, ObjectKey};
 use tokio::time::Instant;
 
@@ -13,6 +15,7 @@ use super::Tiering;
 use super::checkpoint;
 use super::keys::{new_incarnation, segment_keys};
 use super::plan::{Next, Queue, Sealed};
+use super::retain::{Candidate, choose};
 use crate::lock::lock;
 use crate::metrics::{Counter, Timer};
 use crate::registry::Registry;
@@ -49,6 +52,7 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
             return;
         }
         scan(&r, &tier, &mut known, &mut queue).await;
+        retain(&r, &tier, &mut known).await;
         if Instant::now() >= next_checkpoint {
             checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
@@ -147,6 +151,89 @@ async fn scan(
             .collect();
         queue.observe(name, &sealed, |base| k.record.contains(base), now);
     }
+}
+
+/// Local retention: removes the local copies [`super::retain::choose`] picks, oldest first.
+async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<String, Known>) {
+    let retention = tier.opts.local_retention;
+    if !retention.evicts() {
+        return;
+    }
+    let mut candidates = Vec::new();
+    for (name, k) in known.iter() {
+        let local = lock(&k.topic.log).local_sealed();
+        candidates.extend(local.into_iter().map(|s| Candidate {
+            topic: name.clone(),
+            base: s.base,
+            bytes: s.bytes,
+            newest_ns: s.newest_timestamp_ns,
+            uploaded: k.record.get(s.base).is_some_and(|g| !g.evicted),
+        }));
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    for (topic, base) in choose(&candidates, retention, now_ns) {
+        let Some(k) = known.get_mut(&topic) else {
+            continue;
+        };
+        match evict_one(r, tier, &k.topic, &k.record, base).await {
+            Ok(Some((record, evicted))) => {
+                k.record = record;
+                let Some(bytes) = evicted else { continue };
+                r.metrics().add(Counter::TieringEvictedSegments, 1);
+                r.metrics().add(Counter::TieringEvictedBytes, bytes);
+                tracing::debug!(
+                    topic,
+                    base,
+                    bytes,
+                    "local copy of an uploaded segment removed"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(topic, base, error = %e, "cannot evict the local copy of an uploaded segment; storage isolated");
+                return;
+            }
+        }
+    }
+}
+
+/// Records the segment `base` as evicted in `record` (durably, under the gate), then removes
+/// its local `.rqlog`: a crash in between is finished by the next open. Returns the record
+/// written and the bytes removed (`None`: the segment was gone, GC took it meanwhile);
+/// `Ok(None)` when nothing was written (the topic deleted, the engine shutting down).
+async fn evict_one(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    topic: &Arc<Topic>,
+    record: &TieredRecord,
+    base: u64,
+) -> Result<Option<(TieredRecord, Option<u64>)>, StorageError> {
+    let Some(remote) = record
+        .get(base)
+        .and_then(|s| s.log_object())
+        .map(|o| RemoteSegment {
+            key: o.key.clone(),
+            size: o.size,
+        })
+    else {
+        return Ok(None);
+    };
+    let (r, tier, topic, mut record) = (r.clone(), tier.clone(), topic.clone(), record.clone());
+    tokio::task::spawn_blocking(move || {
+        let _gate = lock(&tier.gate);
+        if r.is_shutting_down() || topic.deleted.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let bytes = remote.size;
+        record.mark_evicted(base);
+        r.store().write_tiered(&record)?;
+        let evicted = lock(&topic.log).evict_local(base, remote)?;
+        Ok(Some((record, evicted.then_some(bytes))))
+    })
+    .await
+    .unwrap_or(Ok(None))
 }
 
 /// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).

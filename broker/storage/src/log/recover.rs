@@ -96,11 +96,13 @@ impl TopicLog {
         }
         bases.sort_unstable();
         let mut remote_bases = Vec::new();
+        let mut lost = Vec::new();
         for base in indexes {
             if remote.contains_key(&base) {
                 remote_bases.push(base);
             } else if bases.binary_search(&base).is_err() {
                 report_lost_segment(fs.as_ref(), dir, base, &damage)?;
+                lost.push(base);
             }
         }
         for &base in &remote_bases {
@@ -145,16 +147,19 @@ impl TopicLog {
         let count = all.len();
         let mut open_tail: Option<OpenTail> = None;
         for (i, (base, is_remote)) in all.into_iter().enumerate() {
+            // A gap where a lost segment was (reported above) is not a layout error.
+            let after_loss = lost.iter().any(|&l| l >= log.next_index && l < base);
             if is_remote {
                 if let Some(r) = remote.get(&base) {
-                    log.open_remote_segment(base, r, i + 1 == count)?;
+                    log.open_remote_segment(base, r, i + 1 == count, after_loss)?;
                 }
                 if let Some(t) = open_tail.take() {
                     log.report_open_tail(t)?;
                 }
                 continue;
             }
-            let tail = log.recover_segment(base, i + 1 == count, open_tail.is_some())?;
+            let tail =
+                log.recover_segment(base, i + 1 == count, open_tail.is_some() || after_loss)?;
             if let Some(t) = open_tail.take() {
                 log.report_open_tail(t)?;
             }
@@ -176,6 +181,7 @@ impl TopicLog {
         base: u64,
         remote: &RemoteSegment,
         last: bool,
+        after_loss: bool,
     ) -> Result<(), StorageError> {
         let path = segment_path(&self.dir, base, "rqlog");
         let idx = segment_path(&self.dir, base, "rqidx");
@@ -184,7 +190,10 @@ impl TopicLog {
             offset: 0,
             detail,
         };
-        if base != self.next_index && !self.segments.is_empty() {
+        if base != self.next_index
+            && !self.segments.is_empty()
+            && !(after_loss && base > self.next_index)
+        {
             return Err(refuse(format!(
                 "remote-only segment base {base} is not contiguous (expected {})",
                 self.next_index

@@ -809,3 +809,30 @@ fn a_missing_segment_file_never_recorded_as_evicted_is_reported_as_lost() {
     assert!(f.action.contains("never evicted"), "{}", f.action);
     assert_eq!(log.first_position(), last + 1);
 }
+
+#[test]
+fn a_lost_segment_between_two_others_is_reported_and_the_log_opens_around_it() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let (per_segment, batch) = (4, 3);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut log = open(fs.clone(), per_segment, batch, &Default::default());
+    let oracle = build(&mut log, 3, per_segment, batch);
+    let evicted = log.segments[0].base;
+    let remote = remote_of(&log, evicted);
+    assert!(log.evict_local(evicted, remote.clone()).unwrap());
+    let seg = &log.segments[1];
+    let (base, first) = (seg.base, seg.summary.as_ref().unwrap().first_position);
+    let last = seg.last_position.unwrap();
+    drop(log);
+    sim.remove_file(&segment_path(Path::new(DIR), base, "rqlog"))
+        .unwrap();
+    let log = open_remote(fs, max, &BTreeMap::from([(evicted, remote)]));
+    let found = log.damage_sink().quarantine().records();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].positions, (first..=last).collect::<Vec<_>>());
+    for (p, e) in &oracle {
+        let want = (!(first..=last).contains(p)).then_some(*e);
+        assert_eq!(log.entry(*p), want, "position {p}");
+    }
+}
