@@ -3,7 +3,8 @@
 //! `local_retention_bytes`, a channel that reaches them reads them from the bucket (every body
 //! checked against its CRC-32C), a restart keeps reading them through, a missing local file
 //! that was never evicted is damage, a damaged or missing object is quarantined like a damaged
-//! local record, and a bucket outage holds up only the channels reading remote segments.
+//! local record, a bucket outage holds up only the channels reading remote segments, and the
+//! objects of segments GC deleted are deleted from the bucket.
 
 mod common;
 
@@ -12,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::tiering::{PREFIX, bucket_config, record, tiered, topic_dir};
-use common::wait_for;
+use common::tiering::{PREFIX, bucket, bucket_config, record, tiered, topic_dir};
+use common::{wait_for, wait_until};
 use rustqueue_engine::{
     Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, LocalRetention, TieringStatus,
 };
@@ -348,5 +349,126 @@ async fn a_bucket_outage_holds_up_only_the_channel_reading_remote_segments() {
     server.resume();
     reader.await.unwrap();
     assert_eq!(e.storage_damage().findings_since_start, 0);
+    assert_eq!(e.health().storage_fault, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletes_the_objects_of_the_segments_it_deleted_once_no_checkpoint_lists_them() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = EngineConfig {
+        bootstrap_retention: Duration::ZERO,
+        gc_interval: Duration::from_millis(50),
+        ..retaining(dir.path(), bucket_config(&server))
+    };
+    if let Some(t) = cfg.tiering.as_mut() {
+        t.checkpoint_interval = Duration::from_millis(100);
+    }
+    let e = Engine::open(cfg).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(32);
+    publish_and_settle(&e, dir.path(), 200).await;
+    let before = record(dir.path());
+    let incarnation = before.incarnation.clone().unwrap();
+    assert!(before.segments.iter().filter(|s| s.evicted).count() >= 40);
+    let segments = format!("nodes/1/topics/74/{incarnation}/segments");
+    let bucket = bucket(&server);
+    let listed = async || -> Vec<String> {
+        bucket
+            .list(Some(&segments))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.key.to_string())
+            .collect()
+    };
+    assert_eq!(listed().await.len(), 2 * before.segments.len());
+
+    // Every message finished: GC deletes every sealed segment, remote-only or local.
+    drain(&mut c, 0, 200, &[]).await;
+    wait_until(
+        60,
+        "the objects of every collected segment deleted",
+        async || listed().await.is_empty() && record(dir.path()).segments.is_empty(),
+    )
+    .await;
+    let s = status(&e);
+    assert_eq!(
+        e.metrics()
+            .get(rustqueue_engine::Counter::TieringRemoteDeletes),
+        before.segments.len() as u64,
+        "{s:?}"
+    );
+    // The newest checkpoint lists none of them, so a restore never looks for them.
+    let checkpoint = bucket
+        .get_verified(
+            &rustqueue_tier::ObjectKey::new(format!(
+                "nodes/1/topics/74/{incarnation}/checkpoint.json"
+            ))
+            .unwrap(),
+        )
+        .await
+        .unwrap()
+        .0;
+    let cp: rustqueue_engine::TopicCheckpoint = serde_json::from_slice(&checkpoint).unwrap();
+    assert!(cp.segments.is_empty(), "{:?}", cp.segments);
+    // New messages are uploaded and kept as before.
+    publish(&e, 200, 220).await;
+    drain(&mut c, 200, 220, &[]).await;
+    assert_drained(&mut c).await;
+    assert_eq!(e.storage_damage().findings_since_start, 0);
+    assert_eq!(e.health().storage_fault, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_gc_goes_on_while_the_bucket_is_down_and_its_objects_are_deleted_after() {
+    let mut server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // No local retention here: the channel reads only local segments while the bucket is down.
+    let mut cfg = EngineConfig {
+        bootstrap_retention: Duration::ZERO,
+        gc_interval: Duration::from_millis(50),
+        ..tiered(dir.path(), impatient(&server))
+    };
+    if let Some(t) = cfg.tiering.as_mut() {
+        t.checkpoint_interval = Duration::from_millis(100);
+    }
+    let e = Engine::open(cfg).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(32);
+    publish(&e, 0, 40).await;
+    wait_for(60, "every sealed segment uploaded", || {
+        let s = status(&e);
+        s.backlog_segments == 0 && s.uploaded_segments >= 8
+    })
+    .await;
+    let uploaded = record(dir.path()).segments.len();
+
+    server.kill();
+    drain(&mut c, 0, 40, &[]).await;
+    wait_for(60, "local GC deleting every finished segment", || {
+        local_log_bytes(dir.path()).0 == 0
+    })
+    .await;
+    assert_eq!(
+        record(dir.path()).segments.len(),
+        uploaded,
+        "the record keeps them until their objects are deleted"
+    );
+
+    server.restart();
+    let incarnation = record(dir.path()).incarnation.unwrap();
+    let segments = format!("nodes/1/topics/74/{incarnation}/segments");
+    let bucket = bucket(&server);
+    wait_until(
+        60,
+        "the objects deleted once the bucket is back",
+        async || {
+            bucket.list(Some(&segments)).await.unwrap().is_empty()
+                && record(dir.path()).segments.is_empty()
+        },
+    )
+    .await;
+    assert_drained(&mut c).await;
     assert_eq!(e.health().storage_fault, None);
 }

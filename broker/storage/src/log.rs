@@ -574,6 +574,12 @@ impl TopicLog {
         )
     }
 
+    /// Base log index of the oldest segment (local or remote-only): every segment of a
+    /// lower base was deleted by GC or protective eviction.
+    pub fn first_base(&self) -> u64 {
+        self.segments.first().map_or(self.next_index, |s| s.base)
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.len()

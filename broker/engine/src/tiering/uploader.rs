@@ -57,6 +57,7 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
             checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
         }
+        collect(&r, &tier, &mut known, &sent).await;
         let (segments, bytes) = queue.backlog();
         r.metrics().set(Counter::TieringBacklogSegments, segments);
         r.metrics().set(Counter::TieringBacklogBytes, bytes);
@@ -234,6 +235,92 @@ async fn evict_one(
     })
     .await
     .unwrap_or(Ok(None))
+}
+
+/// Deletes from the bucket the objects of segments GC (or protective eviction) deleted
+/// locally, once the newest checkpoint this process uploaded no longer lists them (so no
+/// restore looks for them), `.rqidx` first (an index object means a whole segment object),
+/// then drops them from the record. A failure is logged and counted and tried again at the
+/// next scan; local GC never waits for any of it.
+async fn collect(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    known: &mut HashMap<String, Known>,
+    sent: &checkpoint::Sent,
+) {
+    for (name, k) in known.iter_mut() {
+        let first_base = lock(&k.topic.log).first_base();
+        let gone: Vec<TieredSegment> = k
+            .record
+            .segments
+            .iter()
+            .take_while(|s| s.base < first_base)
+            .filter(|s| !sent.may_list(name, s.base))
+            .cloned()
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let mut deleted = Vec::new();
+        let mut failed = false;
+        for seg in &gone {
+            match delete_objects(&tier.bucket, seg).await {
+                Ok(()) => deleted.push(seg.base),
+                Err(error) => {
+                    r.metrics().add(Counter::TieringRemoteDeleteFailures, 1);
+                    tracing::warn!(topic = %name, base = seg.base, %error, "cannot delete the objects of a segment GC deleted; tried again at the next scan");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let (rr, t, topic, mut record) =
+            (r.clone(), tier.clone(), k.topic.clone(), k.record.clone());
+        if deleted.is_empty() {
+            return;
+        }
+        let written = tokio::task::spawn_blocking(move || {
+            let _gate = lock(&t.gate);
+            if rr.is_shutting_down() || topic.deleted.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            for base in &deleted {
+                record.remove(*base);
+            }
+            rr.store().write_tiered(&record)?;
+            Ok::<_, StorageError>(Some((record, deleted.len() as u64)))
+        })
+        .await
+        .unwrap_or(Ok(None));
+        match written {
+            Ok(Some((record, n))) => {
+                k.record = record;
+                r.metrics().add(Counter::TieringRemoteDeletes, n);
+                tracing::debug!(topic = %name, segments = n, "objects of collected segments deleted from the bucket");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(topic = %name, error = %e, "cannot write the tiered record; storage isolated");
+                return;
+            }
+        }
+        if failed {
+            // The bucket's own retries are spent: the other topics would wait as long each.
+            return;
+        }
+    }
+}
+
+/// Deletes a segment's objects, the `.rqidx` first.
+async fn delete_objects(
+    bucket: &rustqueue_tier::Bucket,
+    seg: &TieredSegment,
+) -> Result<(), String> {
+    for object in seg.objects.iter().rev() {
+        let key = ObjectKey::new(object.key.clone()).map_err(|e| e.to_string())?;
+        bucket.delete(&key).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).
