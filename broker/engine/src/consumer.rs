@@ -435,6 +435,9 @@ impl Consumer {
     /// read means storage is suspect: it fails closed and ends this consumer. The claims from
     /// the first remote body the bucket could not give are returned, to be read again.
     async fn deliver(&self, claims: Vec<Claimed>) -> (Read<Vec<Delivery>>, Vec<Claimed>) {
+        if !prefetch_remote(&self.inner, &claims).await {
+            return (Read::Unavailable, claims);
+        }
         let bodies = match self.budgeted_read(&claims).await {
             Some(b) => b,
             None => return (self.read_failed(&claims[0].entry), Vec::new()),
@@ -717,6 +720,34 @@ fn read_fail(e: &std::io::Error) -> ReadFail {
     }
 }
 
+/// Brings the chunks of the remote-only bodies among `claims` into the read cache before any
+/// delivery budget is held; `false` when the bucket is unavailable.
+async fn prefetch_remote(inner: &Shared, claims: &[Claimed]) -> bool {
+    let mut i = 0;
+    while i < claims.len() {
+        let BodySource::Remote(base, seg) = &claims[i].source else {
+            i += 1;
+            continue;
+        };
+        let end = i + claims[i..]
+            .iter()
+            .take_while(|c| matches!(&c.source, BodySource::Remote(b, _) if b == base))
+            .count();
+        let Some(tier) = &inner.tiering else {
+            return true;
+        };
+        let entries: Vec<Entry> = claims[i..end].iter().map(|c| c.entry).collect();
+        if crate::tiering::prefetch(tier, &inner.metrics, seg, &entries)
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        i = end;
+    }
+    true
+}
+
 /// Reads remote-only bodies of one segment through the engine's bucket.
 async fn read_remote(
     inner: &Shared,
@@ -725,8 +756,10 @@ async fn read_remote(
 ) -> Vec<Result<Bytes, ReadFail>> {
     let Some(tier) = &inner.tiering else {
         // A remote-only segment without [tiering]: the data directory was opened without its
-        // bucket. Storage cannot give the body.
-        return entries.iter().map(|_| Err(ReadFail::Failed)).collect();
+        // bucket. The consumer waits (and says why) until the broker runs with it again;
+        // nothing else is held up.
+        tracing::error!(key = %seg.key, "a remote-only segment is due, but [tiering] is off: configure the bucket it was uploaded to");
+        return entries.iter().map(|_| Err(ReadFail::Unavailable)).collect();
     };
     crate::tiering::read_bodies(tier, &inner.metrics, seg, entries)
         .await

@@ -345,6 +345,11 @@ async fn a_bucket_outage_holds_up_only_the_channel_reading_remote_segments() {
         0,
         "nothing read from a stopped bucket"
     );
+    assert_eq!(
+        e.inflight_bytes().1,
+        0,
+        "no delivery budget held while waiting for the bucket"
+    );
 
     server.resume();
     reader.await.unwrap();

@@ -44,7 +44,7 @@ mod uploader;
 pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 
 pub use plan::Backoff;
-pub(crate) use read::{RemoteFail, RemoteReads, read_bodies};
+pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
 pub use retain::LocalRetention;
 pub(crate) use uploader::upload_loop;
 

@@ -71,6 +71,45 @@ pub(crate) async fn read_bodies(
     out
 }
 
+/// Fetches the chunks that hold the bodies of `entries` into the cache, without holding any
+/// delivery budget: a consumer calls it before it reserves budget for the read, so a bucket
+/// that is slow or down holds up that consumer alone, never the budget local reads share.
+/// `Err` only when the bucket is unavailable (counted); damage is left to the read.
+pub(crate) async fn prefetch(
+    tier: &Arc<Tiering>,
+    metrics: &Arc<EngineMetrics>,
+    seg: &RemoteSegment,
+    entries: &[Entry],
+) -> Result<(), String> {
+    let mut chunks: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.body_len > 0 && e.body_offset + u64::from(e.body_len) <= seg.size)
+        .flat_map(|e| {
+            let end = e.body_offset + u64::from(e.body_len);
+            e.body_offset / CHUNK_BYTES..=(end - 1) / CHUNK_BYTES
+        })
+        .collect();
+    chunks.dedup();
+    for k in chunks.into_iter().take(CACHED_CHUNKS) {
+        if tier.reads.cached(&seg.key, k).is_some() {
+            continue;
+        }
+        match fetch(tier, seg, k).await {
+            Ok(c) => {
+                metrics.add(Counter::TieringReadThroughBytes, c.len() as u64);
+                tier.reads.keep(&seg.key, k, c);
+            }
+            Err(RemoteFail::Damaged) => return Ok(()),
+            Err(RemoteFail::Unavailable(why)) => {
+                metrics.add(Counter::TieringRemoteReadFailures, 1);
+                tracing::warn!(key = %seg.key, error = %why, "read of a remote-only segment failed; the consumer tries again");
+                return Err(why);
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn body(
     tier: &Arc<Tiering>,
     metrics: &Arc<EngineMetrics>,
