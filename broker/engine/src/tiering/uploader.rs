@@ -178,6 +178,27 @@ async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<Stri
         let Some(k) = known.get_mut(&topic) else {
             continue;
         };
+        let sealed_len = candidates
+            .iter()
+            .find(|c| c.topic == topic && c.base == base)
+            .map(|c| c.bytes);
+        let uploaded_len = k
+            .record
+            .get(base)
+            .and_then(|s| s.log_object())
+            .map(|o| o.size);
+        if sealed_len != uploaded_len {
+            // Never happens (an upload records the size it checked): refuse to evict rather
+            // than record an object that is not this segment.
+            tracing::error!(
+                topic,
+                base,
+                ?sealed_len,
+                ?uploaded_len,
+                "the uploaded object's size is not the sealed segment's; its local copy is kept"
+            );
+            continue;
+        }
         match evict_one(r, tier, &k.topic, &k.record, base).await {
             Ok(Some((record, evicted))) => {
                 k.record = record;
