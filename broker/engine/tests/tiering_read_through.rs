@@ -146,8 +146,17 @@ async fn a_small_local_bound_evicts_most_segments_and_a_channel_drains_all_of_th
         "{evicted} of {} segments evicted",
         r.segments.len()
     );
+    // Counted once its file is gone (just after the record says so).
+    wait_for(10, "the evictions counted", || {
+        status(&e).evicted_segments
+            == record(dir.path())
+                .segments
+                .iter()
+                .filter(|s| s.evicted)
+                .count() as u64
+    })
+    .await;
     let s = status(&e);
-    assert_eq!(s.evicted_segments, evicted as u64);
     assert!(s.evicted_bytes >= 50 * 3000, "{s:?}");
 
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
@@ -391,19 +400,21 @@ async fn gc_deletes_the_objects_of_the_segments_it_deleted_once_no_checkpoint_li
 
     // Every message finished: GC deletes every sealed segment, remote-only or local.
     drain(&mut c, 0, 200, &[]).await;
+    let deletes = || {
+        e.metrics()
+            .get(rustqueue_engine::Counter::TieringRemoteDeletes)
+    };
+    // Counted once the record is written (just after the objects went).
     wait_until(
         60,
         "the objects of every collected segment deleted",
-        async || listed().await.is_empty() && record(dir.path()).segments.is_empty(),
+        async || {
+            listed().await.is_empty()
+                && record(dir.path()).segments.is_empty()
+                && deletes() == before.segments.len() as u64
+        },
     )
     .await;
-    let s = status(&e);
-    assert_eq!(
-        e.metrics()
-            .get(rustqueue_engine::Counter::TieringRemoteDeletes),
-        before.segments.len() as u64,
-        "{s:?}"
-    );
     // The newest checkpoint lists none of them, so a restore never looks for them.
     let checkpoint = bucket
         .get_verified(
@@ -476,4 +487,45 @@ async fn local_gc_goes_on_while_the_bucket_is_down_and_its_objects_are_deleted_a
     .await;
     assert_drained(&mut c).await;
     assert_eq!(e.health().storage_fault, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_age_bound_alone_evicts_every_uploaded_segment_once_its_newest_message_is_older() {
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiered(dir.path(), bucket_config(&server));
+    if let Some(t) = cfg.tiering.as_mut() {
+        t.local_retention = LocalRetention {
+            bytes: None,
+            age: Some(Duration::from_secs(2)),
+        };
+    }
+    let e = Engine::open(cfg).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    publish(&e, 0, 40).await;
+    wait_for(60, "every sealed segment uploaded", || {
+        let s = status(&e);
+        s.backlog_segments == 0 && s.uploaded_segments >= 8
+    })
+    .await;
+    let sealed = record(dir.path()).segments.len();
+    // The record says so first, then the file goes.
+    wait_for(60, "every uploaded segment evicted by age", || {
+        record(dir.path()).segments.iter().all(|s| s.evicted)
+            && local_log_bytes(dir.path()).0 == 0
+            && status(&e).evicted_segments == sealed as u64
+    })
+    .await;
+    // Restarted (nothing in memory), the channel reads them all through.
+    e.shutdown().await;
+    drop(e);
+    let mut cfg = tiered(dir.path(), bucket_config(&server));
+    if let Some(t) = cfg.tiering.as_mut() {
+        t.local_retention.age = Some(Duration::from_secs(2));
+    }
+    let e = Engine::open(cfg).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(32);
+    drain(&mut c, 0, 40, &[]).await;
+    assert_drained(&mut c).await;
 }
