@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustqueue_storage::{ChannelCommand, Entry, FsFile};
+use rustqueue_storage::{BodyLocation, ChannelCommand, Entry, FsFile, RemoteSegment};
 use rustqueue_storage::{is_damaged_body, read_bodies_from, read_body_from};
 
 use crate::channel::{ChanState, Channel, ConsumerState, Take, TakeRules};
@@ -14,6 +14,7 @@ use crate::lock::lock;
 use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::registry::Registry;
 use crate::shared::Shared;
+use crate::tiering::RemoteFail;
 use crate::topic::Topic;
 use crate::types::{ConsumerOptions, Delivery, MessageId, now_ms};
 
@@ -26,6 +27,8 @@ pub struct Consumer {
     /// Deliveries taken for this consumer whose body reads a dropped [`Consumer::next_batch`]
     /// call left unfinished; the next call delivers them (sessions race it in a `select!`).
     claimed: Vec<Claimed>,
+    /// The wait before the claims are read again after the bucket failed them.
+    remote_retry: Duration,
 }
 
 /// A delivery taken from the channel, before its body is read.
@@ -90,7 +93,24 @@ enum BodySource {
     Recent(Bytes),
     /// The open file it is read from (`None`: the message is gone).
     File(Option<Arc<dyn FsFile>>),
+    /// Its segment is only in the bucket (base, object): read through (tiering/read.rs).
+    Remote(u64, Arc<RemoteSegment>),
 }
+
+impl BodySource {
+    fn of(location: Option<BodyLocation>) -> BodySource {
+        match location {
+            Some(BodyLocation::Local(f)) => BodySource::File(Some(f)),
+            Some(BodyLocation::Remote(base, r)) => BodySource::Remote(base, r),
+            None => BodySource::File(None),
+        }
+    }
+}
+
+/// The first wait before a consumer reads a remote-only segment again after the bucket
+/// failed (after the bucket's own retries); it doubles up to [`REMOTE_RETRY_MAX`].
+const REMOTE_RETRY_FIRST: Duration = Duration::from_millis(200);
+const REMOTE_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What one look at the channel found.
 struct Look {
@@ -161,6 +181,7 @@ impl Consumer {
             channel,
             id,
             claimed: Vec::new(),
+            remote_retry: REMOTE_RETRY_FIRST,
         }
     }
 
@@ -208,6 +229,10 @@ impl Consumer {
             match self.resume_claims().await {
                 Read::Body(d) if !d.is_empty() => return Some(d),
                 Read::Failed => return None,
+                Read::Unavailable => {
+                    self.wait_for_bucket().await;
+                    continue;
+                }
                 Read::Body(_) | Read::Damaged => {}
             }
             // Registered before looking, so nothing that happens after the look is missed.
@@ -242,6 +267,7 @@ impl Consumer {
                         }),
                         Take::DeadLetter { entry } => {
                             tokio::spawn(dead_letter(
+                                self.inner.clone(),
                                 self.inner.registry.clone(),
                                 self.topic.clone(),
                                 self.channel.clone(),
@@ -352,7 +378,7 @@ impl Consumer {
                     }
                     let source = match log.recent_body(&entry) {
                         Some(body) => BodySource::Recent(body),
-                        None => BodySource::File(log.body_source(&entry)),
+                        None => BodySource::of(log.body_location(&entry)),
                     };
                     taken.push((take, source));
                 }
@@ -382,22 +408,45 @@ impl Consumer {
                 .retain(|c| st.holds(self.id, &c.entry, c.attempts));
         }
         let claims = self.claimed.clone();
-        let read = self.deliver(claims).await;
-        self.claimed.clear();
+        let (read, rest) = self.deliver(claims).await;
+        if rest.is_empty() {
+            self.remote_retry = REMOTE_RETRY_FIRST;
+        }
+        self.claimed = rest;
         read
+    }
+
+    /// Waits before reading remote-only bodies again after the bucket failed them, keeping
+    /// the deliveries in flight to this consumer (TOUCH) so an outage neither times them out
+    /// nor spends their attempts. Only this consumer waits: the bucket is never waited for
+    /// under a lock.
+    async fn wait_for_bucket(&mut self) {
+        tokio::time::sleep(self.remote_retry).await;
+        self.remote_retry = (self.remote_retry * 2).min(REMOTE_RETRY_MAX);
+        let now = Instant::now();
+        let mut st = lock(&self.channel.st);
+        for c in &self.claimed {
+            let _ = st.touch(self.id, c.entry.id, now);
+        }
     }
 
     /// Reads the bodies of taken messages into [`Delivery`]s, in order. A body that fails its
     /// CRC-32C is quarantined and skipped (never sent); a body that vanished or failed its
-    /// read means storage is suspect: it fails closed and ends this consumer.
-    async fn deliver(&self, claims: Vec<Claimed>) -> Read<Vec<Delivery>> {
+    /// read means storage is suspect: it fails closed and ends this consumer. The claims from
+    /// the first remote body the bucket could not give are returned, to be read again.
+    async fn deliver(&self, claims: Vec<Claimed>) -> (Read<Vec<Delivery>>, Vec<Claimed>) {
+        if !prefetch_remote(&self.inner, &claims).await {
+            return (Read::Unavailable, claims);
+        }
         let bodies = match self.budgeted_read(&claims).await {
             Some(b) => b,
-            None => return self.read_failed(&claims[0].entry),
+            None => return (self.read_failed(&claims[0].entry), Vec::new()),
         };
         let mut out = Vec::with_capacity(claims.len());
         let mut bytes = 0;
-        for (c, body) in claims.into_iter().zip(bodies) {
+        let mut rest = Vec::new();
+        let mut claims = claims.into_iter();
+        for (c, body) in claims.by_ref().zip(bodies) {
             match body {
                 Ok(body) => {
                     bytes += body.len() as u64;
@@ -418,20 +467,28 @@ impl Consumer {
                         cmd,
                     );
                     if let Read::Failed = q.await {
-                        return Read::Failed;
+                        return (Read::Failed, Vec::new());
                     }
                 }
-                Err(ReadFail::Failed) => return self.read_failed(&c.entry),
+                Err(ReadFail::Failed) => return (self.read_failed(&c.entry), Vec::new()),
+                Err(ReadFail::Unavailable) => {
+                    rest.push(c);
+                    break;
+                }
             }
         }
+        rest.extend(claims);
         let m = &self.inner.metrics;
         m.add(Counter::FetchBytes, bytes);
         m.add(Counter::Delivered, out.len() as u64);
-        if out.is_empty() {
-            Read::Damaged
-        } else {
+        let read = if !out.is_empty() {
             Read::Body(out)
-        }
+        } else if !rest.is_empty() {
+            Read::Unavailable
+        } else {
+            Read::Damaged
+        };
+        (read, rest)
     }
 
     fn read_failed<T>(&self, entry: &Entry) -> Read<T> {
@@ -460,7 +517,7 @@ impl Consumer {
             }
         };
         let started = Instant::now();
-        let bodies = read_all(claims).await;
+        let bodies = read_all(&self.inner, claims).await;
         m.since(Timer::PayloadRead, started);
         Some(bodies)
     }
@@ -622,20 +679,28 @@ enum Read<T> {
     Damaged,
     /// The body could not be read: storage is isolated.
     Failed,
+    /// Its segment is only in the bucket and the bucket failed: read again later.
+    Unavailable,
 }
 
 /// Why a body read gave no body.
 enum ReadFail {
-    /// It failed its CRC-32C.
+    /// It failed its CRC-32C (or its remote object is short or missing).
     Damaged,
     /// It is gone or the read failed.
     Failed,
+    /// Its segment is only in the bucket, which could not be read now.
+    Unavailable,
 }
 
-async fn read(source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
+async fn read(inner: &Shared, source: BodySource, entry: Entry) -> Result<Bytes, ReadFail> {
     let file = match source {
         BodySource::Recent(body) => return Ok(body),
         BodySource::File(file) => file.ok_or(ReadFail::Failed)?,
+        BodySource::Remote(_, seg) => {
+            let mut bodies = read_remote(inner, &seg, &[entry]).await;
+            return bodies.pop().unwrap_or(Err(ReadFail::Failed));
+        }
     };
     let r = if entry.body_len > BLOCKING_READ_BYTES {
         tokio::task::spawn_blocking(move || read_body_from(file.as_ref(), &entry))
@@ -655,15 +720,78 @@ fn read_fail(e: &std::io::Error) -> ReadFail {
     }
 }
 
+/// Brings the chunks of the remote-only bodies among `claims` into the read cache before any
+/// delivery budget is held; `false` when the bucket is unavailable.
+async fn prefetch_remote(inner: &Shared, claims: &[Claimed]) -> bool {
+    let mut i = 0;
+    while i < claims.len() {
+        let BodySource::Remote(base, seg) = &claims[i].source else {
+            i += 1;
+            continue;
+        };
+        let end = i + claims[i..]
+            .iter()
+            .take_while(|c| matches!(&c.source, BodySource::Remote(b, _) if b == base))
+            .count();
+        let Some(tier) = &inner.tiering else {
+            return true;
+        };
+        let entries: Vec<Entry> = claims[i..end].iter().map(|c| c.entry).collect();
+        if crate::tiering::prefetch(tier, &inner.metrics, seg, &entries)
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        i = end;
+    }
+    true
+}
+
+/// Reads remote-only bodies of one segment through the engine's bucket.
+async fn read_remote(
+    inner: &Shared,
+    seg: &RemoteSegment,
+    entries: &[Entry],
+) -> Vec<Result<Bytes, ReadFail>> {
+    let Some(tier) = &inner.tiering else {
+        // A remote-only segment without [tiering]: the data directory was opened without its
+        // bucket. The consumer waits (and says why) until the broker runs with it again;
+        // nothing else is held up.
+        tracing::error!(key = %seg.key, "a remote-only segment is due, but [tiering] is off: configure the bucket it was uploaded to");
+        return entries.iter().map(|_| Err(ReadFail::Unavailable)).collect();
+    };
+    crate::tiering::read_bodies(tier, &inner.metrics, seg, entries)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.map_err(|f| match f {
+                RemoteFail::Damaged => ReadFail::Damaged,
+                RemoteFail::Unavailable(_) => ReadFail::Unavailable,
+            })
+        })
+        .collect()
+}
+
 /// Reads the bodies of `claims`, in order: recent ones from memory, the rest in runs of
 /// consecutive records of one file (one read a run, [`read_bodies_from`]), large ones alone
-/// on the blocking pool.
-async fn read_all(claims: &[Claimed]) -> Vec<Result<Bytes, ReadFail>> {
+/// on the blocking pool, remote-only ones through the bucket by segment.
+async fn read_all(inner: &Shared, claims: &[Claimed]) -> Vec<Result<Bytes, ReadFail>> {
     let mut out = Vec::with_capacity(claims.len());
     let mut i = 0;
     while i < claims.len() {
         let end = run_end(claims, i);
         match &claims[i].source {
+            BodySource::Remote(base, seg) => {
+                let end = i + claims[i..]
+                    .iter()
+                    .take_while(|c| matches!(&c.source, BodySource::Remote(b, _) if b == base))
+                    .count();
+                let entries: Vec<Entry> = claims[i..end].iter().map(|c| c.entry).collect();
+                out.extend(read_remote(inner, seg, &entries).await);
+                i = end;
+                continue;
+            }
             BodySource::File(Some(file)) if end > i + 1 => {
                 let entries: Vec<Entry> = claims[i..end].iter().map(|c| c.entry).collect();
                 match read_bodies_from(file.as_ref(), &entries) {
@@ -673,7 +801,7 @@ async fn read_all(claims: &[Claimed]) -> Vec<Result<Bytes, ReadFail>> {
                     Err(_) => out.extend((i..end).map(|_| Err(ReadFail::Failed))),
                 }
             }
-            source => out.push(read(source.clone(), claims[i].entry).await),
+            source => out.push(read(inner, source.clone(), claims[i].entry).await),
         }
         i = end;
     }
@@ -742,6 +870,7 @@ async fn quarantine<T>(
 /// Moves a message to its dead-letter topic: durable append first, then FIN of the source,
 /// so a crash can duplicate the dead letter but never lose the message.
 async fn dead_letter(
+    inner: Arc<Shared>,
     registry: Arc<Registry>,
     topic: Arc<Topic>,
     channel: Arc<Channel>,
@@ -749,14 +878,15 @@ async fn dead_letter(
     entry: Entry,
     source: BodySource,
 ) {
-    let body = match read(source, entry).await {
+    let body = match read(&inner, source, entry).await {
         Ok(body) => body,
         Err(ReadFail::Damaged) => {
             let cmd = lock(&channel.st).finish_internal(entry.id);
             let _: Read<()> = quarantine(registry.store(), &topic, &channel, entry, cmd).await;
             return;
         }
-        Err(ReadFail::Failed) => return,
+        // The bucket down: the dead letter waits for the message's next timeout.
+        Err(ReadFail::Failed | ReadFail::Unavailable) => return,
     };
     let Ok(t) = registry.get_or_create_topic(&target) else {
         return;

@@ -67,6 +67,10 @@ impl Engine {
             checkpoint_failures: t
                 .checkpoint_failures
                 .load(std::sync::atomic::Ordering::Relaxed),
+            evicted_segments: m.get(Counter::TieringEvictedSegments),
+            evicted_bytes: m.get(Counter::TieringEvictedBytes),
+            read_through_bytes: m.get(Counter::TieringReadThroughBytes),
+            remote_read_failures: m.get(Counter::TieringRemoteReadFailures),
         })
     }
 

@@ -58,8 +58,8 @@ pub use rustqueue_storage::{
 pub use rustqueue_tier::{BucketConfig, Credentials, ObjectKey};
 pub use tiering::restore;
 pub use tiering::{
-    Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, TieringOptions,
-    TieringStatus, TopicCheckpoint,
+    Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, LocalRetention,
+    TieringOptions, TieringStatus, TopicCheckpoint,
 };
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the

@@ -75,6 +75,12 @@ counters! {
     TieringUploadedBytes => "rustqueue_tiering_uploaded_bytes_total", Counter, "Bytes of the segments and indexes uploaded and recorded";
     TieringUploadFailures => "rustqueue_tiering_upload_failures_total", Counter, "Segment uploads that failed after the bucket's own retries (each is tried again later)";
     TieringRequestFailures => "rustqueue_tiering_bucket_request_failures_total", Counter, "Bucket requests that failed and were retried (a slow or unreachable bucket shows here first)";
+    TieringEvictedSegments => "rustqueue_tiering_evicted_segments_total", Counter, "Uploaded segments whose local .rqlog local retention removed (read from the bucket since)";
+    TieringEvictedBytes => "rustqueue_tiering_evicted_bytes_total", Counter, "Bytes of the local .rqlog files local retention removed";
+    TieringReadThroughBytes => "rustqueue_tiering_read_through_bytes_total", Counter, "Bytes read from the bucket for consumers reading remote-only segments (read-ahead included)";
+    TieringRemoteReadFailures => "rustqueue_tiering_remote_read_failures_total", Counter, "Reads from the bucket for consumers that failed after the bucket's own retries (the consumer tries again)";
+    TieringRemoteDeletes => "rustqueue_tiering_remote_deleted_segments_total", Counter, "Segments GC deleted whose objects were then deleted from the bucket and dropped from the tiered record";
+    TieringRemoteDeleteFailures => "rustqueue_tiering_remote_delete_failures_total", Counter, "Deletions of a GC'd segment's objects that failed after the bucket's own retries (tried again next scan)";
 }
 
 macro_rules! timers {

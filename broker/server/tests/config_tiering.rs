@@ -60,6 +60,11 @@ fn accepted_sections_have_the_documented_defaults() {
     assert_eq!(t.checkpoint_upload_seconds, 60, "checkpoints every minute");
     assert!(!t.allow_http);
     assert_eq!(t.prefix, None);
+    assert_eq!(
+        (t.local_retention_bytes, t.local_retention_seconds),
+        (None, None),
+        "every local copy kept"
+    );
     let cases: &[(&str, &[(&str, &str)])] = &[
         (MINIMAL, &ENV_KEYS),
         (
@@ -71,6 +76,16 @@ fn accepted_sections_have_the_documented_defaults() {
         ),
         (
             "[tiering]\nbucket = \"rq-b\"\nendpoint = \"http://127.0.0.1:7070\"\nallow_http = true\n",
+            &ENV_KEYS,
+        ),
+        (
+            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+             local_retention_bytes = 0\nlocal_retention_seconds = 315360000\n",
+            &ENV_KEYS,
+        ),
+        (
+            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+             local_retention_bytes = 67108864\nlocal_retention_seconds = 1\n",
             &ENV_KEYS,
         ),
         // Files win over the environment.
@@ -93,18 +108,26 @@ fn refusals_name_the_key_and_what_to_do() {
     let bare = |body: &str| format!("[tiering]\n{body}");
     let cases: Vec<Refusal> = vec![
         (
-            with("local_retention_bytes = 1073741824\n"),
+            with("local_retention_seconds = 0\n"),
             &ENV_KEYS,
             &[
-                "tiering.local_retention_bytes",
-                "not available yet",
-                "remove the key",
+                "tiering.local_retention_seconds = 0",
+                "1 to 315360000",
+                "leave it unset",
             ],
         ),
         (
-            with("local_retention_seconds = 3600\n"),
+            with("local_retention_seconds = 315360001\n"),
             &ENV_KEYS,
-            &["tiering.local_retention_seconds", "not available yet"],
+            &[
+                "tiering.local_retention_seconds = 315360001",
+                "out of range",
+            ],
+        ),
+        (
+            with("local_retention_bytes = -1\n"),
+            &ENV_KEYS,
+            &["local_retention_bytes"],
         ),
         (
             bare("endpoint = \"https://s3.example.test\"\n"),

@@ -14,7 +14,7 @@ use rustqueue_engine::{Counter, Timer};
 use rustqueue_tier::test_server::{self, TestServer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 17] = [
+const MAY_BE_ZERO: [(&str, &str); 23] = [
     (
         "rustqueue_timed_out_messages_total",
         "needs an in-flight timeout; tests/console_observe.rs",
@@ -82,6 +82,30 @@ const MAY_BE_ZERO: [(&str, &str); 17] = [
     (
         "rustqueue_tiering_bucket_request_failures_total",
         "needs the bucket down; broker/engine/tests/tiering_outage.rs",
+    ),
+    (
+        "rustqueue_tiering_evicted_segments_total",
+        "needs local retention; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_evicted_bytes_total",
+        "needs local retention; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_read_through_bytes_total",
+        "needs local retention and a channel behind; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_remote_read_failures_total",
+        "needs the bucket down under read-through; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_remote_deleted_segments_total",
+        "needs GC of uploaded segments after a checkpoint; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_remote_delete_failures_total",
+        "needs the bucket failing a delete; broker/engine/tests/tiering_read_through.rs",
     ),
 ];
 

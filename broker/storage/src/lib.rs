@@ -50,8 +50,9 @@ pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
 pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
-    AppendBatch, DEFAULT_CACHE_BYTES, DamageSink, Entry, OldestSegment, PageCache, SealedFiles,
-    SyncHandle, Synced, TopicLog, is_damaged_body, read_bodies_from, read_body_from,
+    AppendBatch, BodyLocation, DEFAULT_CACHE_BYTES, DamageSink, Entry, LocalSealed, OldestSegment,
+    PageCache, RemoteSegment, SealedFiles, SyncHandle, Synced, TopicLog, body_matches,
+    is_damaged_body, read_bodies_from, read_body_from,
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility, read_json, write_json_at};

@@ -159,6 +159,17 @@ pub struct SealedFiles {
     pub index_path: PathBuf,
 }
 
+/// A sealed segment whose `.rqlog` is on the volume ([`TopicLog::local_sealed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalSealed {
+    /// Its base log index.
+    pub base: u64,
+    /// Its `.rqlog` bytes.
+    pub bytes: u64,
+    /// Publish time (ns) of its newest message.
+    pub newest_timestamp_ns: i64,
+}
+
 /// A batch to append: one PUB/DPUB (one body) or one MPUB (many), stored as one record.
 pub struct AppendBatch<'a, B: AsRef<[u8]>> {
     /// Id of the first message (the rest follow contiguously).
@@ -171,10 +182,37 @@ pub struct AppendBatch<'a, B: AsRef<[u8]>> {
     pub available_at_ms: i64,
 }
 
+/// A sealed segment whose `.rqlog` is only in the bucket (evicted by local retention, as the
+/// topic's tiered record says); its `.rqidx` stays local, so its entries are read as before
+/// and only bodies come from the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteSegment {
+    /// The `.rqlog` object's key, relative to the bucket prefix.
+    pub key: String,
+    /// Its length in bytes (the segment's records, as sealed).
+    pub size: u64,
+}
+
+/// Where a body is read from: an open local file, or a remote-only segment's object.
+#[derive(Clone)]
+pub enum BodyLocation {
+    /// The segment's local file (kept open, so GC or eviction unlinking it does not matter).
+    Local(Arc<dyn FsFile>),
+    /// The segment's `.rqlog` object in the bucket, with the segment's base.
+    Remote(u64, Arc<RemoteSegment>),
+}
+
+/// Where a segment's records are.
+#[derive(Clone)]
+enum Stored {
+    Local(Arc<dyn FsFile>),
+    Remote(Arc<RemoteSegment>),
+}
+
 struct Segment {
     base: u64,
     path: PathBuf,
-    file: Arc<dyn FsFile>,
+    file: Stored,
     /// Bytes of records.
     len: u64,
     /// The file's length: `len`, then zeros written ahead of the tail (active segment only).
@@ -186,10 +224,25 @@ struct Segment {
 }
 
 impl Segment {
+    /// The local file; an error for a remote-only segment (never the active one).
+    fn local(&self) -> std::io::Result<&Arc<dyn FsFile>> {
+        match &self.file {
+            Stored::Local(f) => Ok(f),
+            Stored::Remote(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the segment is only in the bucket (evicted by local retention)",
+            )),
+        }
+    }
+
+    fn is_remote(&self) -> bool {
+        matches!(self.file, Stored::Remote(_))
+    }
+
     /// Truncates the zeros written ahead of the tail (not synced): the file is its records.
     fn cut_zeros(&mut self) -> std::io::Result<()> {
         if self.zeroed > self.len {
-            self.file.truncate(self.len)?;
+            self.local()?.truncate(self.len)?;
             self.zeroed = self.len;
         }
         Ok(())
@@ -304,7 +357,7 @@ impl TopicLog {
         self.segments.push(Segment {
             base: self.next_index,
             path,
-            file,
+            file: Stored::Local(file),
             len: 0,
             zeroed: 0,
             last_log_index: None,
@@ -325,8 +378,8 @@ impl TopicLog {
             .cut_zeros()
             .map_err(io_err("truncate zeros", &active.path))?;
         active
-            .file
-            .sync_all()
+            .local()
+            .and_then(|f| f.sync_all())
             .map_err(io_err("fsync", &active.path))?;
         let (base, len, last_log_index) = (active.base, active.len, active.last_log_index);
         let (bytes, summary) = index::encode(
@@ -360,8 +413,9 @@ impl TopicLog {
 
     /// The active segment and how far the log reaches now, to fdatasync outside the lock.
     pub fn sync_handle(&self) -> Option<SyncHandle> {
-        self.segments.last().map(|s| SyncHandle {
-            file: s.file.clone(),
+        let s = self.segments.last()?;
+        Some(SyncHandle {
+            file: s.local().ok()?.clone(),
             path: s.path.clone(),
             fault: self.fault.clone(),
             covers: Synced {
@@ -416,16 +470,31 @@ impl TopicLog {
         self.recent.get(e)
     }
 
-    /// The file and offset to read a body from without holding the log lock.
+    /// The local file to read a body from without holding the log lock (`None` when the
+    /// segment is gone or only in the bucket: see [`TopicLog::body_location`]).
     pub fn body_source(&self, e: &Entry) -> Option<Arc<dyn FsFile>> {
+        match self.body_location(e)? {
+            BodyLocation::Local(f) => Some(f),
+            BodyLocation::Remote(..) => None,
+        }
+    }
+
+    /// Where to read the body of `e` from without holding the log lock: its local file, or
+    /// its segment's object when the segment is remote-only. `None`: the segment is gone.
+    pub fn body_location(&self, e: &Entry) -> Option<BodyLocation> {
+        let seg = self.segment(e.segment)?;
+        Some(match &seg.file {
+            Stored::Local(f) => BodyLocation::Local(f.clone()),
+            Stored::Remote(r) => BodyLocation::Remote(seg.base, r.clone()),
+        })
+    }
+
+    fn segment(&self, base: u64) -> Option<&Segment> {
         let i = self
             .segments
-            .partition_point(|s| s.base <= e.segment)
+            .partition_point(|s| s.base <= base)
             .checked_sub(1)?;
-        self.segments
-            .get(i)
-            .filter(|s| s.base == e.segment)
-            .map(|s| s.file.clone())
+        self.segments.get(i).filter(|s| s.base == base)
     }
 
     /// Reads the body of `e`, checked against its CRC-32C (see [`read_body_from`]).
@@ -439,9 +508,24 @@ impl TopicLog {
     }
 
     /// Quarantines the message of `e`, whose body failed its CRC-32C when read for delivery
-    /// (the audit record is durable when this returns; an error is a failed write).
+    /// (the audit record is durable when this returns; an error is a failed write). For a
+    /// remote-only segment the finding names its object (`bucket:<key>`) as the file.
     pub fn quarantine_body(&self, e: &Entry) -> Result<(), StorageError> {
-        let file = segment_path(&self.dir, e.segment, "rqlog");
+        let remote = self.segment(e.segment).and_then(|s| match &s.file {
+            Stored::Remote(r) => Some(r.key.clone()),
+            Stored::Local(_) => None,
+        });
+        let (file, action) = match remote {
+            Some(key) => (
+                PathBuf::from(format!("bucket:{key}")),
+                "body read from the bucket failed its CRC-32C, or the object is short or \
+                 missing: never delivered, finished on the channel that read it",
+            ),
+            None => (
+                segment_path(&self.dir, e.segment, "rqlog"),
+                "body failed its CRC-32C on read: never delivered, finished on the channel that read it",
+            ),
+        };
         let end = e.body_offset + u64::from(e.body_len);
         self.damage.report(Finding {
             positions: vec![e.position],
@@ -451,7 +535,7 @@ impl TopicLog {
                 &file,
                 (e.body_offset, end),
                 Detector::Read,
-                "body failed its CRC-32C on read: never delivered, finished on the channel that read it",
+                action,
             )
         })
     }
@@ -490,14 +574,86 @@ impl TopicLog {
         )
     }
 
+    /// Base log index of the oldest segment (local or remote-only): every segment of a
+    /// lower base was deleted by GC or protective eviction.
+    pub fn first_base(&self) -> u64 {
+        self.segments.first().map_or(self.next_index, |s| s.base)
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
 
-    /// Bytes of records over all segment files (zeros written ahead of the tail excluded).
+    /// Bytes of records over all segments, local or remote-only (zeros written ahead of the
+    /// tail excluded).
     pub fn segment_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.len).sum()
+    }
+
+    /// Bytes of records in local segment files (remote-only segments excluded).
+    pub fn local_segment_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| !s.is_remote())
+            .map(|s| s.len)
+            .sum()
+    }
+
+    /// The sealed segments whose `.rqlog` is still local, oldest first, with the publish time
+    /// of their newest message: what local retention may evict (if uploaded).
+    pub fn local_sealed(&self) -> Vec<LocalSealed> {
+        let n = self.segments.len().saturating_sub(1);
+        self.segments[..n]
+            .iter()
+            .filter(|s| !s.is_remote())
+            .filter_map(|s| {
+                Some(LocalSealed {
+                    base: s.base,
+                    bytes: s.len,
+                    newest_timestamp_ns: s.summary.as_ref()?.last_timestamp_ns,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes the local `.rqlog` of the sealed segment `base`, which is read from `remote`
+    /// from now on (its `.rqidx` stays). The caller must have recorded the segment as
+    /// evicted in the topic's tiered record first (durably): a crash after that record and
+    /// before this finishes is finished by the next open. The active segment, and a segment
+    /// not found, are left alone (`Ok(false)`).
+    pub fn evict_local(&mut self, base: u64, remote: RemoteSegment) -> Result<bool, StorageError> {
+        self.fault.check()?;
+        let n = self.segments.len().saturating_sub(1);
+        let Some(seg) = self.segments[..n].iter_mut().find(|s| s.base == base) else {
+            return Ok(false);
+        };
+        if seg.is_remote() {
+            return Ok(false);
+        }
+        if remote.size != seg.len {
+            return Err(StorageError::Corrupt {
+                file: seg.path.clone(),
+                offset: 0,
+                detail: format!(
+                    "the uploaded object {} is {} bytes but the sealed segment is {}: not evicted",
+                    remote.key, remote.size, seg.len
+                ),
+            });
+        }
+        seg.file = Stored::Remote(Arc::new(remote));
+        let path = seg.path.clone();
+        let r = (|| {
+            crash_failpoint("evict_before_segment_remove");
+            self.fs
+                .remove_file(&path)
+                .map_err(io_err("remove", &path))?;
+            self.fs
+                .sync_dir(&self.dir)
+                .map_err(io_err("fsync directory", &self.dir))
+        })();
+        self.fault.guard(r)?;
+        Ok(true)
     }
 
     /// Deletes whole sealed segments whose every position is below `floor` (a prefix only;
@@ -521,24 +677,28 @@ impl TopicLog {
         if self.fs.exists(&idx) {
             self.fs.remove_file(&idx).map_err(io_err("remove", &idx))?;
         }
-        self.fs
-            .remove_file(&seg.path)
-            .map_err(io_err("remove", &seg.path))?;
+        if !seg.is_remote() {
+            self.fs
+                .remove_file(&seg.path)
+                .map_err(io_err("remove", &seg.path))?;
+        }
         crash_failpoint("gc_after_segment_delete_before_dir_fsync");
         self.fs
             .sync_dir(&self.dir)
             .map_err(io_err("fsync directory", &self.dir))
     }
 
-    /// The sealed (immutable) segments, pinned for a scrub.
+    /// The sealed (immutable) segments with a local file, pinned for a scrub (a remote-only
+    /// segment's bodies are checked when read through).
     pub fn sealed_segments(&self) -> Vec<scrub::SealedSegment> {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
             .enumerate()
-            .map(|(i, s)| scrub::SealedSegment {
+            .filter_map(|(i, s)| Some((i, s, s.local().ok()?.clone())))
+            .map(|(i, s, file)| scrub::SealedSegment {
                 path: s.path.clone(),
-                file: s.file.clone(),
+                file,
                 len: s.len,
                 base: s.base,
                 prev_position: self.segments[..i]
@@ -556,12 +716,12 @@ impl TopicLog {
     }
 
     /// The sealed segments' files, oldest first (the active segment is never listed, nor a
-    /// sealed one without its index).
+    /// sealed one without its index, nor a remote-only one).
     pub fn sealed_files(&self) -> Vec<SealedFiles> {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
-            .filter(|s| s.summary.is_some())
+            .filter(|s| s.summary.is_some() && !s.is_remote())
             .map(|s| SealedFiles {
                 base: s.base,
                 log_path: s.path.clone(),
@@ -642,10 +802,16 @@ fn find(len: usize, get: impl Fn(usize) -> Entry, position: u64) -> Option<Entry
 pub fn read_body_from(file: &dyn FsFile, e: &Entry) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0u8; e.body_len as usize];
     file.read_exact_at(&mut buf, e.body_offset)?;
-    if crc32c::crc32c(&buf) != e.body_crc {
+    if !body_matches(e, &buf) {
         return Err(damaged(e));
     }
     Ok(buf)
+}
+
+/// Whether `body` is the body of `e`: its length and CRC-32C (Castagnoli) are the entry's.
+/// Every read for delivery checks this, local or from the bucket.
+pub fn body_matches(e: &Entry, body: &[u8]) -> bool {
+    body.len() == e.body_len as usize && crc32c::crc32c(body) == e.body_crc
 }
 
 /// Reads the bodies of `entries`, records of one segment file in file order, with one read
@@ -682,7 +848,7 @@ pub fn read_bodies_from(
         .map(|e| {
             let at = (e.body_offset - start) as usize;
             let body = buf.slice(at..at + e.body_len as usize);
-            if crc32c::crc32c(&body) == e.body_crc {
+            if body_matches(e, &body) {
                 Ok(body)
             } else {
                 Err(damaged(e))

@@ -395,7 +395,15 @@ impl Store {
             });
         }
         let sink = DamageSink::new(self.quarantine.clone(), name.clone(), self.opening);
-        let mut log = TopicLog::open(
+        // Segments local retention evicted are read from the bucket. A damaged record names
+        // none: their indexes are then reported as lost segments (the uploader starts a new
+        // record and incarnation, docs/tiering.md).
+        let remote = match crate::tiered::read(self.fs.as_ref(), dir) {
+            Ok(record) => record.map(|r| r.remote_segments()).unwrap_or_default(),
+            Err(StorageError::Corrupt { .. }) => Default::default(),
+            Err(e) => return Err(e),
+        };
+        let mut log = TopicLog::open_with_remote(
             self.fs.clone(),
             &dir.join("segments"),
             self.fault.clone(),
@@ -403,6 +411,7 @@ impl Store {
             manifest.next_position,
             self.opts.page_cache.clone(),
             sink.clone(),
+            &remote,
         )?;
         let cdir = dir.join("channels");
         fs.create_dir_all(&cdir)

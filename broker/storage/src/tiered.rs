@@ -5,6 +5,11 @@
 //! its checksum, so a crash before the write means the segment is uploaded again, never a
 //! record without its objects. It is replaced whole by the checksummed atomic write
 //! ([`meta::write_checked`]): a crash leaves the old record or the new one.
+//!
+//! It is also the durable word on which segments are *remote-only*: local retention marks a
+//! segment `evicted` here before it deletes the local `.rqlog`, so a crash in between leaves a
+//! segment the record calls evicted (the open finishes the deletion), and a `.rqlog` missing
+//! that the record does not call evicted is damage, never taken for a remote copy.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +22,9 @@ use crate::{StorageError, meta};
 pub const TIERED_FILE: &str = "tiered";
 /// The version of the record's layout. 2 added `incarnation`; a format-1 record (written
 /// before it, its objects under keys without one) is still read, and started over by the
-/// uploader.
-pub const TIERED_FORMAT: u32 = 2;
+/// uploader. 3 added a segment's `evicted` (its local `.rqlog` was removed): a build that
+/// reads only 2 refuses the record rather than taking an evicted segment's absence for loss.
+pub const TIERED_FORMAT: u32 = 3;
 
 /// One object in the bucket: a file of a sealed segment as uploaded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +46,17 @@ pub struct TieredSegment {
     pub base: u64,
     /// Its objects: the `.rqlog`, then the `.rqidx`.
     pub objects: Vec<TieredObject>,
+    /// Its local `.rqlog` was removed by local retention (or is about to be: the record is
+    /// written first): it is read from the bucket. Its `.rqidx` stays on the volume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evicted: bool,
+}
+
+impl TieredSegment {
+    /// Its `.rqlog` object (the first one).
+    pub fn log_object(&self) -> Option<&TieredObject> {
+        self.objects.first()
+    }
 }
 
 /// What a topic has in the bucket. Segments are in base order, each listed once.
@@ -87,6 +104,48 @@ impl TieredRecord {
         self.segments
             .binary_search_by_key(&base, |s| s.base)
             .is_ok()
+    }
+
+    /// The segment `base`, when recorded.
+    pub fn get(&self, base: u64) -> Option<&TieredSegment> {
+        let i = self.segments.binary_search_by_key(&base, |s| s.base).ok()?;
+        self.segments.get(i)
+    }
+
+    /// Marks the recorded segment `base` as evicted; `false` when it is not recorded.
+    pub fn mark_evicted(&mut self, base: u64) -> bool {
+        match self.segments.binary_search_by_key(&base, |s| s.base) {
+            Ok(i) => {
+                self.segments[i].evicted = true;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Drops the segment `base` from the record (its objects were deleted from the bucket).
+    pub fn remove(&mut self, base: u64) {
+        if let Ok(i) = self.segments.binary_search_by_key(&base, |s| s.base) {
+            self.segments.remove(i);
+        }
+    }
+
+    /// The evicted segments' `.rqlog` objects, by base: what a log reads from the bucket.
+    pub fn remote_segments(&self) -> std::collections::BTreeMap<u64, crate::RemoteSegment> {
+        self.segments
+            .iter()
+            .filter(|s| s.evicted)
+            .filter_map(|s| {
+                let o = s.log_object()?;
+                Some((
+                    s.base,
+                    crate::RemoteSegment {
+                        key: o.key.clone(),
+                        size: o.size,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// Records `segment` (replacing an entry of the same base), keeping base order.
@@ -160,6 +219,7 @@ mod tests {
                 size: base * 10,
                 crc32c: base as u32,
             }],
+            evicted: false,
         }
     }
 
@@ -172,6 +232,27 @@ mod tests {
         let bases: Vec<u64> = r.segments.iter().map(|s| s.base).collect();
         assert_eq!(bases, [1, 5, 9]);
         assert!(r.contains(5) && !r.contains(2));
+    }
+
+    #[test]
+    fn an_evicted_segment_is_remote_and_round_trips_while_others_omit_the_flag() {
+        let dir = Path::new("/t");
+        let fs = SimFs::new();
+        fs.create_dir_all(dir).unwrap();
+        let mut r = TieredRecord::new("t", "b", None, "i1");
+        r.insert(segment(1));
+        r.insert(segment(2));
+        assert!(r.mark_evicted(1) && !r.mark_evicted(7));
+        write(&fs, dir, &r).unwrap();
+        let text = String::from_utf8(fs.read(&path(dir)).unwrap()).unwrap();
+        assert_eq!(text.matches("evicted").count(), 1, "{text}");
+        let back = read(&fs, dir).unwrap().unwrap();
+        assert_eq!(back, r);
+        let remote = back.remote_segments();
+        assert_eq!(remote.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(remote[&1].key, "k/1");
+        r.remove(1);
+        assert!(r.remote_segments().is_empty() && r.get(2).is_some() && r.get(1).is_none());
     }
 
     #[test]

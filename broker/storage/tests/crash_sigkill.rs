@@ -381,3 +381,40 @@ fn id_reservation_killed_before_rename_has_handed_out_no_id_of_the_new_block() {
         "fresh id {id} after the crash; ids in the log {in_log:?}"
     );
 }
+
+#[test]
+fn eviction_killed_before_or_after_its_record_leaves_the_segment_local_or_remote_never_lost() {
+    for (fp, remote) in [
+        ("tiered_after_file_fsync_before_rename", false),
+        ("evict_before_segment_remove", true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path(), 4, &[]);
+        let (_, before) = reopen(dir.path());
+        let e1 = before.log.entry(1).unwrap();
+        drop(before);
+        crash_at(dir.path(), "evict", fp);
+        let (store, t) = reopen(dir.path());
+        let segments = dir.path().join("topics").join("74").join("segments");
+        let log = segments.join(format!("segment-{:020}.rqlog", e1.segment));
+        let idx = segments.join(format!("segment-{:020}.rqidx", e1.segment));
+        assert_eq!(t.log.entry(1), Some(e1), "{fp}: its entry stays");
+        assert!(idx.exists(), "{fp}: its index stays");
+        assert_eq!(!log.exists(), remote, "{fp}: the local copy");
+        assert_eq!(
+            matches!(
+                t.log.body_location(&e1),
+                Some(rustqueue_storage::BodyLocation::Remote(..))
+            ),
+            remote,
+            "{fp}"
+        );
+        if !remote {
+            assert_eq!(bodies(&t).first().map(String::as_str), Some("m0"));
+        }
+        assert!(
+            store.quarantine().records().is_empty(),
+            "{fp}: an eviction is not damage"
+        );
+    }
+}

@@ -456,11 +456,13 @@ pub struct TieringConfig {
     /// and the node's catalog, which `storage restore --from-bucket` rebuilds a lost volume
     /// from; 1 to 86,400.
     pub checkpoint_upload_seconds: u64,
-    /// Refused: local retention is not available yet. A key, not an unknown field, so the
-    /// refusal can say so.
+    /// Local retention by space: the most bytes of sealed segment files (`.rqlog`) the broker
+    /// keeps on its volume over all its topics; above it, the oldest uploaded segments' local
+    /// copies are removed (read from the bucket since). Unset: every local copy is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_retention_bytes: Option<u64>,
-    /// Refused like `local_retention_bytes`.
+    /// Local retention by age: an uploaded segment whose newest message is older than this
+    /// many seconds loses its local copy; 1 to 315,360,000. Unset: no age limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_retention_seconds: Option<u64>,
 }

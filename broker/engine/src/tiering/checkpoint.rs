@@ -100,6 +100,18 @@ pub(crate) struct Sent {
     volume: Option<String>,
 }
 
+impl Sent {
+    /// Whether the newest checkpoint of `topic` this process uploaded may list the segment
+    /// `base` (`true` also when it uploaded none yet: an older one in the bucket may).
+    pub(crate) fn may_list(&self, topic: &str, base: u64) -> bool {
+        let Some((_, bytes)) = self.topics.get(topic) else {
+            return true;
+        };
+        serde_json::from_slice::<TopicCheckpoint>(bytes)
+            .map_or(true, |cp| cp.segments.iter().any(|s| s.base == base))
+    }
+}
+
 /// Whether this broker may replace `found`, the catalog in the bucket: only when it was
 /// written from the same data directory (`volume`), or names no topic. A catalog of another
 /// volume is a lost volume's, which `storage restore --from-bucket` still needs: a broker
@@ -228,9 +240,13 @@ async fn read(
             return None;
         }
     };
-    let (head, first_position) = {
+    let (head, first_position, first_base) = {
         let log = lock(&k.topic.log);
-        (log.next_position() - 1, log.first_position())
+        (
+            log.next_position() - 1,
+            log.first_position(),
+            log.first_base(),
+        )
     };
     Some(TopicCheckpoint {
         format: CHECKPOINT_FORMAT,
@@ -243,7 +259,19 @@ async fn read(
         paused: files.manifest.paused,
         unrouted_from_position: files.manifest.unrouted_from_position,
         channels: files.channels,
-        segments: k.record.segments.clone(),
+        // Where the local copies are is no concern of a restore (nor of an older build's).
+        // Segments GC deleted are left out: their objects are deleted once a checkpoint
+        // without them is up (uploader.rs, `collect`), so no restore ever looks for them.
+        segments: k
+            .record
+            .segments
+            .iter()
+            .filter(|s| s.base >= first_base)
+            .map(|s| TieredSegment {
+                evicted: false,
+                ..s.clone()
+            })
+            .collect(),
     })
 }
 

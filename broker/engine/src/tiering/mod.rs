@@ -11,6 +11,11 @@
 //!   failure the segment stays queued; plan::Backoff (+ jitter) beyond the bucket's own retries
 //!   period  checkpoint::upload: each changed topic's checkpoint, then the node's catalog
 //!
+//!   retain  local retention (retain.rs): the oldest uploaded segments' .rqlog removed,
+//!           recorded `evicted` in the tiered record first
+//! read      consumers reaching a remote-only segment: RemoteReads::read_bodies (read.rs),
+//!           ranged GETs in chunks with read-ahead, every body checked against its CRC-32C
+//!
 //! restore::restore_from_bucket (offline): catalog ─▶ checkpoints ─▶ segments, checked ─▶ files
 //! ```
 //!
@@ -31,12 +36,16 @@ use rustqueue_tier::{Bucket, BucketConfig};
 mod checkpoint;
 mod keys;
 mod plan;
+mod read;
 pub mod restore;
+mod retain;
 mod uploader;
 
 pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 
 pub use plan::Backoff;
+pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
+pub use retain::LocalRetention;
 pub(crate) use uploader::upload_loop;
 
 /// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
@@ -57,6 +66,9 @@ pub struct TieringOptions {
     /// How often each topic's checkpoint (head, channels, uploaded segments) and the node's
     /// catalog are uploaded when they changed (`checkpoint_upload_seconds`).
     pub checkpoint_interval: Duration,
+    /// Local retention (`local_retention_bytes` / `_seconds`): when uploaded segments' local
+    /// copies are removed. `LocalRetention::KEEP` keeps every one.
+    pub local_retention: LocalRetention,
 }
 
 impl TieringOptions {
@@ -68,6 +80,7 @@ impl TieringOptions {
             backoff: Backoff::default(),
             scan_interval: Duration::from_secs(1),
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
+            local_retention: LocalRetention::KEEP,
         }
     }
 }
@@ -91,6 +104,14 @@ pub struct TieringStatus {
     pub checkpoint_uploads: u64,
     /// Their uploads that failed (each tried again at the next period).
     pub checkpoint_failures: u64,
+    /// Uploaded segments whose local copy local retention removed since open.
+    pub evicted_segments: u64,
+    /// Their `.rqlog` bytes.
+    pub evicted_bytes: u64,
+    /// Bytes read from the bucket for consumers of remote-only segments since open.
+    pub read_through_bytes: u64,
+    /// Those reads that failed after the bucket's own retries (each tried again).
+    pub remote_read_failures: u64,
 }
 
 /// The uploader's share of the engine: the bucket, the options, and the gate.
@@ -106,12 +127,15 @@ pub(crate) struct Tiering {
     pub checkpoint_uploads: AtomicU64,
     /// Checkpoint and catalog uploads that failed.
     pub checkpoint_failures: AtomicU64,
+    /// Consumers' reads of remote-only segments, with their read-ahead.
+    pub reads: RemoteReads,
 }
 
 impl Tiering {
     /// Checks the bucket configuration (contacting nothing).
     pub(crate) fn new(opts: TieringOptions) -> Result<Self, rustqueue_tier::Error> {
         Ok(Self {
+            reads: RemoteReads::default(),
             bucket: Bucket::new(opts.bucket.clone())?,
             opts,
             gate: Mutex::new(()),

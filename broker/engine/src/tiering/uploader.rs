@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use rustqueue_storage::{SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment};
+use rustqueue_storage::{
+    RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment,
+};
 use rustqueue_tier::{Bucket, ObjectKey};
 use tokio::time::Instant;
 
@@ -13,6 +15,7 @@ use super::Tiering;
 use super::checkpoint;
 use super::keys::{new_incarnation, segment_keys};
 use super::plan::{Next, Queue, Sealed};
+use super::retain::{Candidate, choose};
 use crate::lock::lock;
 use crate::metrics::{Counter, Timer};
 use crate::registry::Registry;
@@ -49,10 +52,12 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
             return;
         }
         scan(&r, &tier, &mut known, &mut queue).await;
+        retain(&r, &tier, &mut known).await;
         if Instant::now() >= next_checkpoint {
             checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
         }
+        collect(&r, &tier, &mut known, &sent).await;
         let (segments, bytes) = queue.backlog();
         r.metrics().set(Counter::TieringBacklogSegments, segments);
         r.metrics().set(Counter::TieringBacklogBytes, bytes);
@@ -147,6 +152,196 @@ async fn scan(
             .collect();
         queue.observe(name, &sealed, |base| k.record.contains(base), now);
     }
+}
+
+/// Local retention: removes the local copies [`super::retain::choose`] picks, oldest first.
+async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<String, Known>) {
+    let retention = tier.opts.local_retention;
+    if !retention.evicts() {
+        return;
+    }
+    let mut candidates = Vec::new();
+    for (name, k) in known.iter() {
+        let local = lock(&k.topic.log).local_sealed();
+        candidates.extend(local.into_iter().map(|s| Candidate {
+            topic: name.clone(),
+            base: s.base,
+            bytes: s.bytes,
+            newest_ns: s.newest_timestamp_ns,
+            uploaded: k.record.get(s.base).is_some_and(|g| !g.evicted),
+        }));
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    for (topic, base) in choose(&candidates, retention, now_ns) {
+        let Some(k) = known.get_mut(&topic) else {
+            continue;
+        };
+        let sealed_len = candidates
+            .iter()
+            .find(|c| c.topic == topic && c.base == base)
+            .map(|c| c.bytes);
+        let uploaded_len = k
+            .record
+            .get(base)
+            .and_then(|s| s.log_object())
+            .map(|o| o.size);
+        if sealed_len != uploaded_len {
+            // Never happens (an upload records the size it checked): refuse to evict rather
+            // than record an object that is not this segment.
+            tracing::error!(
+                topic,
+                base,
+                ?sealed_len,
+                ?uploaded_len,
+                "the uploaded object's size is not the sealed segment's; its local copy is kept"
+            );
+            continue;
+        }
+        match evict_one(r, tier, &k.topic, &k.record, base).await {
+            Ok(Some((record, evicted))) => {
+                k.record = record;
+                let Some(bytes) = evicted else { continue };
+                r.metrics().add(Counter::TieringEvictedSegments, 1);
+                r.metrics().add(Counter::TieringEvictedBytes, bytes);
+                tracing::debug!(
+                    topic,
+                    base,
+                    bytes,
+                    "local copy of an uploaded segment removed"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(topic, base, error = %e, "cannot evict the local copy of an uploaded segment; storage isolated");
+                return;
+            }
+        }
+    }
+}
+
+/// Records the segment `base` as evicted in `record` (durably, under the gate), then removes
+/// its local `.rqlog`: a crash in between is finished by the next open. Returns the record
+/// written and the bytes removed (`None`: the segment was gone, GC took it meanwhile);
+/// `Ok(None)` when nothing was written (the topic deleted, the engine shutting down).
+async fn evict_one(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    topic: &Arc<Topic>,
+    record: &TieredRecord,
+    base: u64,
+) -> Result<Option<(TieredRecord, Option<u64>)>, StorageError> {
+    let Some(remote) = record
+        .get(base)
+        .and_then(|s| s.log_object())
+        .map(|o| RemoteSegment {
+            key: o.key.clone(),
+            size: o.size,
+        })
+    else {
+        return Ok(None);
+    };
+    let (r, tier, topic, mut record) = (r.clone(), tier.clone(), topic.clone(), record.clone());
+    tokio::task::spawn_blocking(move || {
+        let _gate = lock(&tier.gate);
+        if r.is_shutting_down() || topic.deleted.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let bytes = remote.size;
+        record.mark_evicted(base);
+        r.store().write_tiered(&record)?;
+        let evicted = lock(&topic.log).evict_local(base, remote)?;
+        Ok(Some((record, evicted.then_some(bytes))))
+    })
+    .await
+    .unwrap_or(Ok(None))
+}
+
+/// Deletes from the bucket the objects of segments GC (or protective eviction) deleted
+/// locally, once the newest checkpoint this process uploaded no longer lists them (so no
+/// restore looks for them), `.rqidx` first (an index object means a whole segment object),
+/// then drops them from the record. A failure is logged and counted and tried again at the
+/// next scan; local GC never waits for any of it.
+async fn collect(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    known: &mut HashMap<String, Known>,
+    sent: &checkpoint::Sent,
+) {
+    for (name, k) in known.iter_mut() {
+        let first_base = lock(&k.topic.log).first_base();
+        let gone: Vec<TieredSegment> = k
+            .record
+            .segments
+            .iter()
+            .take_while(|s| s.base < first_base)
+            .filter(|s| !sent.may_list(name, s.base))
+            .cloned()
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let mut deleted = Vec::new();
+        let mut failed = false;
+        for seg in &gone {
+            match delete_objects(&tier.bucket, seg).await {
+                Ok(()) => deleted.push(seg.base),
+                Err(error) => {
+                    r.metrics().add(Counter::TieringRemoteDeleteFailures, 1);
+                    tracing::warn!(topic = %name, base = seg.base, %error, "cannot delete the objects of a segment GC deleted; tried again at the next scan");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let (rr, t, topic, mut record) =
+            (r.clone(), tier.clone(), k.topic.clone(), k.record.clone());
+        if deleted.is_empty() {
+            return;
+        }
+        let written = tokio::task::spawn_blocking(move || {
+            let _gate = lock(&t.gate);
+            if rr.is_shutting_down() || topic.deleted.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            for base in &deleted {
+                record.remove(*base);
+            }
+            rr.store().write_tiered(&record)?;
+            Ok::<_, StorageError>(Some((record, deleted.len() as u64)))
+        })
+        .await
+        .unwrap_or(Ok(None));
+        match written {
+            Ok(Some((record, n))) => {
+                k.record = record;
+                r.metrics().add(Counter::TieringRemoteDeletes, n);
+                tracing::debug!(topic = %name, segments = n, "objects of collected segments deleted from the bucket");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(topic = %name, error = %e, "cannot write the tiered record; storage isolated");
+                return;
+            }
+        }
+        if failed {
+            // The bucket's own retries are spent: the other topics would wait as long each.
+            return;
+        }
+    }
+}
+
+/// Deletes a segment's objects, the `.rqidx` first.
+async fn delete_objects(
+    bucket: &rustqueue_tier::Bucket,
+    seg: &TieredSegment,
+) -> Result<(), String> {
+    for object in seg.objects.iter().rev() {
+        let key = ObjectKey::new(object.key.clone()).map_err(|e| e.to_string())?;
+        bucket.delete(&key).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).
@@ -293,6 +488,7 @@ async fn put_segment(
     Ok(TieredSegment {
         base: files.base,
         objects,
+        evicted: false,
     })
 }
 

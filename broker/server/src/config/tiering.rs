@@ -7,7 +7,7 @@ use std::time::Duration;
 use rustqueue_api::broker_config::{
     MAX_CHECKPOINT_UPLOAD_SECONDS, TIERING_ACCESS_KEY_ENV, TIERING_SECRET_KEY_ENV, TieringConfig,
 };
-use rustqueue_engine::{BucketConfig, Credentials, ObjectKey, TieringOptions};
+use rustqueue_engine::{BucketConfig, Credentials, LocalRetention, ObjectKey, TieringOptions};
 
 use super::ConfigError;
 
@@ -15,23 +15,20 @@ fn invalid(msg: String) -> ConfigError {
     ConfigError::Invalid(msg)
 }
 
-/// Checks `[tiering]` without reading any file or variable: local retention refused (not
-/// available yet), bucket, endpoint, region, prefix, and the credential files named in pairs.
+/// The largest `local_retention_seconds`: ten years.
+pub const MAX_LOCAL_RETENTION_SECONDS: u64 = 10 * 365 * 24 * 3600;
+
+/// Checks `[tiering]` without reading any file or variable: local retention's ranges, bucket,
+/// endpoint, region, prefix, and the credential files named in pairs.
 pub fn validate(t: &TieringConfig) -> Result<(), ConfigError> {
-    for (key, set) in [
-        ("local_retention_bytes", t.local_retention_bytes.is_some()),
-        (
-            "local_retention_seconds",
-            t.local_retention_seconds.is_some(),
-        ),
-    ] {
-        if set {
-            return Err(invalid(format!(
-                "tiering.{key}: local retention is not available yet (sealed segments are \
-                 uploaded, and every one also stays on the volume; docs/tiering.md); remove \
-                 the key"
-            )));
-        }
+    if let Some(secs) = t.local_retention_seconds
+        && !(1..=MAX_LOCAL_RETENTION_SECONDS).contains(&secs)
+    {
+        return Err(invalid(format!(
+            "tiering.local_retention_seconds = {secs} is out of range: give 1 to \
+             {MAX_LOCAL_RETENTION_SECONDS} seconds, or leave it unset to keep the local copy of \
+             every uploaded segment however old (docs/tiering.md, local retention)"
+        )));
     }
     if !(1..=MAX_CHECKPOINT_UPLOAD_SECONDS).contains(&t.checkpoint_upload_seconds) {
         return Err(invalid(format!(
@@ -178,6 +175,10 @@ pub fn options(
     let mut options = TieringOptions::new(bucket);
     options.upload_after = Duration::from_secs(t.upload_after_seconds);
     options.checkpoint_interval = Duration::from_secs(t.checkpoint_upload_seconds);
+    options.local_retention = LocalRetention {
+        bytes: t.local_retention_bytes,
+        age: t.local_retention_seconds.map(Duration::from_secs),
+    };
     Ok(Some(options))
 }
 

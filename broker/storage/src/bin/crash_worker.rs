@@ -3,20 +3,24 @@
 //! `RUSTQUEUE_CRASH_FAILPOINT` fires; the test then SIGKILLs it. Scenarios: `publish`
 //! (append + fdatasync of "ambiguous"), `finish` (FIN of position 1 to the channel WAL),
 //! `checkpoint` (checkpoint of channel `c`), `gc` (manifest write + segment GC below the
-//! channel floor), `create_channel` (creation of channel `d`). Exits 3 if the failpoint never
-//! fired.
+//! channel floor), `create_channel` (creation of channel `d`), `evict` (the oldest sealed
+//! segment recorded evicted in the tiered record, then its `.rqlog` removed). Exits 3 if the
+//! failpoint never fired.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use rustqueue_storage::{AppendBatch, ChannelCommand, ChannelState, RealFs, Store, StoreOptions};
+use rustqueue_storage::{
+    AppendBatch, ChannelCommand, ChannelState, RealFs, RemoteSegment, Store, StoreOptions,
+    TieredObject, TieredRecord, TieredSegment,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(scenario), Some(dir)) = (args.get(1), args.get(2)) else {
         eprintln!(
-            "usage: rustqueue-crash-worker <publish|finish|checkpoint|gc|create_channel> <dir>"
+            "usage: rustqueue-crash-worker <publish|finish|checkpoint|gc|create_channel|evict> <dir>"
         );
         return ExitCode::from(2);
     };
@@ -42,6 +46,30 @@ fn run(scenario: &str, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let (store, mut topics) = Store::open(Arc::new(RealFs), dir, opts)?;
     let mut topic = topics.pop().ok_or("fixture has no topic")?;
     match scenario {
+        "evict" => {
+            let files = topic.log.sealed_files();
+            let f = files.first().ok_or("fixture has no sealed segment")?;
+            let key = format!("k/{}", f.base);
+            let mut record = TieredRecord::new("t", "b", None, "i1");
+            record.insert(TieredSegment {
+                base: f.base,
+                objects: vec![TieredObject {
+                    key: key.clone(),
+                    size: f.log_len,
+                    crc32c: 0,
+                }],
+                evicted: false,
+            });
+            record.mark_evicted(f.base);
+            store.write_tiered(&record)?;
+            topic.log.evict_local(
+                f.base,
+                RemoteSegment {
+                    key,
+                    size: f.log_len,
+                },
+            )?;
+        }
         "publish" => {
             let id = store.allocate_ids(1)?;
             let body = [b"ambiguous".to_vec()];

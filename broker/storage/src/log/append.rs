@@ -213,8 +213,8 @@ impl TopicLog {
         if zeros > 0 {
             slices.push(IoSlice::new(&ZEROS[..zeros]));
         }
-        seg.file
-            .write_at(&slices, seg.len)
+        seg.local()
+            .and_then(|f| f.write_at(&slices, seg.len))
             .map_err(io_err("append", &seg.path))?;
         Ok(Written {
             offset: seg.len,

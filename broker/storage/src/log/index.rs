@@ -151,6 +151,17 @@ pub fn encode(
 /// Reads and validates the header and page directory of the index in `file` for a segment
 /// with this base and length. `Ok(None)` means the index is not usable (wrong version, length
 /// or base, CRC mismatch, inconsistent layout): scan the segment instead.
+/// The summary of an index whose segment is not at hand (its length is taken from the
+/// index's own header): what an orphaned index says its lost segment held.
+pub fn read_orphan_summary(file: &dyn FsFile, segment_base: u64) -> io::Result<Option<Summary>> {
+    if file.len()? < HEADER_LEN as u64 {
+        return Ok(None);
+    }
+    let mut h = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut h, 0)?;
+    read_summary(file, segment_base, u64_at(&h, 8))
+}
+
 pub fn read_summary(
     file: &dyn FsFile,
     segment_base: u64,

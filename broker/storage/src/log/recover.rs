@@ -1,12 +1,16 @@
 //! Opening a topic log: list the segment directory, drop leftovers, restore each sealed
 //! segment from its index summary (or rebuild it) and rescan the last one, cutting a torn tail.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{DamageSink, PageCache, Recent, Segment, TopicLog, pages, segment_path};
+use super::{
+    DamageSink, PageCache, Recent, RemoteSegment, Segment, Stored, TopicLog, index, pages,
+    segment_path,
+};
 use crate::fs::Fs;
+use crate::quarantine::Detector;
 use crate::quarantine::{DamageKind, Finding};
 use crate::{Fault, StorageError, io_err};
 
@@ -41,6 +45,34 @@ impl TopicLog {
         cache: Arc<PageCache>,
         damage: DamageSink,
     ) -> Result<TopicLog, StorageError> {
+        Self::open_with_remote(
+            fs,
+            dir,
+            fault,
+            max_segment_bytes,
+            min_next_position,
+            cache,
+            damage,
+            &BTreeMap::new(),
+        )
+    }
+
+    /// [`TopicLog::open`] for a topic whose tiered record calls the segments of `remote`
+    /// evicted: each with its `.rqidx` is opened as remote-only (a `.rqlog` still there is what
+    /// a crash left of its eviction, and removed now); one without its `.rqidx` was collected
+    /// by GC. A `.rqidx` without its `.rqlog` that `remote` does not name is a lost segment:
+    /// reported as damage (with the positions the index lists), never read from the bucket.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_with_remote(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        fault: Fault,
+        max_segment_bytes: u64,
+        min_next_position: u64,
+        cache: Arc<PageCache>,
+        damage: DamageSink,
+        remote: &BTreeMap<u64, RemoteSegment>,
+    ) -> Result<TopicLog, StorageError> {
         fs.create_dir_all(dir)
             .map_err(io_err("create directory", dir))?;
         let mut bases = Vec::new();
@@ -63,13 +95,32 @@ impl TopicLog {
             }
         }
         bases.sort_unstable();
+        let mut remote_bases = Vec::new();
+        let mut lost = Vec::new();
         for base in indexes {
-            if bases.binary_search(&base).is_err() {
-                let p = segment_path(dir, base, "rqidx");
-                fs.remove_file(&p)
-                    .map_err(io_err("remove orphan index", &p))?;
+            if remote.contains_key(&base) {
+                remote_bases.push(base);
+            } else if bases.binary_search(&base).is_err() {
+                report_lost_segment(fs.as_ref(), dir, base, &damage)?;
+                lost.push(base);
             }
         }
+        for &base in &remote_bases {
+            if let Ok(i) = bases.binary_search(&base) {
+                // Recorded evicted before a crash cut the eviction short: finish it.
+                bases.remove(i);
+                let p = segment_path(dir, base, "rqlog");
+                fs.remove_file(&p)
+                    .map_err(io_err("remove evicted segment", &p))?;
+                fs.sync_dir(dir).map_err(io_err("fsync directory", dir))?;
+            }
+        }
+        let first_base = bases
+            .first()
+            .copied()
+            .into_iter()
+            .chain(remote_bases.first().copied())
+            .min();
         let mut log = TopicLog {
             fs: fs.clone(),
             dir: dir.to_path_buf(),
@@ -80,7 +131,7 @@ impl TopicLog {
             recent: Recent::default(),
             cache,
             log_id: pages::next_log_id(),
-            next_index: bases.first().copied().unwrap_or(1),
+            next_index: first_base.unwrap_or(1),
             next_position: min_next_position.max(1),
             last_ts: 0,
             durable_position: 0,
@@ -89,10 +140,26 @@ impl TopicLog {
             sync_group_bytes: 0,
             damage,
         };
-        let count = bases.len();
+        // Remote-only segments are sealed; the active segment is always local.
+        let mut all: Vec<(u64, bool)> = bases.iter().map(|&b| (b, false)).collect();
+        all.extend(remote_bases.iter().map(|&b| (b, true)));
+        all.sort_unstable();
+        let count = all.len();
         let mut open_tail: Option<OpenTail> = None;
-        for (i, base) in bases.into_iter().enumerate() {
-            let tail = log.recover_segment(base, i + 1 == count, open_tail.is_some())?;
+        for (i, (base, is_remote)) in all.into_iter().enumerate() {
+            // A gap where a lost segment was (reported above) is not a layout error.
+            let after_loss = lost.iter().any(|&l| l >= log.next_index && l < base);
+            if is_remote {
+                if let Some(r) = remote.get(&base) {
+                    log.open_remote_segment(base, r, i + 1 == count, after_loss)?;
+                }
+                if let Some(t) = open_tail.take() {
+                    log.report_open_tail(t)?;
+                }
+                continue;
+            }
+            let tail =
+                log.recover_segment(base, i + 1 == count, open_tail.is_some() || after_loss)?;
             if let Some(t) = open_tail.take() {
                 log.report_open_tail(t)?;
             }
@@ -106,6 +173,62 @@ impl TopicLog {
         }
         log.durable_position = log.next_position - 1;
         Ok(log)
+    }
+
+    /// Opens the remote-only segment `base` from its local index.
+    fn open_remote_segment(
+        &mut self,
+        base: u64,
+        remote: &RemoteSegment,
+        last: bool,
+        after_loss: bool,
+    ) -> Result<(), StorageError> {
+        let path = segment_path(&self.dir, base, "rqlog");
+        let idx = segment_path(&self.dir, base, "rqidx");
+        let refuse = |detail: String| StorageError::Corrupt {
+            file: idx.clone(),
+            offset: 0,
+            detail,
+        };
+        if base != self.next_index
+            && !self.segments.is_empty()
+            && !(after_loss && base > self.next_index)
+        {
+            return Err(refuse(format!(
+                "remote-only segment base {base} is not contiguous (expected {})",
+                self.next_index
+            )));
+        }
+        if last {
+            return Err(refuse(
+                "the newest segment is recorded as evicted to the bucket, but the active \
+                 segment is never evicted: the segments directory lost its newer files"
+                    .into(),
+            ));
+        }
+        let file = self.fs.open(&idx, false).map_err(io_err("open", &idx))?;
+        let summary = index::read_summary(file.as_ref(), base, remote.size)
+            .map_err(io_err("read", &idx))?
+            .ok_or_else(|| {
+                refuse(format!(
+                    "the index of remote-only segment {base} is damaged, and its segment is \
+                     only in the bucket ({}); the index is not rebuilt from there",
+                    remote.key
+                ))
+            })?;
+        self.last_ts = self.last_ts.max(summary.last_timestamp_ns);
+        self.next_index = summary.last_log_index + 1;
+        self.segments.push(Segment {
+            base,
+            path,
+            file: Stored::Remote(Arc::new(remote.clone())),
+            len: remote.size,
+            zeroed: remote.size,
+            last_log_index: Some(summary.last_log_index),
+            last_position: (summary.count > 0).then_some(summary.last_position),
+            summary: Some(summary),
+        });
+        Ok(())
     }
 
     /// Damage at the end of the previous sealed segment; the positions it lost are those
@@ -158,7 +281,7 @@ impl TopicLog {
         let mut seg = Segment {
             base,
             path: path.clone(),
-            file,
+            file: Stored::Local(file.clone()),
             len,
             zeroed: len,
             last_log_index: None,
@@ -192,10 +315,9 @@ impl TopicLog {
         }
         if scan.end < len {
             // Torn (or set-aside damaged) tail of the last segment: cut it off durably.
-            seg.file
-                .truncate(scan.end)
+            file.truncate(scan.end)
                 .map_err(io_err("truncate torn tail", &path))?;
-            seg.file.sync_all().map_err(io_err("fsync", &path))?;
+            file.sync_all().map_err(io_err("fsync", &path))?;
             seg.len = scan.end;
             seg.zeroed = scan.end;
         }
@@ -221,8 +343,8 @@ impl TopicLog {
         let name = format!("segment-{:020}.rqlog.{:020}.damaged", seg.base, range.0);
         let path = qdir.join(&name);
         let mut bytes = vec![0u8; (range.1 - range.0) as usize];
-        seg.file
-            .read_exact_at(&mut bytes, range.0)
+        seg.local()
+            .and_then(|f| f.read_exact_at(&mut bytes, range.0))
             .map_err(io_err("read", &seg.path))?;
         crate::meta::atomic_write(self.fs.as_ref(), &path, &bytes)?;
         self.fs
@@ -230,4 +352,40 @@ impl TopicLog {
             .map_err(io_err("fsync directory", topic_dir))?;
         Ok(format!("quarantine/{name}"))
     }
+}
+
+/// A `.rqidx` whose `.rqlog` is gone while the tiered record does not call the segment
+/// evicted: the segment was lost (GC and eviction never leave an index alone). Reported as
+/// damage with the positions the index lists; the index is then removed, as before.
+fn report_lost_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    base: u64,
+    damage: &DamageSink,
+) -> Result<(), StorageError> {
+    let p = segment_path(dir, base, "rqidx");
+    let summary = fs
+        .open(&p, false)
+        .ok()
+        .and_then(|f| index::read_orphan_summary(f.as_ref(), base).ok().flatten());
+    let positions = summary.filter(|s| s.count > 0).map_or(Vec::new(), |s| {
+        (s.first_position..=s.last_position).collect()
+    });
+    let detected_by = match damage.opening() {
+        Detector::Read => Detector::Startup,
+        d => d,
+    };
+    damage.report(Finding {
+        positions,
+        ..damage.finding(
+            DamageKind::SegmentRecord,
+            &segment_path(dir, base, "rqlog"),
+            (0, 0),
+            detected_by,
+            "the segment file is missing though it was never evicted to the bucket: its \
+             messages are lost; its orphaned index was removed",
+        )
+    })?;
+    fs.remove_file(&p)
+        .map_err(io_err("remove orphan index", &p))
 }

@@ -363,8 +363,9 @@ impl TopicLog {
             .filter(|s| s.base < seg.base)
             .filter_map(|s| s.last_position)
             .next_back();
+        let file = seg.local().map_err(io_err("read", &seg.path))?;
         walk(
-            seg.file.as_ref(),
+            file.as_ref(),
             &seg.path,
             seg.base,
             seg.len,

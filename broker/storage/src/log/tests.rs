@@ -686,3 +686,153 @@ fn a_run_of_bodies_reads_like_one_read_each_and_a_bad_one_fails_alone() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     assert!(read_bodies_from(file.as_ref(), &[]).unwrap().is_empty());
 }
+
+fn open_remote(fs: Arc<dyn Fs>, max: u64, remote: &BTreeMap<u64, RemoteSegment>) -> TopicLog {
+    TopicLog::open_with_remote(
+        fs,
+        Path::new(DIR),
+        Fault::default(),
+        max,
+        1,
+        Default::default(),
+        sink(),
+        remote,
+    )
+    .unwrap()
+}
+
+fn remote_of(log: &TopicLog, base: u64) -> RemoteSegment {
+    let seg = log.segments.iter().find(|s| s.base == base).unwrap();
+    RemoteSegment {
+        key: format!("k/{base}"),
+        size: seg.len,
+    }
+}
+
+#[test]
+fn an_evicted_segment_keeps_its_entries_reads_remote_and_reopens_remote_only() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let (per_segment, batch) = (4, 3);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut log = open(fs.clone(), per_segment, batch, &Default::default());
+    let oracle = build(&mut log, 3, per_segment, batch);
+    let bases: Vec<u64> = log.sealed_files().iter().map(|f| f.base).collect();
+    assert_eq!(bases.len(), 3);
+    let before = log.local_segment_bytes();
+    let remote = remote_of(&log, bases[0]);
+    // The active segment is never evicted, and a wrong size is refused.
+    let active = log.segments.last().unwrap().base;
+    assert!(!log.evict_local(active, remote.clone()).unwrap());
+    let wrong = RemoteSegment {
+        size: remote.size + 1,
+        ..remote.clone()
+    };
+    assert!(log.evict_local(bases[0], wrong).is_err());
+    assert!(log.evict_local(bases[0], remote.clone()).unwrap());
+    assert!(!sim.exists(&segment_path(Path::new(DIR), bases[0], "rqlog")));
+    assert!(sim.exists(&segment_path(Path::new(DIR), bases[0], "rqidx")));
+    assert_eq!(log.local_segment_bytes(), before - remote.size);
+    assert_eq!(log.local_sealed().len(), 2);
+    assert!(log.sealed_files().iter().all(|f| f.base != bases[0]));
+    assert_eq!(log.sealed_segments().len(), 2, "a scrub skips it");
+    let first = log.entry(log.first_position()).unwrap();
+    assert_eq!(first.segment, bases[0]);
+    assert!(
+        matches!(log.body_location(&first), Some(BodyLocation::Remote(b, r)) if b == bases[0] && *r == remote)
+    );
+    assert!(log.body_source(&first).is_none());
+    drop(log);
+
+    let map = BTreeMap::from([(bases[0], remote.clone())]);
+    let log = open_remote(fs.clone(), max, &map);
+    assert!(log.damage_sink().quarantine().records().is_empty());
+    for (p, e) in &oracle {
+        assert_eq!(log.entry(*p).as_ref(), Some(e), "position {p}");
+    }
+    assert!(matches!(
+        log.body_location(&first),
+        Some(BodyLocation::Remote(..))
+    ));
+    // GC of a remote-only segment removes its index (there is no local log file to remove).
+    let mut log = log;
+    let through = log.segments[0].last_position.unwrap();
+    assert_eq!(log.gc(through + 1).unwrap(), 1);
+    assert!(!sim.exists(&segment_path(Path::new(DIR), bases[0], "rqidx")));
+    drop(log);
+    // The record still naming it (its objects not deleted yet) is harmless.
+    let log = open_remote(fs, max, &map);
+    assert!(log.damage_sink().quarantine().records().is_empty());
+    assert_eq!(log.segments[0].base, bases[1]);
+}
+
+#[test]
+fn a_crash_after_recording_an_eviction_is_finished_at_open() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let (per_segment, batch) = (4, 3);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut log = open(fs.clone(), per_segment, batch, &Default::default());
+    let oracle = build(&mut log, 2, per_segment, batch);
+    let base = log.sealed_files()[0].base;
+    let remote = remote_of(&log, base);
+    drop(log);
+    let log = open_remote(fs, max, &BTreeMap::from([(base, remote)]));
+    assert!(!sim.exists(&segment_path(Path::new(DIR), base, "rqlog")));
+    assert!(log.damage_sink().quarantine().records().is_empty());
+    assert_eq!(log.local_sealed().len(), 1);
+    for (p, e) in &oracle {
+        assert_eq!(log.entry(*p).as_ref(), Some(e), "position {p}");
+    }
+}
+
+#[test]
+fn a_missing_segment_file_never_recorded_as_evicted_is_reported_as_lost() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let (per_segment, batch) = (4, 3);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut log = open(fs.clone(), per_segment, batch, &Default::default());
+    build(&mut log, 2, per_segment, batch);
+    let seg = &log.segments[0];
+    let (base, last) = (seg.base, seg.last_position.unwrap());
+    let first = log.first_position();
+    drop(log);
+    sim.remove_file(&segment_path(Path::new(DIR), base, "rqlog"))
+        .unwrap();
+    let log = open_remote(fs, max, &BTreeMap::new());
+    let found = log.damage_sink().quarantine().records();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let f = &found[0];
+    assert_eq!(f.kind, DamageKind::SegmentRecord);
+    assert_eq!(f.positions, (first..=last).collect::<Vec<_>>());
+    assert!(f.action.contains("never evicted"), "{}", f.action);
+    assert_eq!(log.first_position(), last + 1);
+}
+
+#[test]
+fn a_lost_segment_between_two_others_is_reported_and_the_log_opens_around_it() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let (per_segment, batch) = (4, 3);
+    let max = per_segment as u64 * record_len(batch, 1) + 10;
+    let mut log = open(fs.clone(), per_segment, batch, &Default::default());
+    let oracle = build(&mut log, 3, per_segment, batch);
+    let evicted = log.segments[0].base;
+    let remote = remote_of(&log, evicted);
+    assert!(log.evict_local(evicted, remote.clone()).unwrap());
+    let seg = &log.segments[1];
+    let (base, first) = (seg.base, seg.summary.as_ref().unwrap().first_position);
+    let last = seg.last_position.unwrap();
+    drop(log);
+    sim.remove_file(&segment_path(Path::new(DIR), base, "rqlog"))
+        .unwrap();
+    let log = open_remote(fs, max, &BTreeMap::from([(evicted, remote)]));
+    let found = log.damage_sink().quarantine().records();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].positions, (first..=last).collect::<Vec<_>>());
+    for (p, e) in &oracle {
+        let want = (!(first..=last).contains(p)).then_some(*e);
+        assert_eq!(log.entry(*p), want, "position {p}");
+    }
+}

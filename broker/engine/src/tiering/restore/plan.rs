@@ -207,6 +207,7 @@ mod tests {
                     crc32c: 8,
                 },
             ],
+            evicted: false,
         }];
         let listed: Vec<(String, u64)> = [
             ("p/segments/segment-00000000000000000001.rqlog", 10),

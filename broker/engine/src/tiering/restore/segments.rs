@@ -113,6 +113,7 @@ pub(super) async fn fetch_segment(
     let segment = TieredSegment {
         base: c.base,
         objects: stored,
+        evicted: false,
     };
     place_segment(fs, sdir, c.base).await?;
     Ok(Fetched::Restored(segment, summary))
