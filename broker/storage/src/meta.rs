@@ -261,21 +261,45 @@ pub fn write_checked_at<T: Serialize>(
 }
 
 /// Reads a file written by [`write_checked`]; `Corrupt` when it does not parse or fails its
-/// checksum (a file written before the checksum existed has none and is taken as it is).
+/// checksum (a file written before the checksum existed has none and is taken as it is: the
+/// root metadata files and the manifests; see [`read_checked_strict`] for the others).
 pub fn read_checked<T: DeserializeOwned>(fs: &dyn Fs, path: &Path) -> Result<T, StorageError> {
+    read_checked_as(fs, path, false)
+}
+
+/// [`read_checked`] for a kind of file that never existed without its checksum (the tiered
+/// record, `tiering.volume`): one without it is damage, such as a flipped bit in the key.
+pub fn read_checked_strict<T: DeserializeOwned>(
+    fs: &dyn Fs,
+    path: &Path,
+) -> Result<T, StorageError> {
+    read_checked_as(fs, path, true)
+}
+
+fn read_checked_as<T: DeserializeOwned>(
+    fs: &dyn Fs,
+    path: &Path,
+    required: bool,
+) -> Result<T, StorageError> {
     let mut value: serde_json::Value = read_json(fs, path)?;
     let bad = |detail: String| StorageError::Corrupt {
         file: path.to_path_buf(),
         offset: 0,
         detail,
     };
-    if let serde_json::Value::Object(map) = &mut value
-        && let Some(stored) = map.remove(CHECKSUM)
-    {
-        let crc = value_crc(&value);
-        if stored.as_u64() != Some(u64::from(crc)) {
-            return Err(bad("checksum mismatch".into()));
+    let stored = match &mut value {
+        serde_json::Value::Object(map) => map.remove(CHECKSUM),
+        _ => None,
+    };
+    match stored {
+        Some(stored) => {
+            let crc = value_crc(&value);
+            if stored.as_u64() != Some(u64::from(crc)) {
+                return Err(bad("checksum mismatch".into()));
+            }
         }
+        None if required => return Err(bad(format!("no `{CHECKSUM}` key (its checksum)"))),
+        None => {}
     }
     serde_json::from_value(value).map_err(|e| bad(format!("invalid content: {e}")))
 }
@@ -370,6 +394,39 @@ pub fn unhex(s: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::simfs::SimFs;
+
+    #[test]
+    fn a_strict_read_refuses_a_file_without_its_checksum_and_the_lenient_one_takes_it() {
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let checked = Path::new("/d/checked");
+        write_checked(&fs, checked, &FormatFile { version: 3 }).unwrap();
+        let plain = Path::new("/d/plain");
+        write_json(&fs, plain, &FormatFile { version: 3 }).unwrap();
+        // (path, strict, accepted)
+        let cases = [
+            (checked, false, true),
+            (checked, true, true),
+            (plain, false, true),
+            (plain, true, false),
+        ];
+        for (path, strict, accepted) in cases {
+            let got: Result<FormatFile, _> = if strict {
+                read_checked_strict(&fs, path)
+            } else {
+                read_checked(&fs, path)
+            };
+            assert_eq!(
+                got.is_ok(),
+                accepted,
+                "{} strict={strict}: {got:?}",
+                path.display()
+            );
+            if let Err(e) = got {
+                assert!(e.to_string().contains("crc32c"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn names_round_trip_through_hex() {

@@ -89,7 +89,7 @@ struct VolumeFile {
 pub fn volume_id(fs: &dyn Fs, root: &Path, new_id: &str) -> Result<String, StorageError> {
     let path = root.join(VOLUME_FILE);
     if fs.exists(&path) {
-        let v: VolumeFile = meta::read_checked(fs, &path)?;
+        let v: VolumeFile = meta::read_checked_strict(fs, &path)?;
         return Ok(v.volume);
     }
     write_volume_id(fs, root, new_id)?;

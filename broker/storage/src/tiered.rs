@@ -174,15 +174,7 @@ pub fn read(fs: &dyn Fs, topic_dir: &Path) -> Result<Option<TieredRecord>, Stora
     if !fs.exists(&path) {
         return Ok(None);
     }
-    let value: serde_json::Value = meta::read_json(fs, &path)?;
-    if value.get(meta::CHECKSUM).is_none() {
-        return Err(StorageError::Corrupt {
-            file: path,
-            offset: 0,
-            detail: "the tiered record has no checksum".into(),
-        });
-    }
-    let record: TieredRecord = meta::read_checked(fs, &path)?;
+    let record: TieredRecord = meta::read_checked_strict(fs, &path)?;
     if !(1..=TIERED_FORMAT).contains(&record.format) {
         return Err(StorageError::Corrupt {
             file: path,
