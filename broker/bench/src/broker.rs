@@ -316,23 +316,28 @@ impl Broker {
     }
 
     fn shutdown(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
+        terminate(&mut self.child, Duration::from_secs(10));
+    }
+}
+
+/// SIGTERM, up to `grace` for the exit, then SIGKILL; nothing when it already exited.
+pub(crate) fn terminate(child: &mut Child, grace: Duration) {
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
             return;
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl Drop for Broker {

@@ -244,20 +244,8 @@ impl Helper {
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        // SIGTERM for a clean exit (nothing of the run depends on it), SIGKILL after 5 s.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // nothing of the run depends on a clean exit: 5 s before SIGKILL
+        crate::broker::terminate(&mut self.child, Duration::from_secs(5));
     }
 }
 

@@ -8,33 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::tiering::{
-    bucket, bucket_config, checksum, record, sealed_bases, segment_paths, tiered,
-};
+use common::tiering::{bucket, checksum, impatient, record, sealed_bases, segment_paths, tiered};
 use common::wait_for;
 use rustqueue_engine::{Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, TieringStatus};
+use rustqueue_tier::ObjectKey;
 use rustqueue_tier::test_server::TestServer;
-use rustqueue_tier::{BucketConfig, ObjectKey, RetryPolicy, Timeouts};
 
 fn status(e: &Engine) -> TieringStatus {
     e.tiering_status().expect("tiering is on")
-}
-
-/// The bucket's own retries kept short (two attempts), so the uploader sees every outage as
-/// failed uploads and must ride it out itself.
-fn impatient(server: &TestServer) -> BucketConfig {
-    let mut c = bucket_config(server);
-    c.retry = RetryPolicy {
-        first_delay: Duration::from_millis(50),
-        max_delay: Duration::from_millis(200),
-        max_attempts: 2,
-        max_elapsed: Duration::from_secs(10),
-    };
-    c.timeouts = Timeouts {
-        connect: Duration::from_secs(1),
-        request: Duration::from_secs(2),
-    };
-    c
 }
 
 async fn publish(e: &Engine, from: u32, to: u32) {

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::tiering::{PREFIX, bucket, bucket_config, record, tiered, topic_dir};
-use common::{wait_for, wait_until};
+use common::tiering::{PREFIX, bucket, bucket_config, impatient, record, tiered, topic_dir};
+use common::{wait_for, wait_for_seen, wait_until};
 use rustqueue_engine::{
     Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, LocalRetention, TieringStatus,
 };
+use rustqueue_tier::BucketConfig;
 use rustqueue_tier::test_server::TestServer;
-use rustqueue_tier::{BucketConfig, RetryPolicy, Timeouts};
 
 /// Local sealed segment bytes the tests allow: four 4 KiB segments.
 const BOUND: u64 = 16 * 1024;
@@ -43,22 +43,6 @@ fn retaining(dir: &Path, bucket: BucketConfig) -> EngineConfig {
         };
     }
     cfg
-}
-
-/// The bucket's own retries kept short, so an outage shows as failed reads quickly.
-fn impatient(server: &TestServer) -> BucketConfig {
-    let mut c = bucket_config(server);
-    c.retry = RetryPolicy {
-        first_delay: Duration::from_millis(50),
-        max_delay: Duration::from_millis(200),
-        max_attempts: 2,
-        max_elapsed: Duration::from_secs(10),
-    };
-    c.timeouts = Timeouts {
-        connect: Duration::from_secs(1),
-        request: Duration::from_secs(2),
-    };
-    c
 }
 
 async fn publish(e: &Engine, from: u32, to: u32) {
@@ -510,10 +494,17 @@ async fn an_age_bound_alone_evicts_every_uploaded_segment_once_its_newest_messag
     .await;
     let sealed = record(dir.path()).segments.len();
     // The record says so first, then the file goes.
-    wait_for(60, "every uploaded segment evicted by age", || {
-        record(dir.path()).segments.iter().all(|s| s.evicted)
-            && local_log_bytes(dir.path()).0 == 0
-            && status(&e).evicted_segments == sealed as u64
+    wait_for_seen(60, "every uploaded segment evicted by age", || {
+        let segments = record(dir.path()).segments;
+        let local = local_log_bytes(dir.path());
+        let evicted = status(&e).evicted_segments;
+        let done = segments.iter().all(|s| s.evicted) && local.0 == 0 && evicted == sealed as u64;
+        let listed: Vec<(u64, bool)> = segments.iter().map(|s| (s.base, s.evicted)).collect();
+        let seen = format!(
+            "{sealed} sealed; record (base, evicted) {listed:?}; local sealed/active .rqlog \
+             bytes {local:?}; evicted_segments {evicted}"
+        );
+        (done, seen)
     })
     .await;
     // Restarted (nothing in memory), the channel reads them all through.

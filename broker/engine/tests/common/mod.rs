@@ -197,6 +197,22 @@ pub async fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     wait_until(secs, what, async || cond()).await;
 }
 
+/// [`wait_for`] with a condition that also says what it saw; the timeout names the last.
+pub async fn wait_for_seen(secs: u64, what: &str, mut cond: impl FnMut() -> (bool, String)) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (done, seen) = cond();
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s: {what}; last seen: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// [`wait_for`] with a condition that awaits (a look into the bucket, say).
 pub async fn wait_until(secs: u64, what: &str, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);

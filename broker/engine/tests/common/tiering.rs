@@ -7,7 +7,7 @@ use std::time::Duration;
 use rustqueue_engine::{Backoff, EngineConfig, TieringOptions};
 use rustqueue_storage::{RealFs, TieredRecord};
 use rustqueue_tier::test_server::TestServer;
-use rustqueue_tier::{Bucket, BucketConfig, Checksum};
+use rustqueue_tier::{Bucket, BucketConfig, Checksum, RetryPolicy, Timeouts};
 
 /// The bucket prefix of every tiering test.
 pub const PREFIX: &str = "cluster-a";
@@ -15,6 +15,24 @@ pub const PREFIX: &str = "cluster-a";
 /// The bucket configuration of `server` under [`PREFIX`].
 pub fn bucket_config(server: &TestServer) -> BucketConfig {
     server.bucket_config(PREFIX)
+}
+
+/// [`bucket_config`] with the bucket's own retries kept short (two attempts) and short
+/// timeouts, so an outage shows at once as failed uploads or reads, which the engine must
+/// ride out itself.
+pub fn impatient(server: &TestServer) -> BucketConfig {
+    let mut c = bucket_config(server);
+    c.retry = RetryPolicy {
+        first_delay: Duration::from_millis(50),
+        max_delay: Duration::from_millis(200),
+        max_attempts: 2,
+        max_elapsed: Duration::from_secs(10),
+    };
+    c.timeouts = Timeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(2),
+    };
+    c
 }
 
 /// 4 KiB segments (a 1 KiB message seals one about every four), GC off for the test's length
