@@ -158,6 +158,10 @@ impl Broker {
 
     /// Like [`Broker::start`], with extra settings, and on the data directory of an earlier
     /// broker of the same kind when `data` is given (a restart).
+    ///
+    /// Free ports are found by binding port 0 and letting go, so another process may take
+    /// one before the server binds it; a server that exits saying its address is in use is
+    /// started again on fresh ports (three tries), on the same data directory.
     pub fn start_with(
         profile: &Profile,
         bins: &Binaries,
@@ -176,6 +180,42 @@ impl Broker {
                 .tempdir()
                 .map_err(io("temp dir"))?,
         };
+        let store = data.path().join("data");
+        if !restart {
+            std::fs::create_dir(&store).map_err(io("data dir"))?;
+        }
+        let mut data = Some(data);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let dir = data
+                .take()
+                .expect("the data directory is handed back on a retry");
+            let log = dir.path().join("broker.log");
+            let logged = std::fs::metadata(&log).map_or(0, |m| m.len());
+            let mut broker = Self::spawn(profile, bins, options, dir)?;
+            match broker.wait_ready(&profile.name) {
+                Ok(()) => return Ok(broker),
+                Err(e) if tries < 3 && address_taken(&log, logged) => {
+                    tracing_note(&profile.name, &e);
+                    data = broker.stop_keeping_data();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One start of `profile` on fresh loopback ports, its data directory in `data`.
+    fn spawn(
+        profile: &Profile,
+        bins: &Binaries,
+        options: &StartOptions,
+        data: tempfile::TempDir,
+    ) -> Result<Broker, BrokerError> {
+        let io = |what: &str| {
+            let what = format!("{} ({what})", profile.name);
+            move |source| BrokerError::Io { what, source }
+        };
         let tcp = free_address().map_err(io("free port"))?;
         let http = free_address().map_err(io("free port"))?;
         let log = std::fs::OpenOptions::new()
@@ -184,9 +224,6 @@ impl Broker {
             .open(data.path().join("broker.log"))
             .map_err(io("log"))?;
         let store = data.path().join("data");
-        if !restart {
-            std::fs::create_dir(&store).map_err(io("data dir"))?;
-        }
         let mut cmd = match profile.kind {
             Kind::Nsqd => {
                 let mut cmd = Command::new(&bins.nsqd);
@@ -223,16 +260,14 @@ impl Broker {
             .stderr(log);
         let spawned = Instant::now();
         let child = cmd.spawn().map_err(io("spawn"))?;
-        let mut broker = Broker {
+        Ok(Broker {
             child,
             kind: profile.kind,
             tcp,
             http,
             data: Some(data),
             spawned,
-        };
-        broker.wait_ready(&profile.name)?;
-        Ok(broker)
+        })
     }
 
     /// The process id, for /proc sampling.
@@ -346,6 +381,23 @@ impl Drop for Broker {
     }
 }
 
+/// Whether what `log` gained after its first `from` bytes says a listen address was taken
+/// (nsqd: `bind: address already in use`; rustqueued: `cannot listen on ...: Address already
+/// in use`).
+fn address_taken(log: &Path, from: u64) -> bool {
+    let text = std::fs::read(log).unwrap_or_default();
+    let new = text.get(from as usize..).unwrap_or_default();
+    String::from_utf8_lossy(new)
+        .to_ascii_lowercase()
+        .contains("address already in use")
+}
+
+fn tracing_note(name: &str, e: &BrokerError) {
+    eprintln!(
+        "{name}: a listen port was taken before the server bound it; starting again on fresh ports ({e})"
+    );
+}
+
 fn free_address() -> std::io::Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.to_string())
@@ -370,6 +422,24 @@ mod tests {
         }
         assert!(p.iter().any(|p| p.name == BASELINE));
         assert!(p.iter().all(|p| !p.durability.is_empty()));
+    }
+
+    #[test]
+    fn only_an_address_in_use_since_this_start_counts_as_a_taken_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("broker.log");
+        let before = "FATAL: listen tcp 127.0.0.1:1: bind: address already in use\n";
+        std::fs::write(&log, before).unwrap();
+        assert!(address_taken(&log, 0));
+        assert!(
+            !address_taken(&log, before.len() as u64),
+            "an earlier try's line"
+        );
+        let later = "Error: cannot listen on 127.0.0.1:2: Address already in use (os error 98)\n";
+        std::fs::write(&log, format!("{before}{later}")).unwrap();
+        assert!(address_taken(&log, before.len() as u64));
+        std::fs::write(&log, format!("{before}configuration rejected\n")).unwrap();
+        assert!(!address_taken(&log, before.len() as u64));
     }
 
     #[test]

@@ -53,8 +53,32 @@ const ROUTED_WITHIN: Duration = Duration::from_secs(30);
 
 impl Cluster {
     /// Starts `config.brokers` servers of `profile` and, for RustQueue, the discovery and the
-    /// gateway in front of them; returns once producers can reach every broker.
+    /// gateway in front of them; returns once producers can reach every broker. A helper that
+    /// exits because another process took its port first starts the whole cluster again
+    /// (three tries; the brokers retry their own ports themselves).
     pub fn start(
+        profile: &Profile,
+        bins: &Binaries,
+        config: ClusterConfig,
+    ) -> Result<Cluster, BrokerError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::start_once(profile, bins, config) {
+                Err(e @ BrokerError::NotReady { .. })
+                    if tries < 3
+                        && e.to_string()
+                            .to_ascii_lowercase()
+                            .contains("address already in use") =>
+                {
+                    eprintln!("{}: {e}; starting the cluster again", profile.name);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(
         profile: &Profile,
         bins: &Binaries,
         config: ClusterConfig,
