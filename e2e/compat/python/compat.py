@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import traceback
+import urllib.error
 
 import asyncio
 
@@ -263,8 +264,18 @@ def tls_optional(snappy):
 async def lookup(e):
     topic, box = e.topic(), Inbox()
     e.post("/topic/create?topic=" + topic)
-    await until(lambda: e.get_json(e.a.lookup_http, "/lookup?topic=" + topic).get("producers"), 10,
-                "topic never listed in /lookup")
+
+    # nsqd tells the lookup service about a new topic asynchronously: until it has, /lookup
+    # answers 404 TOPIC_NOT_FOUND, which is "not yet", not a failure (as in the node suite).
+    def listed():
+        try:
+            return e.get_json(e.a.lookup_http, "/lookup?topic=" + topic).get("producers")
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    await until(listed, 10, "topic never listed in /lookup")
     await e.reader(topic, "c", box=box, nsqd=[], lookupd=[e.a.lookup_http])
     w = await e.writer()
     await w.send("pub", topic, b"found via lookup")
