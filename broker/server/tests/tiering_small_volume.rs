@@ -7,7 +7,8 @@
 //! The producer is paced at 16 MiB/s (a producer on a network, not one in the same process):
 //! the disk guard samples the volume once a second, and an unpaced local producer fills
 //! 64 MiB in a quarter of that, so the broker would meet ENOSPC (and isolate storage) before
-//! any throttling. A throttled publish (`E_THROTTLED`) is retried.
+//! any throttling. A throttled publish (`E_THROTTLED`) is sent again once the broker reports no
+//! disk pressure (`rustqueue_disk_pressure` 0).
 //!
 //! Runs as root (it mounts the tmpfs).
 
@@ -135,7 +136,17 @@ async fn a_broker_with_a_64_mib_volume_holds_and_delivers_a_1_gib_backlog() {
             Some(Frame::Response(r)) if &r[..] == b"OK" => i += BATCH as u64,
             Some(Frame::Error(e)) if e.starts_with(b"E_THROTTLED") => {
                 throttled += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // Publish again once the broker says the pressure is over (evictions freed
+                // the volume), not after a guessed pause.
+                let pressed = std::time::Instant::now();
+                while metric(&b.metrics().await, "rustqueue_disk_pressure") != Some(0.0) {
+                    assert!(
+                        pressed.elapsed() < Duration::from_secs(120),
+                        "disk pressure never eased at message {i} ({} bytes used)",
+                        volume.used()
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
             }
             other => panic!("MPUB at message {i}: {other:?}"),
         }

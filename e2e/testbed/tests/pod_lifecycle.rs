@@ -263,9 +263,13 @@ async fn scenario() {
 /// Pod's IP on it for good (a Pod IP may not change once set) and refuses every status the
 /// replacement's own worker writes, so it never turns Ready.
 async fn a_force_deleted_pod_never_writes_its_replacements_status(pods: &Api<Pod>) {
-    // Ready after its first probe; every later probe takes 3 s and fails, so the worker is
-    // inside a probe when the deletion comes, and has a changed status to write after it.
-    let probe = "if test -f /scratch/seen; then sleep 3; exit 1; fi; touch /scratch/seen";
+    // Ready after its first probe; every later probe says so in a host directory, takes 3 s
+    // and fails, so the worker is inside a probe when the deletion comes, and has a changed
+    // status to write after it.
+    let marks = tempfile::tempdir().unwrap();
+    let slow = marks.path().join("slow");
+    let probe = "if test -f /scratch/seen; then touch /marks/slow; sleep 3; exit 1; fi; \
+                 touch /scratch/seen";
     let old = pod(
         "reborn",
         "Always",
@@ -274,8 +278,10 @@ async fn a_force_deleted_pod_never_writes_its_replacements_status(pods: &Api<Pod
             "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c", "sleep 600"],
                 "readinessProbe": {"exec": {"command": ["sh", "-c", probe]},
                                    "periodSeconds": 1, "timeoutSeconds": 10, "failureThreshold": 1},
-                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
-            "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"},
+                                 {"name": "marks", "mountPath": "/marks"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}},
+                        {"name": "marks", "hostPath": {"path": marks.path().to_string_lossy()}}],
         }}),
     );
     let pp = PostParams::default();
@@ -283,15 +289,35 @@ async fn a_force_deleted_pod_never_writes_its_replacements_status(pods: &Api<Pod
     let first = wait_pod(pods, "reborn", "Ready", LONG, support::is_ready).await;
     let old_uid = first.metadata.uid.clone().unwrap();
     let old_ip = support::pod_ip(&first).expect("the first Pod has an IP");
-    // The second probe starts about a second after the first and runs for 3 s.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old_pid: u32 = first
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap()
+        .trim_start_matches("process://")
+        .parse()
+        .unwrap();
+    let started = Instant::now();
+    while !slow.exists() {
+        assert!(
+            started.elapsed() < LONG,
+            "the second, slow probe never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let force = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
     pods.delete("reborn", &force).await.unwrap();
     // The replacement is held unscheduled (so no worker of its own writes its status) until
-    // the old worker's probe has surely ended and its status write, if any, has been made.
+    // the old worker is past its status write: it writes after the probe, and only then
+    // reads the deletion and kills the old container.
     let gate = "testbed.rustqueue.io/hold";
     let replacement = pod(
         "reborn",
@@ -300,7 +326,14 @@ async fn a_force_deleted_pod_never_writes_its_replacements_status(pods: &Api<Pod
         json!({"spec": {"schedulingGates": [{"name": gate}]}}),
     );
     pods.create(&pp, &replacement).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let deleted = Instant::now();
+    while support::process_running(old_pid) {
+        assert!(
+            deleted.elapsed() < LONG,
+            "the deleted Pod's container still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let held = pods.get("reborn").await.unwrap();
     assert_ne!(held.metadata.uid.as_deref(), Some(old_uid.as_str()));
     assert_eq!(
