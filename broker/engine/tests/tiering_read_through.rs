@@ -60,8 +60,9 @@ fn local_log_bytes(dir: &Path) -> (u64, u64) {
         .filter_map(|e| {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().into_owned();
-            name.ends_with(".rqlog")
-                .then(|| (name, e.metadata().unwrap().len()))
+            // A file evicted between the listing and this look is gone: it counts for nothing.
+            let len = e.metadata().ok()?.len();
+            name.ends_with(".rqlog").then_some((name, len))
         })
         .collect();
     logs.sort();
