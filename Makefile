@@ -109,7 +109,7 @@ check: lint deny ## the fast inner loop: rustfmt, clippy, cargo-deny and every c
 
 # rustqueue-bench's tests against the real nsqd: installed first, never skipped.
 .PHONY: bench-test
-bench-test: deps-nsqd ## rustqueue-bench proved against official nsqd v1.3.0 (load, ledger, compare)
+bench-test: deps-nsqd deps-versitygw ## rustqueue-bench proved against official nsqd v1.3.0 (load, ledger, compare), and its tiered cases against versitygw
 	$(CARGO_TEST) $(call stage_targets,bench-test)
 
 # Power cuts through a FUSE file system that drops what was not fsynced (docs/durability.md):
@@ -172,6 +172,7 @@ release-test: $(TESTS_BUILT) $(IMAGES_BUILT) ## assemble the release from this b
 
 # --- benchmarks: not part of `make test`; see docs/benchmarks.md ------------------------------
 NSQD_BIN ?= $(RUSTQUEUE_CACHE)/nsqd-$(shell . scripts/versions.env && echo $$NSQD_VERSION)/bin/nsqd
+VERSITYGW_BIN ?= $(RUSTQUEUE_CACHE)/versitygw-$(shell . scripts/versions.env && echo $$VERSITYGW_VERSION)/bin/versitygw
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: deps-nsqd
@@ -180,10 +181,10 @@ deps-nsqd: ## install official nsqd (the parity and benchmark peer) into the cac
 
 
 .PHONY: bench
-bench: deps-nsqd ## RustQueue vs nsqd side by side, with the disk, restart and idle-topics cases (~8 min a round on a loaded machine, under 25 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES/_RESTART_MESSAGES/_IDLE_TOPICS; BENCH_SWEEPS=1 adds the curves (SVG)
+bench: deps-nsqd deps-versitygw ## RustQueue vs nsqd side by side, with the disk, restart and idle-topics cases (~8 min a round on a loaded machine, under 25 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES/_RESTART_MESSAGES/_IDLE_TOPICS/_TIERED_MESSAGES; BENCH_SWEEPS=1 adds the curves (SVG)
 	$(CARGO) build --release -p rustqueue-server -p rustqueue-gateway -p rustqueue-discovery -p rustqueue-bench
 	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
-	  --rustqueued $(BENCH_TARGET)/release/rustqueued \
+	  --rustqueued $(BENCH_TARGET)/release/rustqueued --versitygw $(VERSITYGW_BIN) \
 	  --markdown docs/benchmarks.md --notes bench/notes.md
 
 # --- official-client matrix: see e2e/compat/README.md -----------------------------------------

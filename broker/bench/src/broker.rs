@@ -90,6 +90,9 @@ pub struct Binaries {
     pub nsqd: PathBuf,
     /// The rustqueued executable; RustQueue profiles are skipped without it.
     pub rustqueued: Option<PathBuf>,
+    /// The versitygw executable the tiered cases upload to.
+    #[serde(default)]
+    pub versitygw: Option<PathBuf>,
 }
 
 /// A broker could not be started.
@@ -447,6 +450,7 @@ mod tests {
         let bins = Binaries {
             nsqd: PathBuf::from("/nonexistent"),
             rustqueued: None,
+            versitygw: None,
         };
         let err = Broker::start(&profiles()[0], &bins)
             .err()

@@ -290,6 +290,7 @@ mod tests {
         let bins = Binaries {
             nsqd: PathBuf::from("/nonexistent"),
             rustqueued: Some(PathBuf::from("/nonexistent/rustqueued")),
+            versitygw: None,
         };
         let err = sibling(&bins, "rustqueue-gateway").unwrap_err();
         assert!(

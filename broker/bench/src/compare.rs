@@ -13,6 +13,7 @@ use crate::idle::{IdleConfig, IdleReport};
 use crate::restart::{RestartConfig, RestartReport};
 use crate::run::{self, RunConfig, RunReport};
 use crate::sweep::{self, SweepPoint};
+use crate::tiered::{TieredConfig, TieredReport};
 
 /// What a case's headline figure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +54,9 @@ pub enum CaseKind {
     /// The load of [`Case::load`] against several servers (docs/benchmarks.md, the brokers
     /// curve): RustQueue behind its gateway, nsqd spread over directly.
     Cluster(ClusterConfig),
+    /// A backlog drained from a tiered broker's volume or, its local copies removed, from the
+    /// bucket (docs/tiering.md); nsqd drains the same backlog as the reference.
+    Tiered(TieredConfig),
 }
 
 /// One benchmark case.
@@ -112,9 +116,16 @@ pub struct Settings {
     /// Messages in each drain case.
     #[serde(default = "default_drain_messages")]
     pub drain_messages: u64,
+    /// Messages in each tiered case.
+    #[serde(default = "default_tiered_messages")]
+    pub tiered_messages: u64,
     /// Also run the sweep cases behind the curves (`BENCH_SWEEPS=1`).
     #[serde(default)]
     pub sweeps: bool,
+}
+
+fn default_tiered_messages() -> u64 {
+    200_000
 }
 
 fn default_drain_messages() -> u64 {
@@ -261,6 +272,60 @@ fn keep_up_cases(s: &Settings, base: &RunConfig) -> Vec<Case> {
     all
 }
 
+/// The profiles a tiered case runs: RustQueue's default ack mode and nsqd's default.
+const TIERED_PROFILES: [&str; 2] = ["rustqueue-durable", broker::BASELINE];
+
+/// A backlog drained from a tiered broker's volume, and from its bucket.
+fn tiered_cases(s: &Settings, base: &RunConfig) -> [Case; 2] {
+    let skip: Vec<Skip> = broker::profiles()
+        .iter()
+        .filter(|p| !TIERED_PROFILES.contains(&p.name.as_str()))
+        .map(|p| Skip {
+            profile: p.name.clone(),
+            reason: "reads from the bucket do not depend on the ack mode: RustQueue's default \
+                     profile, with nsqd-default draining the same backlog as the reference"
+                .to_owned(),
+        })
+        .collect();
+    let load = RunConfig {
+        producers: 2,
+        consumers: 2,
+        batch_size: 64,
+        message_bytes: 1024,
+        consume_after_publish: true,
+        warmup_seconds: 0.0,
+        duration_seconds: None,
+        messages: s.tiered_messages,
+        ..base.clone()
+    };
+    let messages = thousands(s.tiered_messages);
+    let local = Case {
+        kind: CaseKind::Tiered(TieredConfig {
+            read_through: false,
+        }),
+        skip: skip.clone(),
+        ..case(
+            "tiered_local",
+            &format!(
+                "Tiered, local reads: 2 writers MPUB 64 x 1 KiB publish {messages} messages to a broker uploading 16 MiB segments to versitygw on loopback; once all are uploaded, 2 consumers at RDY {DRAIN_RDY} drain them from the volume"
+            ),
+            Headline::DrainRate,
+            load.clone(),
+        )
+    };
+    let remote = Case {
+        kind: CaseKind::Tiered(TieredConfig { read_through: true }),
+        skip,
+        ..case(
+            "tiered_read_through",
+            "Tiered, read-through: the same, with `local_retention_bytes = 0`: once every sealed segment is uploaded and its local copy removed, the consumers read them from the bucket",
+            Headline::DrainRate,
+            load,
+        )
+    };
+    [local, remote]
+}
+
 /// Low load at 1,000 msg/s: all producers on one schedule (a burst every 16 ms), and evenly
 /// spaced.
 fn low_load_cases(base: &RunConfig) -> [Case; 2] {
@@ -369,6 +434,7 @@ pub fn cases(s: &Settings) -> Vec<Case> {
                 .to_owned(),
         });
     }
+    all.extend(tiered_cases(s, &base));
     all.push(restart);
     all.push(idle);
     let sweeps = sweep::cases(&base);
@@ -401,6 +467,9 @@ pub struct CaseRun {
     /// The `idle_topics` case's measurement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleReport>,
+    /// What a tiered case's broker uploaded, evicted and read from the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiered: Option<TieredReport>,
 }
 
 impl CaseRun {
@@ -519,6 +588,7 @@ async fn run_disk(case: &Case, round: usize) -> CaseRun {
         disk: None,
         restart: None,
         idle: None,
+        tiered: None,
     };
     // Broker data directories are fresh temp dirs (broker.rs): measure in the same place.
     let dir = std::env::temp_dir();
@@ -540,9 +610,20 @@ async fn run_one(case: &Case, profile: &Profile, bins: &Binaries, round: usize) 
         disk: None,
         restart: None,
         idle: None,
+        tiered: None,
     };
     match &case.kind {
         CaseKind::Load => {}
+        CaseKind::Tiered(config) => {
+            match crate::tiered::run(profile, bins, *config, &case.load).await {
+                Ok((report, tiered)) => {
+                    out.report = Some(report);
+                    out.tiered = tiered;
+                }
+                Err(e) => out.error = Some(e),
+            }
+            return out;
+        }
         CaseKind::Cluster(cluster) => return run_cluster(case, profile, bins, *cluster, out).await,
         CaseKind::Disk => return run_disk(case, round).await,
         CaseKind::Restart(config) => {
@@ -758,6 +839,7 @@ mod tests {
             restart_messages: 1_000_000,
             idle_topics: 1_000,
             drain_messages: 2000,
+            tiered_messages: 3000,
             sweeps: false,
         }
     }
@@ -780,6 +862,8 @@ mod tests {
                 "drain_200b",
                 "drain_1kib",
                 "mixed",
+                "tiered_local",
+                "tiered_read_through",
                 "restart",
                 "idle_topics"
             ]
@@ -812,7 +896,20 @@ mod tests {
         );
         assert!(!mixed.consume_after_publish);
         assert_eq!(mixed.duration_seconds, Some(10.0));
-        let c = &c[4..];
+        for (tiered, read_through) in [(&c[10], false), (&c[11], true)] {
+            assert!(matches!(tiered.kind, CaseKind::Tiered(t) if t.read_through == read_through));
+            assert_eq!(tiered.headline, Headline::DrainRate);
+            let l = &tiered.load;
+            assert_eq!((l.producers, l.consumers, l.message_bytes), (2, 2, 1024));
+            assert_eq!((l.messages, l.consume_after_publish), (3000, true));
+            let runs: Vec<_> = broker::profiles()
+                .into_iter()
+                .filter(|p| !tiered.skip.iter().any(|s| s.profile == p.name))
+                .map(|p| p.name)
+                .collect();
+            assert_eq!(runs, ["rustqueue-durable", "nsqd-default"]);
+        }
+        let c = &c[6..];
         let CaseKind::Restart(r) = &c[6].kind else {
             panic!("restart case")
         };

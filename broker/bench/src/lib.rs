@@ -28,4 +28,5 @@ pub mod report;
 pub mod restart;
 pub mod run;
 pub mod sweep;
+pub mod tiered;
 pub mod wire;

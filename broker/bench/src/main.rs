@@ -110,6 +110,9 @@ struct CompareArgs {
     /// Topics in the idle-topics case.
     #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
     idle_topics: usize,
+    /// Messages in each tiered case (`tiered_local`, `tiered_read_through`).
+    #[arg(long, env = "BENCH_TIERED_MESSAGES", default_value_t = 200_000)]
+    tiered_messages: u64,
     /// Also run the sweeps behind the curves (clients, message size, topics, brokers behind
     /// the gateway; 14 more cases).
     /// The environment variable takes 1/0, yes/no or true/false (`BENCH_SWEEPS=1 make bench`).
@@ -126,6 +129,10 @@ struct CompareArgs {
     /// rustqueued binary; without it only nsqd profiles run (and no results are published).
     #[arg(long, env = "RUSTQUEUED_BIN")]
     rustqueued: Option<PathBuf>,
+    /// versitygw binary, the bucket of the tiered cases (`scripts/deps.sh versitygw`); without
+    /// it their RustQueue runs fail saying so.
+    #[arg(long, env = "VERSITYGW_BIN")]
+    versitygw: Option<PathBuf>,
     /// Results JSON path (default bench/results/<date>.json under --root).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -246,6 +253,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         rounds: a.rounds.max(1),
         backlog_messages: a.backlog_messages,
         drain_messages: a.drain_messages,
+        tiered_messages: a.tiered_messages,
         drain_timeout_seconds: a.drain_timeout_seconds,
         cases: a.cases.into_iter().filter(|c| !c.is_empty()).collect(),
         profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),
@@ -256,6 +264,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
     let bins = Binaries {
         nsqd: a.nsqd,
         rustqueued: a.rustqueued,
+        versitygw: a.versitygw,
     };
     // Ctrl-C or SIGTERM drops the comparison, and with it the running broker (stopped on drop).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

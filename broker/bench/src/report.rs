@@ -74,6 +74,10 @@ pub fn render_with(results: &Results, notes: Option<&str>, curves: &str) -> Stri
     for case in results.cases.iter().filter(|c| c.sweep.is_none()) {
         match case.kind {
             CaseKind::Load | CaseKind::Cluster(_) => case_table(&mut md, results, case),
+            CaseKind::Tiered(_) => {
+                case_table(&mut md, results, case);
+                tiered_lines(&mut md, results, case);
+            }
             CaseKind::Disk => disk_table(&mut md, results, case),
             CaseKind::Restart(_) => restart_table(&mut md, results, case),
             CaseKind::IdleTopics(_) => idle_table(&mut md, results, case),
@@ -84,6 +88,27 @@ pub fn render_with(results: &Results, notes: Option<&str>, curves: &str) -> Stri
         let _ = writeln!(md, "\n{}", notes.trim_end());
     }
     md
+}
+
+/// What each counted tiered run's broker uploaded, evicted and read from the bucket.
+fn tiered_lines(md: &mut String, results: &Results, case: &Case) {
+    let runs = results
+        .runs
+        .iter()
+        .filter(|r| r.case == case.name && r.counts());
+    for r in runs {
+        let Some(t) = &r.tiered else { continue };
+        let _ = writeln!(
+            md,
+            "- `{}` round {}: {} segments uploaded ({:.1} s after publishing ended), {} local copies removed, {:.1} MiB read from the bucket during the drain",
+            r.profile,
+            r.round + 1,
+            t.uploaded_segments,
+            t.settle_seconds,
+            t.evicted_segments,
+            t.read_through_bytes as f64 / (1024.0 * 1024.0)
+        );
+    }
 }
 
 fn case_table(md: &mut String, results: &Results, case: &Case) {

@@ -194,6 +194,9 @@ pub enum RunError {
     /// A consumer or producer could not connect or subscribe.
     #[error("setting up connections: {0}")]
     Setup(#[from] ClientError),
+    /// What the run awaited between publishing and draining failed.
+    #[error("before the drain: {0}")]
+    BeforeDrain(String),
 }
 
 /// Connects and subscribes every consumer (SUB is acknowledged before the first publish, so
@@ -268,6 +271,16 @@ fn broker_usage(
 
 /// Runs one benchmark.
 pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
+    run_with(config, async { Ok(()) }).await
+}
+
+/// Runs one benchmark, awaiting `before_drain` between the end of publishing and the
+/// consumers' release (the tiered cases wait there for the broker's uploads); the drain is
+/// timed from the release. An error from it ends the run with [`RunError::BeforeDrain`].
+pub async fn run_with(
+    config: RunConfig,
+    before_drain: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<RunReport, RunError> {
     validate(&config)?;
     let nonce = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -336,18 +349,15 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
     let window_end = window_end.unwrap_or_else(|| Mark::take(&ledger, &pids));
     let broker_after_publish = config.broker_pid.and_then(procstat::sample);
 
+    if let Err(e) = before_drain.await {
+        let _ = stop_tx.send(true);
+        return Err(RunError::BeforeDrain(e));
+    }
     let _ = go_tx.send(true);
     let (drain_seconds, drain_timed_out) =
         drain(&ledger, &consumers, config.drain_timeout_seconds).await;
     let _ = stop_tx.send(true);
-    for task in consumers {
-        match tokio::time::timeout(Duration::from_secs(30), task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => errors.push(format!("consumer: {e}")),
-            Ok(Err(e)) => errors.push(format!("consumer task: {e}")),
-            Err(_) => errors.push("consumer did not finish within 30 s of CLS".to_owned()),
-        }
-    }
+    finish_consumers(consumers, &mut errors).await;
     let summary = ledger.summary();
     let broker = sampler.map(|(pid, sampler)| {
         let samples = (broker_before, broker_after_publish);
@@ -369,6 +379,21 @@ pub async fn run(config: RunConfig) -> Result<RunReport, RunError> {
         broker,
         errors,
     ))
+}
+
+/// Waits for each consumer to close (they were told to), noting any that failed.
+async fn finish_consumers(
+    consumers: Vec<JoinHandle<Result<(), ClientError>>>,
+    errors: &mut Vec<String>,
+) {
+    for task in consumers {
+        match tokio::time::timeout(Duration::from_secs(30), task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => errors.push(format!("consumer: {e}")),
+            Ok(Err(e)) => errors.push(format!("consumer task: {e}")),
+            Err(_) => errors.push("consumer did not finish within 30 s of CLS".to_owned()),
+        }
+    }
 }
 
 /// `<prefix>-<nonce hex>`, or with `-<k>` appended for each of several topics.

@@ -33,6 +33,7 @@ fn bins() -> Binaries {
     Binaries {
         nsqd: nsqd(),
         rustqueued: None,
+        versitygw: None,
     }
 }
 
@@ -212,6 +213,7 @@ async fn compare_runs_profiles_in_turn_and_renders_a_table_with_ratios() {
         restart_messages: 1_000,
         idle_topics: 1,
         drain_messages: 5_000,
+        tiered_messages: 1_000,
         sweeps: false,
     };
     let mut lines = Vec::new();
@@ -262,6 +264,7 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
         restart_messages: 20_000,
         idle_topics: 20,
         drain_messages: 1_000,
+        tiered_messages: 1_000,
         sweeps: false,
     };
     let mut lines = Vec::new();
@@ -318,6 +321,7 @@ async fn sweep_points_become_a_chart_and_a_table() {
         restart_messages: 1_000,
         idle_topics: 1,
         drain_messages: 1_000,
+        tiered_messages: 1_000,
         sweeps: false,
     };
     let results = compare::compare(settings, bins(), |_| {}).await;
@@ -380,6 +384,7 @@ fn rustqueue_bins() -> Binaries {
     Binaries {
         nsqd: nsqd(),
         rustqueued: Some(dir.join("rustqueued")),
+        versitygw: Some(rustqueue_tier::test_server::versitygw_bin()),
     }
 }
 
@@ -443,4 +448,54 @@ async fn a_cluster_run_reaches_every_server_and_drains() {
             .await
             .unwrap();
     }
+}
+
+/// The tiered cases against a real versitygw: the local run reads its volume only, the
+/// read-through run has every sealed segment uploaded and its local copy removed before the
+/// drain, and reads them back from the bucket; both drain with nothing missing, and the
+/// markdown says what each read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tiered_cases_drain_from_the_volume_and_from_the_bucket() {
+    let settings = Settings {
+        duration_seconds: 1.0,
+        warmup_seconds: 0.0,
+        rounds: 1,
+        backlog_messages: 1_000,
+        drain_timeout_seconds: 120.0,
+        cases: vec!["tiered_local".into(), "tiered_read_through".into()],
+        profiles: vec!["rustqueue-durable".into()],
+        restart_messages: 1_000,
+        idle_topics: 1,
+        drain_messages: 1_000,
+        // About 60 MiB: three sealed 16 MiB segments and an active one.
+        tiered_messages: 60_000,
+        sweeps: false,
+    };
+    let results = compare::compare(settings, rustqueue_bins(), |_| {}).await;
+    assert_eq!(results.runs.len(), 2, "{:#?}", results.runs);
+    for run in &results.runs {
+        assert!(run.counts(), "{run:#?}");
+        let report = run.report.as_ref().unwrap();
+        assert_eq!(report.ledger.missing, 0, "{run:#?}");
+        let tiered = run.tiered.as_ref().expect("a tiered report");
+        assert!(tiered.uploaded_segments >= 3, "{run:#?}");
+        if run.case == "tiered_local" {
+            assert_eq!((tiered.evicted_segments, tiered.read_through_bytes), (0, 0));
+        } else {
+            assert_eq!(
+                tiered.evicted_segments, tiered.uploaded_segments,
+                "{run:#?}"
+            );
+            assert!(
+                tiered.read_through_bytes >= tiered.evicted_segments * 15 * 1024 * 1024,
+                "every evicted segment read back from the bucket: {run:#?}"
+            );
+        }
+    }
+    let md = report::render_with(&results, None, "");
+    assert!(md.contains("## `tiered_read_through`"), "{md}");
+    assert!(
+        md.contains("MiB read from the bucket during the drain"),
+        "{md}"
+    );
 }
