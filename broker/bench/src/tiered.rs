@@ -15,7 +15,7 @@
 //! beside both runs as the reference the ratio column is taken on.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -82,11 +82,13 @@ impl Counters {
         }
     }
 
-    /// Every sealed segment is uploaded (at least one was) and, for read-through, every
-    /// uploaded one has lost its local copy.
-    fn settled(&self, config: TieredConfig) -> bool {
+    /// All `sealed` segments are uploaded (at least one) and, for read-through, every
+    /// uploaded one has lost its local copy. The backlog gauge alone would not do: it is
+    /// refreshed by the uploader's scan, so just after publishing it can still say 0 while
+    /// the last segments sealed wait for their upload.
+    fn settled(&self, config: TieredConfig, sealed: u64) -> bool {
         self.backlog_segments == 0.0
-            && self.uploads >= 1.0
+            && self.uploads >= sealed.max(1) as f64
             && (!config.read_through || self.evicted >= self.uploads)
     }
 }
@@ -105,17 +107,39 @@ async fn scrape_async(http: String) -> Result<Counters, String> {
         .map_err(|e| format!("metrics task: {e}"))?
 }
 
-/// Waits until the broker at `http` says its uploads (and evictions) are done.
-async fn settle(http: String, config: TieredConfig) -> Result<f64, String> {
+/// Sealed segments under the broker's store `data`: every topic's segment indexes (which
+/// stay when local retention removes a `.rqlog`) but its newest, the active segment.
+fn sealed_segments(data: &Path) -> u64 {
+    let Ok(topics) = std::fs::read_dir(data.join("topics")) else {
+        return 0;
+    };
+    topics
+        .filter_map(Result::ok)
+        .map(|t| {
+            std::fs::read_dir(t.path().join("segments")).map_or(0, |files| {
+                let indexes = files
+                    .filter_map(Result::ok)
+                    .filter(|f| f.file_name().to_string_lossy().ends_with(".rqidx"))
+                    .count() as u64;
+                indexes.saturating_sub(1)
+            })
+        })
+        .sum()
+}
+
+/// Waits until the broker at `http`, its store in `data`, has uploaded (and, for
+/// read-through, evicted) every sealed segment.
+async fn settle(http: String, data: PathBuf, config: TieredConfig) -> Result<f64, String> {
     let start = Instant::now();
     loop {
         let now = scrape_async(http.clone()).await?;
-        if now.settled(config) {
+        let sealed = sealed_segments(&data);
+        if now.settled(config, sealed) {
             return Ok(start.elapsed().as_secs_f64());
         }
         if start.elapsed() > SETTLE_LIMIT {
             return Err(format!(
-                "uploads not done within {SETTLE_LIMIT:?} of the end of publishing: {now:?}"
+                "uploads not done within {SETTLE_LIMIT:?} of the end of publishing: {sealed} segments sealed, {now:?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -247,6 +271,7 @@ pub async fn run(
     };
     let broker = Broker::start_with(profile, bins, &options, None).map_err(|e| e.to_string())?;
     let http = broker.http.clone();
+    let data = broker.data_path().join("data");
     let load = RunConfig {
         address: broker.tcp.clone(),
         broker_pid: Some(broker.pid()),
@@ -255,7 +280,7 @@ pub async fn run(
     let settled = std::sync::Arc::new(std::sync::Mutex::new(None));
     let (h, s) = (http.clone(), settled.clone());
     let outcome = run::run_with(load, async move {
-        let seconds = settle(h.clone(), config).await?;
+        let seconds = settle(h.clone(), data, config).await?;
         let before = scrape_async(h).await?;
         *s.lock().expect("not poisoned") = Some((seconds, before));
         Ok(())
@@ -326,22 +351,35 @@ mod tests {
                 read_through_bytes: 3e6,
             }
         );
-        assert!(c.settled(TieredConfig { read_through: true }));
+        assert!(c.settled(TieredConfig { read_through: true }, 12));
+        assert!(
+            !c.settled(TieredConfig { read_through: true }, 13),
+            "a sealed segment the gauge does not show yet"
+        );
         let lagging = Counters { evicted: 11.0, ..c };
-        assert!(!lagging.settled(TieredConfig { read_through: true }));
-        assert!(lagging.settled(TieredConfig {
-            read_through: false
-        }));
+        assert!(!lagging.settled(TieredConfig { read_through: true }, 12));
+        assert!(lagging.settled(
+            TieredConfig {
+                read_through: false
+            },
+            12
+        ));
         let uploading = Counters {
             backlog_segments: 1.0,
             ..c
         };
-        assert!(!uploading.settled(TieredConfig {
-            read_through: false
-        }));
-        assert!(!Counters::default().settled(TieredConfig {
-            read_through: false
-        }));
+        assert!(!uploading.settled(
+            TieredConfig {
+                read_through: false
+            },
+            12
+        ));
+        assert!(!Counters::default().settled(
+            TieredConfig {
+                read_through: false
+            },
+            0
+        ));
     }
 
     #[test]
