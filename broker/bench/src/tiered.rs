@@ -107,8 +107,9 @@ async fn scrape_async(http: String) -> Result<Counters, String> {
         .map_err(|e| format!("metrics task: {e}"))?
 }
 
-/// Sealed segments under the broker's store `data`: every topic's segment indexes (which
-/// stay when local retention removes a `.rqlog`) but its newest, the active segment.
+/// Sealed segments under the broker's store `data`: every topic's segment indexes, which are
+/// written when a segment is sealed (the active one has none yet) and stay when local
+/// retention removes its `.rqlog`.
 fn sealed_segments(data: &Path) -> u64 {
     let Ok(topics) = std::fs::read_dir(data.join("topics")) else {
         return 0;
@@ -117,11 +118,10 @@ fn sealed_segments(data: &Path) -> u64 {
         .filter_map(Result::ok)
         .map(|t| {
             std::fs::read_dir(t.path().join("segments")).map_or(0, |files| {
-                let indexes = files
+                files
                     .filter_map(Result::ok)
                     .filter(|f| f.file_name().to_string_lossy().ends_with(".rqidx"))
-                    .count() as u64;
-                indexes.saturating_sub(1)
+                    .count() as u64
             })
         })
         .sum()
