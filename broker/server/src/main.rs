@@ -107,8 +107,9 @@ enum StorageCmd {
         /// Restore only into an empty data directory, and succeed doing nothing otherwise: a
         /// directory holding a broker's data (`FORMAT`) is left alone, and so is an empty one
         /// when the bucket holds no catalog for the node (a new broker). A directory with
-        /// files but no `FORMAT` (a restore cut short) is refused. The operator's restore init
-        /// container runs this before every broker start (docs/tiering.md).
+        /// files but no `FORMAT` (a restore cut short) is refused. Damaged objects are
+        /// reported but exit 0, so the broker starts on what came back. The operator's restore
+        /// init container runs this before every broker start (docs/tiering.md).
         #[arg(long, conflicts_with = "force")]
         if_empty: bool,
         /// Also write a short JSON summary (outcome and counts) to this file, e.g. the
@@ -324,7 +325,9 @@ async fn restore_command(cfg: &Config, flags: RestoreFlags) -> anyhow::Result<i3
     } else {
         print_restore(&report);
     }
-    Ok(if report.damaged() {
+    // Under --if-empty (the operator's init container) the broker must start on what came
+    // back: the summary carries the damaged objects and the operator reports them.
+    Ok(if report.damaged() && !if_empty {
         EXIT_DAMAGE_FOUND
     } else {
         0

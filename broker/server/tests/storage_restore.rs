@@ -165,9 +165,8 @@ async fn the_restore_command_rebuilds_a_deleted_directory_and_reports_the_loss()
         "--summary-file",
         summary_arg,
     ];
-    let summary = || -> Value {
-        serde_json::from_slice(&std::fs::read(&summary_file).unwrap()).unwrap()
-    };
+    let summary =
+        || -> Value { serde_json::from_slice(&std::fs::read(&summary_file).unwrap()).unwrap() };
     let out = rustqueued(&if_empty, &config);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(summary()["outcome"], "has_data");
@@ -177,7 +176,12 @@ async fn the_restore_command_rebuilds_a_deleted_directory_and_reports_the_loss()
     let fresh = tempfile::tempdir().unwrap();
     let fresh_path = fresh.path().join("data");
     let mut other_node = if_empty.to_vec();
-    other_node.extend(["--node-id", "7", "--data-path", fresh_path.to_str().unwrap()]);
+    other_node.extend([
+        "--node-id",
+        "7",
+        "--data-path",
+        fresh_path.to_str().unwrap(),
+    ]);
     let out = rustqueued(&other_node, &config);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(summary()["outcome"], "nothing_in_bucket");

@@ -29,9 +29,9 @@ use rustqueue_tier::{Bucket, BucketConfig, ObjectKey};
 use super::checkpoint::{CHECKPOINT_FORMAT, Catalog, TopicCheckpoint};
 use super::keys;
 pub use plan::PositionRange;
-pub use rustqueue_storage::restore::{DirectoryState, directory_state};
 use plan::{candidates, lost_ranges, unfinished};
 pub use report::{ChannelLoss, DamagedObject, Ignored, RestoreReport, TopicRestore};
+pub use rustqueue_storage::restore::{DirectoryState, directory_state};
 use segments::{Fetched, fetch_segment};
 
 mod plan;
