@@ -169,8 +169,13 @@ pub(super) fn records(obs: &Observed, previous: &[BrokerRestore]) -> Vec<BrokerR
         }
     }
     out.sort_by(|a, b| a.broker.cmp(&b.broker));
+    // The CRD bounds the list (a status write over it would fail every reconcile).
+    out.truncate(MAX_RESTORE_RECORDS);
     out
 }
+
+/// The most `status.restores` entries (the CRD's `maxItems`).
+const MAX_RESTORE_RECORDS: usize = 500;
 
 /// While a broker is down for its restore, the phase says so instead of `WaitingForBrokers`
 /// (or `Scaling`): which broker, and why it is not Ready yet; a failed restore needs a person
