@@ -115,7 +115,8 @@ pub(super) fn secret_problem(spec: &RustQueueSpec, secret: &TieringSecret) -> Op
 /// `status.restores` after this reading: each broker's latest restore. A restore that ran
 /// (or runs, or failed) is recorded under its Pod's uid; a look that found data, or a
 /// bucket with nothing for the node, replaces nothing but its own `RestoringFromBucket`
-/// entry. Entries of Pods gone stay: they are the only record of what a restore lost.
+/// entry. Finished entries of Pods gone stay: they are the only record of what a restore
+/// lost; a `RestoringFromBucket` entry goes with its Pod.
 pub(super) fn records(obs: &Observed, previous: &[BrokerRestore]) -> Vec<BrokerRestore> {
     let mut out: Vec<BrokerRestore> = previous.to_vec();
     for b in obs.brokers.iter().filter(|b| !b.terminating) {
@@ -168,6 +169,15 @@ pub(super) fn records(obs: &Observed, previous: &[BrokerRestore]) -> Vec<BrokerR
             None => out.push(next),
         }
     }
+    // A restore whose Pod is gone is not running: its next Pod reports again (a restore cut
+    // short fails there, visibly).
+    out.retain(|r| {
+        r.phase != RESTORING
+            || obs
+                .brokers
+                .iter()
+                .any(|b| b.uid == r.pod_uid && !b.terminating)
+    });
     out.sort_by(|a, b| a.broker.cmp(&b.broker));
     // The CRD bounds the list (a status write over it would fail every reconcile).
     out.truncate(MAX_RESTORE_RECORDS);

@@ -224,6 +224,9 @@ fn a_look_that_found_data_or_an_empty_bucket_leaves_no_record() {
             .build();
         assert!(super::tiering::records(&obs, &running.restores).is_empty());
     }
+    // Nor does a restore whose Pod went before it was seen ending.
+    let replaced = brokers().broker_uid(0, "uid-new").build();
+    assert!(super::tiering::records(&replaced, &running.restores).is_empty());
 }
 
 #[test]
