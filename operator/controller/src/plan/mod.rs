@@ -232,6 +232,7 @@ fn gates(
 fn validate_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
     let mut errors = validate(i.name(), i.spec);
     errors.extend(below_floor(i.spec, out.active_feature_level));
+    errors.extend(tiering::removed_after_retention(i.spec, i.previous));
     if errors.is_empty() {
         return Ok(());
     }

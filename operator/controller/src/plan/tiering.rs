@@ -82,6 +82,18 @@ pub(super) fn validate(spec: &RustQueueSpec) -> Vec<String> {
     errs
 }
 
+/// `spec.tiering` removed after local retention ran (`status.tieringLocalRetentionUsed`). The
+/// CRD refuses that at `kubectl apply`; this catches an object written under an older CRD,
+/// which would otherwise roll brokers onto a config whose evicted segments no consumer gets.
+pub(super) fn removed_after_retention(
+    spec: &RustQueueSpec,
+    previous: &rustqueue_api::crd::RustQueueStatus,
+) -> Option<String> {
+    (spec.tiering.is_none() && previous.tiering_local_retention_used == Some(true)).then(|| {
+        "spec.tiering was removed, but local retention has run (status.tieringLocalRetentionUsed): evicted segments exist only in the bucket and would never be delivered again; put spec.tiering back as it was (docs/tiering.md, turning tiering off)".to_string()
+    })
+}
+
 /// Why the bucket credentials cannot be mounted, naming the Secret, the keys and what to do;
 /// `None` when they can (or there is no tiering).
 pub(super) fn secret_problem(spec: &RustQueueSpec, secret: &TieringSecret) -> Option<String> {

@@ -264,6 +264,13 @@ fn local_retention_once_seen_is_remembered_in_status() {
     let later = run(&spec(), &brokers().build(), None);
     let (after, _) = crate::status::next_status(&next, &later, Some(2), "now");
     assert_eq!(after.tiering_local_retention_used, Some(true));
+    // An object written past the CRD's rule is refused by the operator, touching nothing.
+    let obs = brokers().build();
+    let d = super::tests::desired_over(&spec(), "b", 1);
+    let p = plan(&spec(), &obs, &d, &after, 2_000_000_000);
+    assert_eq!(p.phase, Phase::InvalidSpec);
+    assert!(p.message.contains("put spec.tiering back"), "{}", p.message);
+    assert!(p.actions.is_empty());
 }
 
 #[test]
