@@ -283,6 +283,7 @@ pub async fn a_broker_whose_volume_is_lost_is_restored_from_the_bucket(
     })
     .await;
     let phases = phases.into_inner();
+    eprintln!("restore summary: {summary}");
     assert_eq!(summary["outcome"], "restored", "{summary}");
     let restored = summary["messages_restored"].as_u64().expect("a count") as usize;
     let lost = summary["lost_messages"].as_u64().expect("a count") as usize;
