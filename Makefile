@@ -244,7 +244,7 @@ deps-k8s: ## build the testbed's Kubernetes binaries and kubectl into the cache
 
 
 .PHONY: e2e
-e2e: e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-install ## Kubernetes e2e: the testbed self-test, the operator, storage and Kodo scenarios, the Helm install
+e2e: e2e-testbed e2e-operator e2e-storage e2e-kodo e2e-tiering e2e-install ## Kubernetes e2e: the testbed self-test, the operator, storage, Kodo and tiering scenarios, the Helm install
 
 # The testbed's own tests: its library's unit tests need root (network namespaces, address
 # locks, chown), so they run here from the executable `test-build` recorded, not in `unit`.
@@ -266,7 +266,7 @@ e2e-testbed: $(TESTBED_DEPS) $(TESTS_BUILT) ## the testbed self-test: real contr
 E2E_FIGURES = $(IMAGES_TARGET)/e2e-figures.jsonl
 E2E_KODO_FIGURES = $(IMAGES_TARGET)/e2e-kodo-figures.jsonl
 E2E_ENV = RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images RUSTQUEUE_E2E_BIN_DIR=$(IMAGE_BIN_DIR)
-.PHONY: e2e-images e2e-operator e2e-storage e2e-kodo
+.PHONY: e2e-images e2e-operator e2e-storage e2e-kodo e2e-tiering
 e2e-images: images ## the scenario's extra releases derived from the built image (rustqueue:next, :level1, :broken)
 	e2e/k8s/fixture-images.sh --images $(IMAGES_TARGET)/images
 
@@ -291,6 +291,14 @@ e2e-kodo: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the
 	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_KODO_FIGURES) \
 	  $(CARGO_TEST) --test operator -- --nocapture --exact the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message
 	@echo "==> figures of this run (also in $(E2E_KODO_FIGURES)):"; sed 's/^/    /' $(E2E_KODO_FIGURES)
+
+E2E_TIERING_FIGURES = $(IMAGES_TARGET)/e2e-tiering-figures.jsonl
+e2e-tiering: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the tiering scenario on its own testbed with a real versitygw: a missing bucket Secret, tiering rolled on, a lost broker volume restored from the bucket
+	scripts/deps.sh python versitygw
+	rm -f $(E2E_TIERING_FIGURES)
+	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_TIERING_FIGURES) \
+	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_restores_a_lost_broker_volume_from_the_bucket
+	@echo "==> figures of this run (also in $(E2E_TIERING_FIGURES)):"; sed 's/^/    /' $(E2E_TIERING_FIGURES)
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
 .PHONY: fuzz-smoke

@@ -104,6 +104,18 @@ enum StorageCmd {
         /// Print the report as JSON (progress still goes to standard error).
         #[arg(long)]
         json: bool,
+        /// Restore only into an empty data directory, and succeed doing nothing otherwise: a
+        /// directory holding a broker's data (`FORMAT`) is left alone, and so is an empty one
+        /// when the bucket holds no catalog for the node (a new broker). A directory with
+        /// files but no `FORMAT` (a restore cut short) is refused. Damaged objects are
+        /// reported but exit 0, so the broker starts on what came back. The operator's restore
+        /// init container runs this before every broker start (docs/tiering.md).
+        #[arg(long, conflicts_with = "force")]
+        if_empty: bool,
+        /// Also write a short JSON summary (outcome and counts) to this file, e.g. the
+        /// container's termination message, /dev/termination-log.
+        #[arg(long, value_name = "FILE")]
+        summary_file: Option<PathBuf>,
     },
 }
 
@@ -202,15 +214,66 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
     }
 }
 
-/// `storage restore --from-bucket`: the restore, its progress on stderr and its report.
-async fn restore_command(
-    cfg: &Config,
+/// The flags of `storage restore`.
+struct RestoreFlags {
     data_path: Option<PathBuf>,
     node_id: Option<u16>,
     force: bool,
     json: bool,
-) -> anyhow::Result<i32> {
-    use rustqueue_engine::restore::{RestoreOptions, restore_from_bucket};
+    if_empty: bool,
+    summary_file: Option<PathBuf>,
+}
+
+/// Writes the restore's summary to `--summary-file`, when given.
+fn write_summary(
+    path: Option<&PathBuf>,
+    summary: &rustqueue_api::contract::RestoreSummary,
+) -> anyhow::Result<()> {
+    eprintln!("{}", summary.describe());
+    if let Some(path) = path {
+        let json = serde_json::to_string(summary).context("encoding the restore summary")?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `storage restore --from-bucket`: the restore, its progress on stderr and its report.
+async fn restore_command(cfg: &Config, flags: RestoreFlags) -> anyhow::Result<i32> {
+    use rustqueue_api::contract::{RestoreOutcome, RestoreSummary};
+    use rustqueue_engine::restore::{
+        DirectoryState, RestoreError, RestoreOptions, directory_state, restore_from_bucket,
+    };
+    let RestoreFlags {
+        data_path,
+        node_id,
+        force,
+        json,
+        if_empty,
+        summary_file,
+    } = flags;
+    let node = node_id.unwrap_or(cfg.node.id as u16);
+    let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
+    if if_empty {
+        match directory_state(&rustqueue_engine::RealFs, &root)
+            .with_context(|| format!("reading {}", root.display()))?
+        {
+            DirectoryState::Empty => {}
+            DirectoryState::Formatted => {
+                write_summary(
+                    summary_file.as_ref(),
+                    &RestoreSummary::nothing(RestoreOutcome::HasData, node),
+                )?;
+                return Ok(0);
+            }
+            DirectoryState::Unformatted(names) => anyhow::bail!(
+                "{} holds files ({}) but no FORMAT: a restore cut short, or not a data \
+                 directory. --if-empty never deletes anything: check it, then run `rustqueued \
+                 storage restore --from-bucket --force` by hand (docs/operations.md)",
+                root.display(),
+                names.join(", ")
+            ),
+        }
+    }
     let Some(tiering) =
         rustqueue_server::tiering_options(cfg.tiering.as_ref(), |k| std::env::var(k).ok())?
     else {
@@ -221,20 +284,50 @@ async fn restore_command(
     };
     let opts = RestoreOptions {
         bucket: tiering.bucket,
-        node_id: node_id.unwrap_or(cfg.node.id as u16),
-        data_path: data_path.unwrap_or_else(|| cfg.storage.data_path.clone()),
+        node_id: node,
+        data_path: root.clone(),
         force,
     };
-    let root = opts.data_path.clone();
-    let report = restore_from_bucket(opts, &mut |line| eprintln!("{line}"))
-        .await
-        .with_context(|| format!("restoring {} from the bucket", root.display()))?;
+    let report = match restore_from_bucket(opts, &mut |line| eprintln!("{line}")).await {
+        Ok(report) => report,
+        Err(e @ RestoreError::NoCatalog { .. }) if if_empty => {
+            eprintln!("{e}");
+            write_summary(
+                summary_file.as_ref(),
+                &RestoreSummary::nothing(RestoreOutcome::NothingInBucket, node),
+            )?;
+            return Ok(0);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("restoring {} from the bucket", root.display()));
+        }
+    };
+    let count = |n: usize| n as u64;
+    write_summary(
+        summary_file.as_ref(),
+        &RestoreSummary {
+            outcome: RestoreOutcome::Restored,
+            node_id: node,
+            topics: count(report.topics.len()),
+            topics_not_restored: count(report.topics_not_restored),
+            segments_restored: report
+                .topics
+                .iter()
+                .map(|t| count(t.segments_restored))
+                .sum(),
+            messages_restored: report.topics.iter().map(|t| t.messages_restored).sum(),
+            lost_messages: report.lost_messages,
+            damaged_objects: count(report.damaged_objects),
+        },
+    )?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_restore(&report);
     }
-    Ok(if report.damaged() {
+    // Under --if-empty (the operator's init container) the broker must start on what came
+    // back: the summary carries the damaged objects and the operator reports them.
+    Ok(if report.damaged() && !if_empty {
         EXIT_DAMAGE_FOUND
     } else {
         0
@@ -370,7 +463,19 @@ async fn main() -> anyhow::Result<()> {
                 node_id,
                 force,
                 json,
-            } => restore_command(&cfg, data_path, node_id, force, json).await?,
+                if_empty,
+                summary_file,
+            } => {
+                let flags = RestoreFlags {
+                    data_path,
+                    node_id,
+                    force,
+                    json,
+                    if_empty,
+                    summary_file,
+                };
+                restore_command(&cfg, flags).await?
+            }
             action => storage_command(action, &cfg)?,
         };
         std::process::exit(code);

@@ -154,10 +154,61 @@ async fn the_restore_command_rebuilds_a_deleted_directory_and_reports_the_loss()
         "{stderr}"
     );
 
+    // --if-empty (the operator's init container) leaves the broker's directory alone.
+    let summary_file = keys.path().join("summary.json");
+    let summary_arg = summary_file.to_str().unwrap();
+    let if_empty = [
+        "storage",
+        "restore",
+        "--from-bucket",
+        "--if-empty",
+        "--summary-file",
+        summary_arg,
+    ];
+    let summary =
+        || -> Value { serde_json::from_slice(&std::fs::read(&summary_file).unwrap()).unwrap() };
+    let out = rustqueued(&if_empty, &config);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(summary()["outcome"], "has_data");
+    assert_eq!(bases(dir.path()).last(), Some(&active), "nothing touched");
+
+    // An empty directory of a node that never uploaded anything (a new broker): started empty.
+    let fresh = tempfile::tempdir().unwrap();
+    let fresh_path = fresh.path().join("data");
+    let mut other_node = if_empty.to_vec();
+    other_node.extend([
+        "--node-id",
+        "7",
+        "--data-path",
+        fresh_path.to_str().unwrap(),
+    ]);
+    let out = rustqueued(&other_node, &config);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(summary()["outcome"], "nothing_in_bucket");
+    assert_eq!(summary()["node_id"], 7);
+    // Files without FORMAT (a restore cut short): refused, never deleted.
+    std::fs::create_dir_all(fresh_path.join("topics")).unwrap();
+    let out = rustqueued(&other_node, &config);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no FORMAT") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert!(fresh_path.join("topics").is_dir());
+
     std::fs::remove_dir_all(dir.path()).unwrap();
-    let out = rustqueued(&restore, &config);
+    let mut restore_if_empty = if_empty.to_vec();
+    restore_if_empty.push("--json");
+    let out = rustqueued(&restore_if_empty, &config);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let s = summary();
+    assert_eq!(s["outcome"], "restored");
+    assert_eq!(s["lost_messages"], lost);
+    assert_eq!(s["messages_restored"], active - 1);
+    assert_eq!(s["topics"], 1);
+    assert_eq!(s["damaged_objects"], 0);
     assert!(stderr.contains("segment"), "progress on stderr: {stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &report["topics"][0];

@@ -183,6 +183,41 @@ pub fn check_segment(
     Ok(summary)
 }
 
+/// What a data directory holds, as `storage restore --if-empty` decides on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirectoryState {
+    /// Missing, or nothing but a new volume's `lost+found` and a lock file: a restore fills it.
+    Empty,
+    /// It has a `FORMAT` file: a broker's data directory (a start writes `FORMAT` first, a
+    /// restore last).
+    Formatted,
+    /// Files but no `FORMAT` (these names, at most five): a restore cut short, or something
+    /// that is not a data directory. Neither a start nor `--if-empty` touches it.
+    Unformatted(Vec<String>),
+}
+
+/// What `root` holds (see [`DirectoryState`]); reads the directory's names only.
+pub fn directory_state(fs: &dyn Fs, root: &Path) -> Result<DirectoryState, StorageError> {
+    if !fs.exists(root) {
+        return Ok(DirectoryState::Empty);
+    }
+    if fs.exists(&root.join("FORMAT")) {
+        return Ok(DirectoryState::Formatted);
+    }
+    let mut present: Vec<String> = fs
+        .list(root)
+        .map_err(io_err("list", root))?
+        .into_iter()
+        .filter(|n| !ALLOWED_IN_EMPTY.contains(&n.as_str()))
+        .collect();
+    if present.is_empty() {
+        return Ok(DirectoryState::Empty);
+    }
+    present.sort();
+    present.truncate(5);
+    Ok(DirectoryState::Unformatted(present))
+}
+
 /// Holds the data directory's lock for the length of a restore.
 pub struct RestoreLock {
     _lock: Box<dyn Any + Send + Sync>,

@@ -1,5 +1,5 @@
 //! Pod-level behaviour of the process kubelet: env and volume sources, the termination
-//! message, restart policies, liveness restarts, image errors, and SIGTERM-then-SIGKILL on
+//! message, init containers, restart policies, liveness restarts, image errors, and SIGTERM-then-SIGKILL on
 //! delete within the grace period.
 
 mod support;
@@ -48,6 +48,12 @@ fn terminated(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStateTermi
         .as_ref()?
         .terminated
         .clone()
+}
+
+fn terminated_of(
+    cs: &[k8s_openapi::api::core::v1::ContainerStatus],
+) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    cs.first()?.state.as_ref()?.terminated.clone()
 }
 
 const INSPECT: &str = r#"
@@ -136,11 +142,27 @@ async fn scenario() {
         }}),
     );
     let done = pod("done", "OnFailure", "echo finished", json!({}));
+    // An init container prepares a volume and reports through its termination message (the
+    // operator's restore init container does both) before the main container starts.
+    let init = pod(
+        "init",
+        "Never",
+        "test \"$(cat /work/state)\" = prepared",
+        json!({"spec": {
+            "initContainers": [{"name": "prepare", "image": TOOLS, "command": ["sh", "-c",
+                "echo prepared > /work/state; printf '{\"outcome\":\"restored\"}' > /dev/termination-log"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+            "containers": [{"name": "main", "image": TOOLS, "command": ["sh", "-c",
+                "test \"$(cat /work/state)\" = prepared"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+            "volumes": [{"name": "work", "emptyDir": {}}],
+        }}),
+    );
     let stubborn_script = "trap 'echo got TERM' TERM; echo started; while true; do sleep 0.2; done";
     let stubborn = pod("stubborn", "Always", stubborn_script, json!({}));
     let mut missing = pod("missing", "Always", "true", json!({}));
     missing.spec.as_mut().unwrap().containers[0].image = Some("no/such-image:1".into());
-    for p in [&inspect, &flaky, &done, &stubborn, &missing] {
+    for p in [&inspect, &flaky, &done, &init, &stubborn, &missing] {
         pods.create(&pp, p).await.unwrap();
     }
 
@@ -169,6 +191,29 @@ async fn scenario() {
         0
     );
     assert_eq!(bed.logs(NS, "done", "main").unwrap(), "finished\n");
+
+    // The init container ran first, to the end, and its termination message is reported in
+    // initContainerStatuses; the main container saw what it prepared.
+    let p = wait_pod(&pods, "init", "Succeeded", LONG, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+    })
+    .await;
+    let status = p.status.unwrap();
+    let prepare = &status
+        .init_container_statuses
+        .expect("initContainerStatuses")[0];
+    assert_eq!(prepare.name, "prepare");
+    let t = prepare
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("terminated");
+    assert_eq!(t.exit_code, 0);
+    assert_eq!(t.message.as_deref(), Some(r#"{"outcome":"restored"}"#));
+    assert_eq!(
+        terminated_of(&status.container_statuses.unwrap()).map(|t| t.exit_code),
+        Some(0)
+    );
 
     // Liveness failures restart the container; the previous run's log is kept.
     let p = wait_pod(

@@ -61,6 +61,13 @@ pub const CONFIG_DIR: &str = "/etc/rustqueue";
 pub const CONFIG_FILE: &str = "rustqueue.toml";
 /// Where the auth Secret is mounted; token files are `<dir>/<scope>-token`.
 pub const SECRETS_DIR: &str = "/run/secrets/rustqueue";
+/// Where the bucket's credentials (`spec.tiering.credentialsSecret`) are mounted in broker
+/// Pods: [`TIERING_ACCESS_KEY_FILE`] and [`TIERING_SECRET_KEY_FILE`] under it.
+pub const TIERING_SECRETS_DIR: &str = "/run/secrets/rustqueue-tiering";
+/// The file holding the access key id, under [`TIERING_SECRETS_DIR`].
+pub const TIERING_ACCESS_KEY_FILE: &str = "access-key-id";
+/// The file holding the secret access key, under [`TIERING_SECRETS_DIR`].
+pub const TIERING_SECRET_KEY_FILE: &str = "secret-access-key";
 
 /// Broker environment variables the operator sets.
 pub mod env {

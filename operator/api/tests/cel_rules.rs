@@ -215,3 +215,94 @@ fn an_object_already_below_its_floor_can_still_change_other_fields() {
     new.spec.image = "rustqueue:next".into();
     assert_eq!(level_change(at_level(1, Some(2)), new), "");
 }
+
+fn tiered(edit: impl FnOnce(&mut rustqueue_api::crd::Tiering)) -> RustQueueSpec {
+    let mut s = spec();
+    let mut t: rustqueue_api::crd::Tiering = serde_json::from_value(serde_json::json!({
+        "bucket": "rq-bucket",
+        "endpoint": "https://s3.example",
+        "prefix": "cluster-a/prod",
+        "credentialsSecret": {"name": "s3"},
+    }))
+    .unwrap();
+    edit(&mut t);
+    s.tiering = Some(t);
+    s
+}
+
+#[test]
+fn a_tiering_spec_is_refused_for_a_dotted_bucket_plain_http_or_a_dot_segment() {
+    assert_eq!(errors(tiered(|_| {})), "");
+    let e = errors(tiered(|t| t.bucket = "a..b".into()));
+    assert!(e.contains("tiering.bucket must not contain '..'"), "{e}");
+    let e = errors(tiered(|t| t.endpoint = "http://s3.example".into()));
+    assert!(e.contains("set tiering.allowHttp"), "{e}");
+    assert_eq!(
+        errors(tiered(|t| {
+            t.endpoint = "http://s3.example".into();
+            t.allow_http = true;
+        })),
+        ""
+    );
+    let e = errors(tiered(|t| t.prefix = Some("a/../b".into())));
+    assert!(
+        e.contains("tiering.prefix must not have a '.' or '..' segment"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tiering_with_local_retention_cannot_be_removed_in_the_same_apply() {
+    let with_retention = tiered(|t| t.local_retention_bytes = Some(0));
+    let e = update_errors(with_retention.clone(), spec());
+    assert!(
+        e.contains("spec.tiering cannot be removed while local retention is set"),
+        "{e}"
+    );
+    assert_eq!(
+        update_errors(tiered(|_| {}), spec()),
+        "",
+        "never evicted: may go"
+    );
+    assert_eq!(update_errors(with_retention, tiered(|_| {})), "");
+}
+
+/// A tiered RustQueue whose status says local retention has run (or not).
+fn retention_used(s: RustQueueSpec, used: bool) -> RustQueue {
+    let mut r = rq(s);
+    r.status = Some(rustqueue_api::crd::RustQueueStatus {
+        tiering_local_retention_used: used.then_some(true),
+        ..Default::default()
+    });
+    r
+}
+
+#[test]
+fn once_local_retention_has_run_tiering_stays_on_the_same_bucket_and_prefix() {
+    let old = || retention_used(tiered(|_| {}), true);
+    let change = |new: RustQueueSpec| level_change(old(), retention_used(new, true));
+    let refused = "spec.tiering cannot be removed, nor its bucket or prefix changed, once local retention has been on";
+    for new in [
+        spec(),
+        tiered(|t| t.bucket = "other-bucket".into()),
+        tiered(|t| t.prefix = Some("cluster-b".into())),
+        tiered(|t| t.prefix = None),
+    ] {
+        let e = change(new);
+        assert!(e.contains(refused), "{e}");
+    }
+    assert_eq!(change(tiered(|t| t.checkpoint_upload_seconds = 5)), "");
+    assert_eq!(
+        change(tiered(|t| t.endpoint = "https://s3-2.example".into())),
+        "",
+        "the same bucket through another endpoint"
+    );
+    assert_eq!(
+        level_change(
+            retention_used(tiered(|_| {}), false),
+            retention_used(spec(), false)
+        ),
+        "",
+        "without the status mark it may go"
+    );
+}

@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::observe::{Observer, RuntimeWorkloads, base_url};
 use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
 use crate::render::{AuthTokens, Desired, DesiredInputs, KodoLayout, Owner};
-use crate::status::{error_status, next_status, now_rfc3339};
+use crate::status::{error_status, next_status, now_rfc3339, restore_events};
 
 /// Shared state of all reconciles.
 pub struct Context {
@@ -204,6 +204,7 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         &owner,
         &rq.spec,
         &DesiredInputs {
+            tiering_secret_revision: observed.tiering_secret.revision(),
             auth_secret_name: auth_secret_name(&name, &rq.spec),
             auth_secret_revision: match &observed.auth {
                 AuthState::Valid { revision } => revision.clone(),
@@ -394,6 +395,10 @@ async fn write_outcome(ctx: &Context, rq: &RustQueue, decided: &Plan) -> Result<
     }
     if let Some(t) = transition {
         tracing::info!(rustqueue = %rq.name_any(), phase = %t.reason, message = %t.note, "phase changed");
+        apply::record_transition(&ctx.recorder, rq, &t).await;
+    }
+    for t in restore_events(&previous, &status) {
+        tracing::info!(rustqueue = %rq.name_any(), reason = %t.reason, message = %t.note, "restore from the bucket ended");
         apply::record_transition(&ctx.recorder, rq, &t).await;
     }
     Ok(())

@@ -5,18 +5,23 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStateTerminated, Node, PersistentVolumeClaim, Pod, PodStatus, Secret,
+    Service,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::ListParams;
-use rustqueue_api::contract::{self, paths};
-use rustqueue_api::crd::RustQueueSpec;
+use rustqueue_api::contract::{self, RESTORE_CONTAINER, RestoreSummary, paths};
+use rustqueue_api::crd::{RustQueueSpec, TieringCredentials};
 use rustqueue_api::labels;
 
 use crate::Error;
 use crate::plan::{
     AuthState, BrokerPod, Claim, DiscoveryPod, GatewayPod, GatewaySet, Health, KodoObserved,
-    Observed, ProbePod, StorageClassState, StorageDamage, Workload, auth_secret_name,
+    Observed, ProbePod, RestoreRun, StorageClassState, StorageDamage, TieringSecret, Workload,
+    auth_secret_name,
 };
 use crate::render::kodo::names as kodo_names;
 use crate::render::{
@@ -103,6 +108,17 @@ impl Observer<'_> {
             .get_opt(&secret_name)
             .await
             .map_err(|e| Error::kube("get auth Secret", e))?;
+        let tiering_secret = match &spec.tiering {
+            None => TieringSecret::Unused,
+            Some(t) => {
+                let c = &t.credentials_secret;
+                let found = secrets
+                    .get_opt(&c.name)
+                    .await
+                    .map_err(|e| Error::kube("get tiering credentials Secret", e))?;
+                tiering_secret(c, found.as_ref())
+            }
+        };
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
         let config_maps = config_maps
             .list_metadata(&selector)
@@ -155,6 +171,7 @@ impl Observer<'_> {
                 .collect(),
             probes: probes.items.iter().map(probe).collect(),
             auth: auth_state(spec, &secret_name, secret.as_ref()),
+            tiering_secret,
             discovery: runtime.discovery,
             gateway: runtime.gateway,
             console: runtime.console,
@@ -298,6 +315,8 @@ impl Observer<'_> {
             waiting,
             health,
             damage,
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            restore: restore_run(&status),
         }
     }
 
@@ -444,6 +463,85 @@ fn probe(pod: &Pod) -> ProbePod {
         message: state
             .and_then(|s| s.terminated.as_ref())
             .and_then(|t| t.message.clone()),
+    }
+}
+
+/// The bucket credentials Secret: present with both keys non-empty, or what it lacks. Only the
+/// keys' presence is read; their values never leave the Secret.
+fn tiering_secret(c: &TieringCredentials, secret: Option<&Secret>) -> TieringSecret {
+    let Some(secret) = secret else {
+        return TieringSecret::Missing {
+            name: c.name.clone(),
+        };
+    };
+    let has = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .is_some_and(|v| !String::from_utf8_lossy(&v.0).trim().is_empty())
+    };
+    let keys: Vec<String> = [&c.access_key_id_key, &c.secret_access_key_key]
+        .into_iter()
+        .filter(|k| !has(k))
+        .cloned()
+        .collect();
+    if keys.is_empty() {
+        TieringSecret::Valid {
+            revision: secret.metadata.resource_version.clone().unwrap_or_default(),
+        }
+    } else {
+        TieringSecret::MissingKeys {
+            name: c.name.clone(),
+            keys,
+        }
+    }
+}
+
+/// The broker Pod's restore init container, as the kubelet reports it (`None`: it has none).
+fn restore_run(status: &PodStatus) -> Option<RestoreRun> {
+    let c = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == RESTORE_CONTAINER)?;
+    let time = |t: &Option<Time>| t.as_ref().map(|t| t.0.to_string());
+    let ended = |t: &ContainerStateTerminated| {
+        let summary = t
+            .message
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<RestoreSummary>(m.trim()).ok());
+        match summary {
+            Some(summary) if t.exit_code == 0 => RestoreRun::Done {
+                summary,
+                started_at: time(&t.started_at),
+                finished_at: time(&t.finished_at),
+            },
+            _ => RestoreRun::Failed {
+                message: t.message.clone().unwrap_or_else(|| {
+                    format!(
+                        "exit status {} ({})",
+                        t.exit_code,
+                        t.reason.clone().unwrap_or_default()
+                    )
+                }),
+                finished_at: time(&t.finished_at),
+            },
+        }
+    };
+    let state = c.state.as_ref();
+    if let Some(r) = state.and_then(|s| s.running.as_ref()) {
+        return Some(RestoreRun::Running {
+            started_at: time(&r.started_at),
+        });
+    }
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        return Some(ended(t));
+    }
+    // Waiting again after a failure (back-off): the last run says why.
+    match c.last_state.as_ref().and_then(|s| s.terminated.as_ref()) {
+        Some(t) if t.exit_code != 0 => Some(ended(t)),
+        _ => Some(RestoreRun::Pending),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use rustqueue_api::crd::{Condition, ConditionStatus, RustQueueStatus};
 
-use crate::plan::{ConditionType, OperationChange, Phase, Plan};
+use crate::plan::{ConditionType, OperationChange, Phase, Plan, RESTORE_FAILED, RESTORED};
 
 /// A phase change worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,10 @@ pub fn next_status(
             .clone()
             .or_else(|| previous.desired_storage_size.clone()),
         kodo_producer_restart_baseline_nonce: plan.kodo_baseline_nonce.clone(),
+        tiering_local_retention_used: (plan.tiering_local_retention_used
+            || previous.tiering_local_retention_used == Some(true))
+        .then_some(true),
+        restores: plan.restores.clone(),
     };
     (status, transition)
 }
@@ -137,8 +141,34 @@ pub fn error_status(
         desired_storage_size: previous.desired_storage_size.clone(),
         requeue: crate::plan::REQUEUE,
         kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
+        restores: previous.restores.clone(),
+        tiering_local_retention_used: previous.tiering_local_retention_used == Some(true),
     };
     next_status(previous, &plan, generation, now)
+}
+
+/// An Event for each restore from the bucket that ended since `previous` (docs/tiering.md):
+/// `RestoredFromBucket` with its counts (a Warning when it lost messages or met damaged
+/// objects), or `RestoreFromBucketFailed`.
+pub fn restore_events(previous: &RustQueueStatus, next: &RustQueueStatus) -> Vec<Transition> {
+    next.restores
+        .iter()
+        .filter(|r| r.phase == RESTORED || r.phase == RESTORE_FAILED)
+        .filter(|r| !previous.restores.contains(r))
+        .map(|r| {
+            let restored = r.phase == RESTORED;
+            let lossy = r.lost_messages.unwrap_or(0) > 0 || r.damaged_objects.unwrap_or(0) > 0;
+            Transition {
+                reason: if restored {
+                    "RestoredFromBucket".into()
+                } else {
+                    "RestoreFromBucketFailed".into()
+                },
+                note: format!("{}: {}", r.broker, r.message),
+                warning: !restored || lossy,
+            }
+        })
+        .collect()
 }
 
 /// Format unix seconds as RFC 3339 UTC with second precision (`2026-11-30T05:00:00Z`).
@@ -183,6 +213,7 @@ mod tests {
             uid: "u",
         };
         let inputs = DesiredInputs {
+            tiering_secret_revision: None,
             auth_secret_name: "q-auth".into(),
             auth_secret_revision: "7".into(),
             claim_template_size: None,

@@ -83,6 +83,7 @@ fn desired(spec: &RustQueueSpec) -> Desired {
         uid: "u",
     };
     let inputs = DesiredInputs {
+        tiering_secret_revision: None,
         auth_secret_name: "q-auth".into(),
         auth_secret_revision: "1".into(),
         claim_template_size: None,

@@ -40,6 +40,26 @@ fn the_sample_is_valid_under_the_crd_rules() {
     assert!(rustqueue_operator::testing::validate("queue", &rq.spec).is_empty());
 }
 
+#[test]
+fn the_tiering_sample_is_valid_and_names_its_credentials_secret() {
+    let rq: RustQueue =
+        serde_norway::from_str(&config("samples/rustqueue_v1alpha1_rustqueue_tiering.yaml"))
+            .unwrap();
+    let t = rq
+        .spec
+        .tiering
+        .as_ref()
+        .expect("the sample turns tiering on");
+    assert_eq!(t.credentials_secret.name, "queue-bucket");
+    assert_eq!(t.credentials_secret.access_key_id_key, "access-key-id");
+    assert!(
+        !t.local_retention(),
+        "the sample can still turn tiering off"
+    );
+    rq.validate_cel().expect("sample passes CEL");
+    assert!(rustqueue_operator::testing::validate("queue", &rq.spec).is_empty());
+}
+
 type Grants = std::collections::BTreeSet<(String, String, String)>;
 
 fn grants(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Grants {

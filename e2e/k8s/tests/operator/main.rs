@@ -25,6 +25,7 @@ mod maintenance;
 mod network;
 mod rollout;
 mod storage;
+mod tiering;
 mod tls;
 
 use rustqueue_e2e::steps::{figure, step};
@@ -44,6 +45,7 @@ use maintenance::*;
 use network::*;
 use rollout::*;
 use storage::*;
+use tiering::*;
 use tls::*;
 
 /// Runs `f(args)` as the step named `f`.
@@ -191,5 +193,36 @@ fn the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message() {
         )
         .await;
         step!(a_renewed_client_certificate_reaches_new_handshakes_without_a_restart(&c)).await;
+    });
+}
+
+/// Tiered storage through the operator (docs/tiering.md) on a cluster of its own, with a real
+/// versitygw this test starts: a missing credentials Secret named in the status, tiering
+/// turned on by one rollout, and a broker whose PVC is lost restored from the bucket before it
+/// starts, every message of its uploaded segment delivered and the rest counted lost exactly.
+/// Only on the testbed: its Pods share this test's network namespace, so they reach the bucket
+/// on loopback.
+#[test]
+fn the_operator_restores_a_lost_broker_volume_from_the_bucket() {
+    cluster::runtime().block_on(async {
+        let c = Cluster::start().await;
+        if !c.is_testbed() {
+            not_run(
+                "the_operator_restores_a_lost_broker_volume_from_the_bucket",
+                "the test's bucket listens on the testbed's loopback",
+            );
+            return;
+        }
+        let bucket = rustqueue_tier::test_server::TestServer::start();
+        step!(the_operator_installs_from_config_default(&c)).await;
+        step!(the_sample_becomes_ready_for_kubectl_wait(&c)).await;
+        step!(tiering_waits_for_its_credentials_secret_then_rolls_once(
+            &c, &bucket
+        ))
+        .await;
+        step!(a_broker_whose_volume_is_lost_is_restored_from_the_bucket(
+            &c, &bucket
+        ))
+        .await;
     });
 }

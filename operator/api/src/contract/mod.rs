@@ -9,6 +9,7 @@ mod health;
 mod manage;
 mod observe;
 mod registry;
+mod restore;
 mod stats;
 
 pub use capabilities::{
@@ -27,6 +28,7 @@ pub use observe::{
     ObservedStorage, QueueAggregates, QueueObservation, Readiness, RuntimeCounters,
 };
 pub use registry::{Registry, RegistryHead, RegistryTopic};
+pub use restore::{RESTORE_CONTAINER, RestoreOutcome, RestoreSummary};
 pub use stats::{ScrubReport, Stats, StatsChannel, StatsTopic};
 
 use serde::{Deserialize, Serialize};

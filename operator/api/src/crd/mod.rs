@@ -11,6 +11,7 @@ mod console;
 mod defaults;
 mod spec;
 mod status;
+mod tiering;
 
 pub use catalog::{
     CatalogAction, CatalogOperation, CatalogPhase, QUEUE_LABEL, RustQueueChannel,
@@ -23,8 +24,10 @@ pub use spec::{
     RustQueue, RustQueueSpec, Toleration,
 };
 pub use status::{
-    Condition, ConditionStatus, OperationKind, OperationPhase, OperationStatus, RustQueueStatus,
+    BrokerRestore, Condition, ConditionStatus, OperationKind, OperationPhase, OperationStatus,
+    RustQueueStatus,
 };
+pub use tiering::{MAX_LOCAL_RETENTION_SECONDS, Tiering, TieringCredentials};
 
 /// Largest `maxMessageBytes` that fits the legacy 72 MiB v7 record bound; above it the
 /// storage feature level must be at least 2 (docs/operator.md, "Preflight and feature levels").

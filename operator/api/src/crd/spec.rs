@@ -38,6 +38,12 @@ use super::status::RustQueueStatus;
     // A static message: a messageExpression that prints the level (string(int)) is costed
     // as an unbounded string, and the API server refuses the CRD for it.
     .message("spec.storageFeatureLevel cannot be lowered below status.activeStorageFeatureLevel, the floor: the brokers have activated that level and their PVCs may hold records a lower level cannot read, so it is never lowered (a raise that never activated can still be taken back)"),
+    // Once local retention has run, evicted segments may exist only in the bucket: tiering
+    // stays on, on the same bucket and prefix (docs/tiering.md, "Turning tiering off").
+    validation = Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.tieringLocalRetentionUsed) || !oldSelf.status.tieringLocalRetentionUsed || !has(oldSelf.spec.tiering) || (has(self.spec.tiering) && self.spec.tiering.bucket == oldSelf.spec.tiering.bucket && (has(self.spec.tiering.prefix) ? (has(oldSelf.spec.tiering.prefix) && self.spec.tiering.prefix == oldSelf.spec.tiering.prefix) : !has(oldSelf.spec.tiering.prefix)))"
+    )
+    .message("spec.tiering cannot be removed, nor its bucket or prefix changed, once local retention has been on (status.tieringLocalRetentionUsed): evicted segments may exist only in that bucket under that prefix, and without it they would never be delivered again (docs/tiering.md, turning tiering off)"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Desired",
@@ -74,6 +80,11 @@ use super::status::RustQueueStatus;
         .message("kodoCompatibility.decommissionConfirmed must be false while kodoCompatibility.enabled is true (set it only when disabling the profile)"),
     // With management on, a broker takes no traffic until the console syncs its fences
     // (docs/console.md): without a console the brokers would never become Ready.
+    // docs/tiering.md, "Turning tiering off": with local retention the bucket may hold the
+    // only copy of evicted segments. This refuses the one apply that sets retention and removes
+    // tiering; status.tieringLocalRetentionUsed (below, on the object) holds every later one.
+    validation = Rule::new("!has(oldSelf.tiering) || !(has(oldSelf.tiering.localRetentionBytes) || has(oldSelf.tiering.localRetentionSeconds)) || has(self.tiering)")
+        .message("spec.tiering cannot be removed while local retention is set: evicted segments exist only in the bucket and would never be delivered again (docs/tiering.md, turning tiering off)"),
     validation = Rule::new("!self.consoleManagementEnabled || self.console.enabled")
         .message("consoleManagementEnabled needs console.enabled: with management on, brokers take no traffic until the console has synced their delete fences"),
 )]
@@ -230,6 +241,11 @@ pub struct RustQueueSpec {
     /// Broker container resources.
     #[serde(default)]
     pub broker_resources: BrokerResources,
+    /// Tiered storage (docs/tiering.md): sealed segments and checkpoints uploaded to an
+    /// S3-compatible bucket, and a broker whose volume was replaced by an empty one restored
+    /// from it before it starts. Unset: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiering: Option<super::Tiering>,
 }
 
 /// When a publish is acknowledged to the producer.

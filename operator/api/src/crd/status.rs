@@ -47,6 +47,48 @@ pub struct RustQueueStatus {
     /// Producer-restart nonce captured when Kodo Gateways were advertised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kodo_producer_restart_baseline_nonce: Option<String>,
+    /// The brokers have run with `spec.tiering` local retention: the bucket may hold the only
+    /// copy of evicted segments, so tiering can no longer be removed nor its bucket or prefix
+    /// changed (the CRD refuses it). Never cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiering_local_retention_used: Option<bool>,
+    /// The latest restore from the bucket of each broker whose volume was replaced by an
+    /// empty one (docs/tiering.md), by broker.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["broker"]))]
+    #[schemars(length(max = 500))]
+    pub restores: Vec<BrokerRestore>,
+}
+
+/// One broker's restore from the bucket, as its restore init container reported it.
+#[derive(Serialize, Deserialize, JsonSchema, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerRestore {
+    /// The broker Pod, `<name>-<ordinal>`.
+    pub broker: String,
+    /// `RestoringFromBucket` while it runs, then `Restored` or `Failed`.
+    pub phase: String,
+    /// The Pod the restore ran in (its uid): a new Pod is a new restore.
+    #[serde(default)]
+    pub pod_uid: String,
+    /// RFC 3339 time the restore started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// RFC 3339 time it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Messages restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_restored: Option<u64>,
+    /// Messages lost: positions of the newest checkpoint that did not come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_messages: Option<u64>,
+    /// Damaged or missing objects (never used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged_objects: Option<u64>,
+    /// What happened, in words.
+    #[serde(default)]
+    pub message: String,
 }
 
 impl RustQueueStatus {

@@ -6,8 +6,8 @@
 use rustqueue_api::contract::{DrainStatus, NotReadyReason};
 
 use super::model::{
-    AuthState, BrokerPod, Claim, Health, KodoObserved, Observed, ProbePod, StorageClassState,
-    Workload,
+    AuthState, BrokerPod, Claim, Health, KodoObserved, Observed, ProbePod, RestoreRun,
+    StorageClassState, TieringSecret, Workload,
 };
 
 /// What the probe of a current binary reports: levels 1 and 2, 100 MiB messages.
@@ -40,6 +40,7 @@ impl Observed {
             auth: AuthState::Valid {
                 revision: "7".into(),
             },
+            tiering_secret: TieringSecret::Unused,
             claim_template_size: None,
             discovery: Some(Workload::available(2)),
             gateway: Some(Workload::available(3)),
@@ -63,6 +64,8 @@ fn ready_broker(ordinal: usize) -> BrokerPod {
         capabilities: None,
         config_map: Some("q-config-a".into()),
         damage: None,
+        uid: format!("uid-{ordinal}"),
+        restore: None,
     }
 }
 
@@ -174,6 +177,30 @@ impl ObservedBuilder {
     /// Broker `ordinal`'s Pod does not exist.
     pub fn missing(mut self, ordinal: usize) -> Self {
         self.0.brokers.retain(|b| b.name != format!("q-{ordinal}"));
+        self
+    }
+
+    /// Broker `ordinal`'s restore init container is in `run` (the broker is down meanwhile).
+    pub fn restore(self, ordinal: usize, run: RestoreRun) -> Self {
+        self.broker(ordinal, |b| {
+            if !matches!(run, RestoreRun::Done { .. }) {
+                b.pod_ready = false;
+                b.ip = None;
+                b.health = Health::Unreachable("no Pod IP".into());
+                b.drain = None;
+            }
+            b.restore = Some(run);
+        })
+    }
+
+    /// Broker `ordinal`'s Pod has uid `uid` (a Pod created again).
+    pub fn broker_uid(self, ordinal: usize, uid: &str) -> Self {
+        self.broker(ordinal, |b| b.uid = uid.into())
+    }
+
+    /// The tiering credentials Secret state.
+    pub fn tiering_secret(mut self, secret: TieringSecret) -> Self {
+        self.0.tiering_secret = secret;
         self
     }
 

@@ -55,6 +55,11 @@ pub enum Phase {
     DisablingKodo,
     /// The profile was disabled without `decommissionConfirmed`: nothing changes.
     KodoDecommissionBlocked,
+    /// A broker's restore init container is rebuilding its empty volume from the bucket
+    /// (docs/tiering.md); the broker starts when it ends.
+    RestoringFromBucket,
+    /// A broker's restore from the bucket failed: it does not start until a person looks.
+    RestoreFromBucketFailed,
 }
 
 impl Phase {
@@ -85,6 +90,8 @@ impl Phase {
             Self::WaitingForKodoProducerRestart => "WaitingForKodoProducerRestart",
             Self::DisablingKodo => "DisablingKodo",
             Self::KodoDecommissionBlocked => "KodoDecommissionBlocked",
+            Self::RestoringFromBucket => "RestoringFromBucket",
+            Self::RestoreFromBucketFailed => "RestoreFromBucketFailed",
         }
     }
 
@@ -101,6 +108,7 @@ impl Phase {
                 | Self::InvalidSpec
                 | Self::ReconcileError
                 | Self::KodoDecommissionBlocked
+                | Self::RestoreFromBucketFailed
         )
     }
 

@@ -10,6 +10,7 @@
 //! 1. spec fails validation (or lowers `storageFeatureLevel` below the active floor) →
 //!    `InvalidSpec` (Degraded), touch nothing;
 //! 2. the auth Secret is missing or broken → create it, or `InvalidSpec` when the user owns it;
+//!    the tiering credentials Secret or one of its keys is missing → `InvalidSpec`;
 //! 3. preflight of the target image and the running brokers → `Preflight`/`PreflightBlocked`:
 //!    resume drains, runtime objects only;
 //! 4. a broker claim contradicts the spec → `StorageBlocked`: resume drains, runtime only;
@@ -19,7 +20,9 @@
 //! 7. more brokers than desired → drained scale-down of the highest ordinal (`Draining`);
 //! 8. fewer brokers than desired → `Scaling` until the new brokers are Ready;
 //! 9. a broker not on the target revision → rollout (`Rolling`, `RolloutPaused`, ...);
-//! 10. otherwise `Ready`, or `WaitingForBrokers` while a broker is not Ready.
+//! 10. otherwise `Ready`, or `WaitingForBrokers` while a broker is not Ready
+//!     (`RestoringFromBucket` while its restore init container runs, `RestoreFromBucketFailed`
+//!     when that failed).
 
 mod conditions;
 pub mod kodo;
@@ -30,6 +33,7 @@ mod preflight;
 mod quantity;
 mod rollout;
 mod storage;
+mod tiering;
 mod validate;
 
 #[cfg(any(test, feature = "test-support"))]
@@ -44,12 +48,13 @@ pub use conditions::{ConditionSpec, ConditionType, Phase};
 use model::DrainGoal;
 pub use model::{
     Action, AuthState, BrokerPod, Claim, DiscoveryPod, GatewayPod, GatewaySet, Health,
-    KodoObserved, Observed, OperationChange, Plan, ProbePod, StorageClassState, StorageDamage,
-    Workload,
+    KodoObserved, Observed, OperationChange, Plan, ProbePod, RestoreRun, StorageClassState,
+    StorageDamage, TieringSecret, Workload,
 };
 #[cfg(test)]
 use operation::operation_id;
 pub use storage::{StorageState, storage_state};
+pub use tiering::{FAILED as RESTORE_FAILED, RESTORED};
 pub use validate::validate;
 
 use crate::render::{Desired, names};
@@ -136,6 +141,12 @@ pub fn plan(
         desired_storage_size: Some(desired.claim_size.clone()),
         requeue: REQUEUE,
         kodo_baseline_nonce: previous.kodo_producer_restart_baseline_nonce.clone(),
+        restores: tiering::records(obs, &previous.restores),
+        tiering_local_retention_used: previous.tiering_local_retention_used == Some(true)
+            || spec
+                .tiering
+                .as_ref()
+                .is_some_and(rustqueue_api::crd::Tiering::local_retention),
     };
     let i = Inputs {
         spec,
@@ -146,6 +157,7 @@ pub fn plan(
         desired_n,
     };
     let kodo_conditions = gates(&i, &storage, &mut out).unwrap_or_else(|Stopped(c)| c);
+    tiering::overlay(obs, &mut out);
     let unavailable = unavailable(name, obs, out.desired_brokers.max(current(obs)));
     out.ready_brokers = ready_count(name, obs, out.desired_brokers.max(current(obs)));
     let runtime = conditions::runtime(obs, spec.console.enabled);
@@ -187,6 +199,7 @@ fn gates(
 ) -> Result<Vec<ConditionSpec>, Stopped> {
     validate_gate(i, out)?;
     auth_gate(i, out)?;
+    tiering_gate(i, out)?;
     let cut = kodo_gate(i, out)?;
     let ctx = operations::Context {
         spec: i.spec,
@@ -219,6 +232,7 @@ fn gates(
 fn validate_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
     let mut errors = validate(i.name(), i.spec);
     errors.extend(below_floor(i.spec, out.active_feature_level));
+    errors.extend(tiering::removed_after_retention(i.spec, i.previous));
     if errors.is_empty() {
         return Ok(());
     }
@@ -252,6 +266,17 @@ fn auth_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
             out.message = e.clone();
         }
     }
+    Err(Stopped(Vec::new()))
+}
+
+/// The bucket credentials of `spec.tiering` must be mountable: a missing Secret or key is
+/// `InvalidSpec` naming them and what to do, touching nothing (a Pod would never start).
+fn tiering_gate(i: &Inputs<'_>, out: &mut Plan) -> Result<(), Stopped> {
+    let Some(problem) = tiering::secret_problem(i.spec, &i.obs.tiering_secret) else {
+        return Ok(());
+    };
+    out.phase = Phase::InvalidSpec;
+    out.message = problem;
     Err(Stopped(Vec::new()))
 }
 
@@ -346,3 +371,5 @@ fn claim_ordinal(name: &str, claim: &str) -> Option<i32> {
 mod console_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tiering_tests;

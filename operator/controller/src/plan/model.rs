@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use rustqueue_api::contract::{Capabilities, DrainStatus, NotReadyReason};
-use rustqueue_api::crd::OperationStatus;
+use rustqueue_api::contract::{Capabilities, DrainStatus, NotReadyReason, RestoreSummary};
+use rustqueue_api::crd::{BrokerRestore, OperationStatus};
 
 use super::conditions::{ConditionSpec, Phase};
 use crate::render::{DiscoveryMode, KodoLayout};
@@ -64,6 +64,73 @@ pub struct BrokerPod {
     /// Damage at rest the broker quarantined (`storage_damage` of `/v1/health`), when it
     /// reported any.
     pub damage: Option<StorageDamage>,
+    /// The Pod's uid (a new Pod is a new restore).
+    pub uid: String,
+    /// Its restore init container (with tiering), as the kubelet reports it.
+    pub restore: Option<RestoreRun>,
+}
+
+/// The restore init container of a broker Pod (docs/tiering.md, "The operator's restore").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreRun {
+    /// Not started yet (the Pod is being scheduled, its image pulled, ...).
+    Pending,
+    /// Running: an empty volume is being rebuilt from the bucket (or a volume with data is
+    /// being looked at, which takes a moment).
+    Running {
+        /// RFC 3339 start.
+        started_at: Option<String>,
+    },
+    /// Ended with exit status 0 and its summary.
+    Done {
+        /// What it did.
+        summary: RestoreSummary,
+        /// RFC 3339 start.
+        started_at: Option<String>,
+        /// RFC 3339 end.
+        finished_at: Option<String>,
+    },
+    /// Ended otherwise (or its summary was unreadable): the broker does not start.
+    Failed {
+        /// Its termination message (the log's tail).
+        message: String,
+        /// RFC 3339 end.
+        finished_at: Option<String>,
+    },
+}
+
+/// The Secret `spec.tiering.credentialsSecret` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TieringSecret {
+    /// No `spec.tiering`.
+    Unused,
+    /// Present with both keys; `revision` is its resourceVersion.
+    Valid {
+        /// resourceVersion (part of the pod-template revision).
+        revision: String,
+    },
+    /// It does not exist.
+    Missing {
+        /// Its name.
+        name: String,
+    },
+    /// It lacks keys (or they are empty).
+    MissingKeys {
+        /// Its name.
+        name: String,
+        /// The keys it lacks.
+        keys: Vec<String>,
+    },
+}
+
+impl TieringSecret {
+    /// Its resourceVersion when usable.
+    pub fn revision(&self) -> Option<String> {
+        match self {
+            Self::Valid { revision } => Some(revision.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// What a broker reports of the damage at rest it found and quarantined (docs/api.md).
@@ -109,6 +176,13 @@ impl BrokerPod {
         if self.terminating {
             return "terminating".into();
         }
+        match &self.restore {
+            Some(RestoreRun::Running { .. }) => return RESTORING.into(),
+            Some(RestoreRun::Failed { message, .. }) => {
+                return format!("RestoreFromBucketFailed ({})", last_line(message));
+            }
+            _ => {}
+        }
         if let Some(w) = &self.waiting {
             return w.clone();
         }
@@ -119,6 +193,20 @@ impl BrokerPod {
             Health::Ready => "PodNotReady".into(),
         }
     }
+}
+
+/// The reason a broker whose restore init container runs is not Ready.
+pub const RESTORING: &str = "RestoringFromBucket";
+
+/// The last non-empty line of `text`, at most 300 characters (a log tail's error).
+pub(crate) fn last_line(text: &str) -> String {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect()
 }
 
 /// One broker PVC as observed.
@@ -180,6 +268,8 @@ pub struct Observed {
     pub probes: Vec<ProbePod>,
     /// The auth Secret.
     pub auth: AuthState,
+    /// The bucket credentials Secret of `spec.tiering`.
+    pub tiering_secret: TieringSecret,
     /// Storage request of the existing StatefulSet's claim template (immutable once created).
     pub claim_template_size: Option<String>,
     /// The discovery Deployment; `None` when it does not exist.
@@ -479,4 +569,8 @@ pub struct Plan {
     pub requeue: Duration,
     /// `status.kodoProducerRestartBaselineNonce` after this reconcile.
     pub kodo_baseline_nonce: Option<String>,
+    /// `status.restores`: the latest restore of each broker.
+    pub restores: Vec<BrokerRestore>,
+    /// `status.tieringLocalRetentionUsed`.
+    pub tiering_local_retention_used: bool,
 }

@@ -18,7 +18,7 @@ fn desired_at(spec: &RustQueueSpec, revision: &str) -> Desired {
 }
 
 /// [`desired_at`] over the feature-level floor `floor`.
-fn desired_over(spec: &RustQueueSpec, revision: &str, floor: u32) -> Desired {
+pub(super) fn desired_over(spec: &RustQueueSpec, revision: &str, floor: u32) -> Desired {
     let owner = Owner {
         name: "q",
         namespace: "ns",
@@ -28,6 +28,7 @@ fn desired_over(spec: &RustQueueSpec, revision: &str, floor: u32) -> Desired {
         &owner,
         spec,
         &DesiredInputs {
+            tiering_secret_revision: None,
             auth_secret_name: "q-auth".into(),
             auth_secret_revision: "7".into(),
             claim_template_size: None,

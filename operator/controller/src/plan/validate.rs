@@ -9,6 +9,7 @@ use super::quantity::parse_bytes;
 /// All problems of `spec` for RustQueue `name`; empty when the spec is usable.
 pub fn validate(name: &str, spec: &RustQueueSpec) -> Vec<String> {
     let mut errs = Vec::new();
+    errs.extend(super::tiering::validate(spec));
     if spec.image.trim().is_empty() {
         errs.push("spec.image is blank: set the broker image".to_string());
     }

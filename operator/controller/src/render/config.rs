@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use rustqueue_api::broker_config::{BrokerConfig, LogFormat, TlsConfig};
-use rustqueue_api::crd::{MAX_MESSAGE_BYTES_CEILING, RustQueueSpec};
+use rustqueue_api::broker_config::{BrokerConfig, LogFormat, TieringConfig, TlsConfig};
+use rustqueue_api::crd::{MAX_MESSAGE_BYTES_CEILING, RustQueueSpec, Tiering};
 use rustqueue_api::labels;
 
 use super::{BrokerInputs, Owner, names};
@@ -131,7 +131,32 @@ pub fn broker_config(spec: &RustQueueSpec, inputs: &BrokerInputs) -> BrokerConfi
             min_version: None,
         });
     }
+    c.tiering = spec.tiering.as_ref().map(tiering_config);
     c
+}
+
+/// `[tiering]` for `spec.tiering`: every key as given, the credentials as the files the
+/// Secret is mounted as (the key pair itself is never in the ConfigMap).
+pub fn tiering_config(t: &Tiering) -> TieringConfig {
+    let file = |name: &str| {
+        Some(PathBuf::from(format!(
+            "{}/{name}",
+            labels::TIERING_SECRETS_DIR
+        )))
+    };
+    TieringConfig {
+        bucket: t.bucket.clone(),
+        endpoint: t.endpoint.clone(),
+        region: t.region.clone(),
+        prefix: t.prefix.clone(),
+        allow_http: t.allow_http,
+        access_key_file: file(labels::TIERING_ACCESS_KEY_FILE),
+        secret_key_file: file(labels::TIERING_SECRET_KEY_FILE),
+        upload_after_seconds: t.upload_after_seconds,
+        checkpoint_upload_seconds: t.checkpoint_upload_seconds,
+        local_retention_bytes: t.local_retention_bytes,
+        local_retention_seconds: t.local_retention_seconds,
+    }
 }
 
 /// The broker TOML for `spec`: [`broker_config`] with a header naming its owner.
@@ -277,6 +302,9 @@ mod tests {
         s.publish_ack_mode = rustqueue_api::crd::PublishAckMode::NsqRelaxed;
         s.detailed_queue_metrics = true;
         specs.push(s);
+        let mut s = spec();
+        s.tiering = Some(tiering_spec());
+        specs.push(s);
         for (i, s) in specs.iter().enumerate() {
             for floor in [1, 2] {
                 let mut inp = inputs();
@@ -287,6 +315,72 @@ mod tests {
                 assert_eq!(read, broker_config(s, &inp), "spec {i} floor {floor}");
             }
         }
+    }
+
+    fn tiering_spec() -> Tiering {
+        serde_json::from_value(serde_json::json!({
+            "bucket": "rq-bucket",
+            "endpoint": "https://s3.example:9000",
+            "prefix": "cluster-a/prod",
+            "credentialsSecret": {"name": "s3", "accessKeyIdKey": "id"},
+            "uploadAfterSeconds": 30,
+            "checkpointUploadSeconds": 10,
+            "localRetentionBytes": 0,
+            "localRetentionSeconds": 3600,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn tiering_renders_every_key_and_names_only_the_mounted_credential_files() {
+        assert!(
+            parsed(&spec(), 1).get("tiering").is_none(),
+            "no [tiering] without spec.tiering"
+        );
+        let mut s = spec();
+        s.tiering = Some(tiering_spec());
+        let text = broker_toml(&owner(), &s, &inputs());
+        let t: Table = text.parse().unwrap();
+        let t = &t["tiering"];
+        assert_eq!(t["bucket"].as_str(), Some("rq-bucket"));
+        assert_eq!(t["endpoint"].as_str(), Some("https://s3.example:9000"));
+        assert_eq!(
+            t["region"].as_str(),
+            Some("us-east-1"),
+            "the broker's default"
+        );
+        assert_eq!(t["prefix"].as_str(), Some("cluster-a/prod"));
+        assert_eq!(t["allow_http"].as_bool(), Some(false));
+        assert_eq!(
+            t["access_key_file"].as_str(),
+            Some("/run/secrets/rustqueue-tiering/access-key-id")
+        );
+        assert_eq!(
+            t["secret_key_file"].as_str(),
+            Some("/run/secrets/rustqueue-tiering/secret-access-key")
+        );
+        assert_eq!(t["upload_after_seconds"].as_integer(), Some(30));
+        assert_eq!(t["checkpoint_upload_seconds"].as_integer(), Some(10));
+        assert_eq!(t["local_retention_bytes"].as_integer(), Some(0));
+        assert_eq!(t["local_retention_seconds"].as_integer(), Some(3600));
+        assert!(
+            !text.contains("\"s3\"") && !text.contains("\"id\""),
+            "the Secret is mounted, never named in the config: {text}"
+        );
+        let mut bare = tiering_spec();
+        bare.local_retention_bytes = None;
+        bare.local_retention_seconds = None;
+        bare.prefix = None;
+        let rendered = tiering_config(&bare);
+        assert_eq!(
+            (
+                rendered.prefix,
+                rendered.local_retention_bytes,
+                rendered.local_retention_seconds
+            ),
+            (None, None, None),
+            "unset stays unset: the broker's defaults apply"
+        );
     }
 
     #[test]

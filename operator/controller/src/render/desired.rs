@@ -52,6 +52,8 @@ pub struct DesiredInputs {
     pub claim_template_size: Option<String>,
     /// Feature-level floor: status and the running brokers' active writer levels.
     pub feature_level_floor: u32,
+    /// resourceVersion of `spec.tiering.credentialsSecret` (`None`: no tiering, or missing).
+    pub tiering_secret_revision: Option<String>,
 }
 
 impl Desired {
@@ -72,6 +74,7 @@ impl Desired {
                 .clone()
                 .unwrap_or_else(|| spec.storage_size.clone()),
             feature_level_floor: d.feature_level_floor,
+            tiering_secret_revision: d.tiering_secret_revision.clone(),
         };
         let toml = broker_toml(owner, &effective, &inputs);
         let config_map = names::config_map(owner.name, &toml);
@@ -133,6 +136,7 @@ impl Desired {
             &self.config_map,
             &self.inputs.auth_secret_name,
             self.spec.client_tls_secret_name.as_deref(),
+            self.spec.tiering.as_ref().map(|t| &t.credentials_secret),
         )
     }
 }
@@ -144,6 +148,7 @@ mod tests {
 
     fn inputs() -> DesiredInputs {
         DesiredInputs {
+            tiering_secret_revision: None,
             auth_secret_name: "queue-auth".into(),
             auth_secret_revision: "100".into(),
             claim_template_size: None,

@@ -185,6 +185,9 @@ pub struct BrokerInputs {
     pub claim_size: String,
     /// Storage feature level floor from status (levels are never lowered).
     pub feature_level_floor: u32,
+    /// resourceVersion of the tiering credentials Secret: rotating the key pair rolls the Pods
+    /// (the broker reads it at start).
+    pub tiering_secret_revision: Option<String>,
 }
 
 /// Every object the operator keeps applied for one RustQueue.
@@ -357,6 +360,7 @@ pub(crate) mod fixtures {
             auth_secret_revision: "100".into(),
             claim_size: "100Gi".into(),
             feature_level_floor: 1,
+            tiering_secret_revision: None,
         }
     }
 

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
+use rustqueue_api::crd::TieringCredentials;
 use rustqueue_api::labels;
 
 /// A named TCP container port.
@@ -184,12 +185,15 @@ fn secret_volume(name: &str, secret: &str) -> Volume {
     }
 }
 
-/// The read-only inputs of `rustqueued`: its config, the auth tokens and, when the spec has
-/// client TLS, the certificate Secret (the broker refuses a config whose TLS files are missing).
+/// The read-only inputs of `rustqueued`: its config, the auth tokens, when the spec has
+/// client TLS the certificate Secret (the broker refuses a config whose TLS files are missing),
+/// and with tiering the bucket's two credential keys as the files `[tiering]` names (the
+/// broker reads them when it loads its config, so the capability probe needs them too).
 pub(super) fn broker_inputs(
     config_map: &str,
     auth_secret: &str,
     client_tls_secret: Option<&str>,
+    tiering: Option<&TieringCredentials>,
 ) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![
         Volume {
@@ -210,5 +214,36 @@ pub(super) fn broker_inputs(
         volumes.push(secret_volume("client-tls", tls));
         mounts.push(mount("client-tls", CLIENT_TLS_DIR));
     }
+    if let Some(creds) = tiering {
+        volumes.push(tiering_credentials(creds));
+        mounts.push(mount(TIERING_VOLUME, labels::TIERING_SECRETS_DIR));
+    }
     (volumes, mounts)
+}
+
+/// The volume of the bucket's credentials.
+const TIERING_VOLUME: &str = "tiering-credentials";
+
+/// The Secret's two keys as the files the rendered `[tiering]` names, and nothing else of it.
+fn tiering_credentials(creds: &TieringCredentials) -> Volume {
+    let item = |key: &str, path: &str| KeyToPath {
+        key: key.into(),
+        path: path.into(),
+        ..KeyToPath::default()
+    };
+    Volume {
+        name: TIERING_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(creds.name.clone()),
+            items: Some(vec![
+                item(&creds.access_key_id_key, labels::TIERING_ACCESS_KEY_FILE),
+                item(
+                    &creds.secret_access_key_key,
+                    labels::TIERING_SECRET_KEY_FILE,
+                ),
+            ]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }

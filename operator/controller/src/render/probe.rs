@@ -5,6 +5,7 @@
 //! fingerprint of everything the answer depends on, so a change of any of them probes again.
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use rustqueue_api::crd::TieringCredentials;
 use sha2::{Digest, Sha256};
 
 use super::{Owner, pod};
@@ -47,8 +48,9 @@ pub fn probe_pod(
     config_map: &str,
     auth_secret: &str,
     client_tls_secret: Option<&str>,
+    tiering: Option<&TieringCredentials>,
 ) -> Pod {
-    let (volumes, mounts) = pod::broker_inputs(config_map, auth_secret, client_tls_secret);
+    let (volumes, mounts) = pod::broker_inputs(config_map, auth_secret, client_tls_secret, tiering);
     let mut args = pod::config_args();
     args.extend(["--capabilities-output".into(), TERMINATION_LOG.into()]);
     Pod {
@@ -96,6 +98,7 @@ mod tests {
             "queue-config-1",
             "queue-auth",
             None,
+            None,
         );
         let spec = p.spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
@@ -119,7 +122,16 @@ mod tests {
 
     #[test]
     fn the_probe_runs_as_restricted_as_a_broker_and_mounts_client_tls_like_one() {
-        let p = probe_pod(&owner(), "p", "img", "Always", "cm", "auth", Some("tls"));
+        let p = probe_pod(
+            &owner(),
+            "p",
+            "img",
+            "Always",
+            "cm",
+            "auth",
+            Some("tls"),
+            None,
+        );
         let spec = p.spec.unwrap();
         let psc = spec.security_context.unwrap();
         assert_eq!(

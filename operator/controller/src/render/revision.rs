@@ -12,7 +12,7 @@ use super::BrokerInputs;
 /// The material is a JSON literal on purpose, not a rendered object: its bytes must stay the
 /// same across operator releases, or an upgrade of the operator alone would roll every broker.
 pub fn pod_template_revision(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str) -> String {
-    let material = serde_json::json!({
+    let mut material = serde_json::json!({
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "config": toml,
@@ -24,6 +24,13 @@ pub fn pod_template_revision(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: 
         "brokerScheduling": spec.broker_scheduling,
         "brokerResources": spec.broker_resources,
     });
+    // Only with tiering, so the revision of a RustQueue without it stays what it was.
+    if let Some(t) = &spec.tiering {
+        material["tieringCredentials"] = serde_json::json!({
+            "secret": t.credentials_secret,
+            "revision": inputs.tiering_secret_revision,
+        });
+    }
     let digest = Sha256::digest(material.to_string().as_bytes());
     hex::encode(&digest[..16])
 }
@@ -61,5 +68,24 @@ mod tests {
         ] {
             assert_ne!(base, changed);
         }
+    }
+
+    #[test]
+    fn tiering_and_its_rotated_credentials_roll_the_pods_and_no_tiering_keeps_old_revisions() {
+        // Without tiering the material is what it was before the field existed.
+        let mut rotated = inputs();
+        rotated.tiering_secret_revision = Some("9".into());
+        let base = pod_template_revision(&spec(), &inputs(), "a");
+        assert_eq!(base, pod_template_revision(&spec(), &rotated, "a"));
+        let mut s = spec();
+        s.tiering = Some(
+            serde_json::from_value(serde_json::json!({
+                "bucket": "rq-bucket", "endpoint": "https://s3", "credentialsSecret": {"name": "s3"}
+            }))
+            .unwrap(),
+        );
+        let tiered = pod_template_revision(&s, &inputs(), "a");
+        assert_ne!(base, tiered);
+        assert_ne!(tiered, pod_template_revision(&s, &rotated, "a"));
     }
 }

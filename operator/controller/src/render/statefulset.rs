@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rustqueue_api::contract::RESTORE_CONTAINER;
 use rustqueue_api::crd::RustQueueSpec;
 use rustqueue_api::labels::{self, env};
 
@@ -77,6 +78,7 @@ fn pod_spec(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str, n: &str) ->
         &names::config_map(n, toml),
         &inputs.auth_secret_name,
         spec.client_tls_secret_name.as_deref(),
+        spec.tiering.as_ref().map(|t| &t.credentials_secret),
     );
     let mut security = pod::pod_security();
     security.fs_group = Some(RUN_AS);
@@ -103,6 +105,10 @@ fn pod_spec(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: &str, n: &str) ->
         tolerations: Some(sched.tolerations.iter().map(toleration).collect()),
         priority_class_name: sched.priority_class_name.clone(),
         security_context: Some(security),
+        init_containers: spec
+            .tiering
+            .as_ref()
+            .map(|_| vec![restore_container(spec, n, input_mounts.clone())]),
         containers: vec![broker_container(spec, n, input_mounts)],
         volumes: Some(volumes),
         ..PodSpec::default()
@@ -137,6 +143,50 @@ fn broker_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount
         ..Container::default()
     }
 }
+
+/// With tiering, before every broker start: `rustqueued storage restore --from-bucket
+/// --if-empty` on the data volume, as the broker (same image, config, credentials, node id
+/// from `POD_NAME`). A volume holding data, or an empty one whose node has nothing in the
+/// bucket (a new broker), is left alone at once; an empty volume of a node the bucket knows (a
+/// replaced PVC) is restored before the broker opens it (docs/tiering.md). Its summary is the
+/// termination message the operator reads; a failure's log tail is the message instead.
+fn restore_container(spec: &RustQueueSpec, n: &str, input_mounts: Vec<VolumeMount>) -> Container {
+    let mut mounts = vec![VolumeMount {
+        name: "data".into(),
+        mount_path: labels::DATA_PATH.into(),
+        ..VolumeMount::default()
+    }];
+    mounts.extend(input_mounts);
+    let mut args = pod::config_args();
+    args.extend(
+        [
+            "storage",
+            "restore",
+            "--from-bucket",
+            "--if-empty",
+            "--summary-file",
+            RESTORE_SUMMARY,
+        ]
+        .map(String::from),
+    );
+    Container {
+        name: RESTORE_CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        command: Some(vec!["rustqueued".into()]),
+        args: Some(args),
+        env: Some(broker_env(spec, n)),
+        volume_mounts: Some(mounts),
+        termination_message_path: Some(RESTORE_SUMMARY.into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        resources: Some(resources(spec)),
+        security_context: Some(pod::container_security()),
+        ..Container::default()
+    }
+}
+
+/// Where the restore writes its summary: the container's termination message.
+const RESTORE_SUMMARY: &str = "/dev/termination-log";
 
 /// The Pod's identity from the downward API first: `$(POD_IP)` only expands in variables
 /// defined after it.
@@ -401,5 +451,85 @@ mod tests {
         );
         let ann = sts.spec.template.metadata.unwrap().annotations.unwrap();
         assert_eq!(ann["rustqueue.io/revision"].len(), 32);
+    }
+
+    #[test]
+    fn tiering_mounts_the_credential_keys_and_restores_an_empty_volume_before_the_broker() {
+        let (_, p, _) = pod(&spec());
+        assert!(p.init_containers.is_none(), "no restore without tiering");
+        let mut s = spec();
+        s.tiering = Some(
+            serde_json::from_value(serde_json::json!({
+                "bucket": "rq-bucket",
+                "endpoint": "https://s3.example",
+                "credentialsSecret": {"name": "s3-creds", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"},
+            }))
+            .unwrap(),
+        );
+        let (_, p, c) = pod(&s);
+        let vol = p
+            .volumes
+            .clone()
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "tiering-credentials")
+            .unwrap()
+            .secret
+            .unwrap();
+        assert_eq!(vol.secret_name.as_deref(), Some("s3-creds"));
+        let items: Vec<(String, String)> = vol
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("id".to_string(), "access-key-id".to_string()),
+                ("key".to_string(), "secret-access-key".to_string())
+            ],
+            "only the two keys, as the files [tiering] names"
+        );
+        let mounted = |c: &Container| {
+            c.volume_mounts
+                .clone()
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == "/run/secrets/rustqueue-tiering")
+        };
+        assert!(mounted(&c));
+        let init = &p.init_containers.unwrap()[0];
+        assert_eq!(init.name, "restore");
+        assert!(mounted(init));
+        assert_eq!(init.image, c.image);
+        assert_eq!(
+            init.args.clone().unwrap()[2..],
+            [
+                "storage",
+                "restore",
+                "--from-bucket",
+                "--if-empty",
+                "--summary-file",
+                "/dev/termination-log"
+            ]
+        );
+        assert_eq!(
+            init.volume_mounts.clone().unwrap()[0].mount_path,
+            "/data",
+            "the broker's own volume"
+        );
+        assert!(
+            init.env
+                .clone()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "POD_NAME"),
+            "the node id comes from the Pod name, as the broker's"
+        );
+        assert_eq!(
+            init.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
     }
 }

@@ -24,6 +24,7 @@ const OWNER: Owner<'static> = Owner {
 
 fn desired() -> Desired {
     let inputs = DesiredInputs {
+        tiering_secret_revision: None,
         auth_secret_name: "q-auth".into(),
         auth_secret_revision: "1".into(),
         claim_template_size: None,

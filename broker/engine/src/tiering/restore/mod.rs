@@ -31,6 +31,7 @@ use super::keys;
 pub use plan::PositionRange;
 use plan::{candidates, lost_ranges, unfinished};
 pub use report::{ChannelLoss, DamagedObject, Ignored, RestoreReport, TopicRestore};
+pub use rustqueue_storage::restore::{DirectoryState, directory_state};
 use segments::{Fetched, fetch_segment};
 
 mod plan;

@@ -51,6 +51,7 @@ fn desired(spec: &RustQueueSpec) -> Desired {
         &owner,
         spec,
         &DesiredInputs {
+            tiering_secret_revision: None,
             auth_secret_name: "q-auth".into(),
             auth_secret_revision: "7".into(),
             claim_template_size: None,
