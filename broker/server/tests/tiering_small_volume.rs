@@ -14,9 +14,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use common::tmpfs::Tmpfs;
 use common::{Broker, metric};
 use rustqueue_api::broker_config::TieringConfig;
 use rustqueue_protocol::Frame;
@@ -30,44 +31,6 @@ const BACKLOG_MIB: u64 = 1024;
 const BODY: usize = 64 << 10;
 /// Messages per MPUB (512 KiB).
 const BATCH: usize = 8;
-
-/// A tmpfs mounted on a fresh directory, unmounted when dropped.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(mib: u64) -> Tmpfs {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount a {mib} MiB tmpfs (the test runs as root)");
-        Tmpfs { dir }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
-    }
-
-    /// Bytes in use on the volume.
-    fn used(&self) -> u64 {
-        let s = nix::sys::statvfs::statvfs(self.dir.path()).unwrap();
-        (s.blocks() - s.blocks_free()) * s.fragment_size()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
 
 fn body(i: u64) -> Vec<u8> {
     i.to_le_bytes().repeat(BODY / 8)

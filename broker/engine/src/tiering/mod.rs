@@ -46,7 +46,7 @@ pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 pub use plan::Backoff;
 pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
 pub use retain::LocalRetention;
-pub(crate) use uploader::upload_loop;
+pub(crate) use uploader::{PressureEviction, upload_loop};
 
 /// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
 /// channels' progress (redelivered after a restore) and of the head the loss is counted from.

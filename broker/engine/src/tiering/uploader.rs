@@ -15,7 +15,8 @@ use super::Tiering;
 use super::checkpoint;
 use super::keys::{new_incarnation, segment_keys};
 use super::plan::{Next, Queue, Sealed};
-use super::retain::{Candidate, choose};
+use super::retain::{Candidate, Pressure, choose};
+use crate::disk::DiskGuard;
 use crate::lock::lock;
 use crate::metrics::{Counter, Timer};
 use crate::registry::Registry;
@@ -40,8 +41,20 @@ enum Failure {
     Failed(String),
 }
 
+/// When disk pressure may take local copies of uploaded segments: the guard to read and
+/// re-sample, and whether pressure evicts at all (local retention or protective eviction on).
+pub(crate) struct PressureEviction {
+    pub(crate) disk: Arc<DiskGuard>,
+    pub(crate) enabled: bool,
+}
+
 /// Runs until the engine is dropped or shut down.
-pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, node_id: u16) {
+pub(crate) async fn upload_loop(
+    registry: Weak<Registry>,
+    tier: Arc<Tiering>,
+    node_id: u16,
+    pressure: PressureEviction,
+) {
     let mut queue = Queue::new(tier.opts.backoff);
     let mut known: HashMap<String, Known> = HashMap::new();
     let mut sent = checkpoint::Sent::default();
@@ -52,7 +65,7 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
             return;
         }
         scan(&r, &tier, &mut known, &mut queue).await;
-        retain(&r, &tier, &mut known).await;
+        retain(&r, &tier, &mut known, &pressure).await;
         if Instant::now() >= next_checkpoint {
             checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
@@ -65,10 +78,13 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
         drop(r);
         match queue.next(Instant::now(), tier.opts.upload_after) {
             Next::Upload(topic, base) => {
-                upload_one(
-                    &registry, &tier, node_id, &mut known, &mut queue, &topic, base,
-                )
-                .await;
+                let ctx = UploadCtx {
+                    registry: &registry,
+                    tier: &tier,
+                    node_id,
+                    pressure: &pressure,
+                };
+                upload_one(&ctx, &mut known, &mut queue, &topic, base).await;
             }
             Next::Wait(until) => {
                 let scan = (Instant::now() + tier.opts.scan_interval).min(next_checkpoint);
@@ -155,11 +171,24 @@ async fn scan(
 }
 
 /// Local retention: removes the local copies [`super::retain::choose`] picks, oldest first.
-async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<String, Known>) {
+/// Under disk pressure (when it may evict) every uploaded local copy is picked, and the guard
+/// is sampled again after each removal: the removals stop as soon as the pressure is over.
+async fn retain(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    known: &mut HashMap<String, Known>,
+    pressure: &PressureEviction,
+) {
     let retention = tier.opts.local_retention;
-    if !retention.evicts() {
+    let pressed = pressure.enabled && pressure.disk.pressured();
+    if !retention.evicts() && !pressed {
         return;
     }
+    let pressed = if pressed {
+        Pressure::Full
+    } else {
+        Pressure::None
+    };
     let mut candidates = Vec::new();
     for (name, k) in known.iter() {
         let local = lock(&k.topic.log).local_sealed();
@@ -174,7 +203,15 @@ async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<Stri
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    for (topic, base) in choose(&candidates, retention, now_ns) {
+    // What the bounds alone take goes whatever the pressure; the rest only while it lasts.
+    let bounded = choose(&candidates, retention, now_ns, Pressure::None);
+    for (topic, base) in choose(&candidates, retention, now_ns, pressed) {
+        if !bounded.contains(&(topic.clone(), base)) {
+            pressure.disk.check();
+            if !pressure.disk.pressured() {
+                return;
+            }
+        }
         let Some(k) = known.get_mut(&topic) else {
             continue;
         };
@@ -390,17 +427,26 @@ fn load_record(
     }
 }
 
-/// Uploads the segment `base` of `topic` and records it.
-async fn upload_one(
-    registry: &Weak<Registry>,
-    tier: &Arc<Tiering>,
+/// What an upload needs besides the loop's state.
+struct UploadCtx<'a> {
+    registry: &'a Weak<Registry>,
+    tier: &'a Arc<Tiering>,
     node_id: u16,
+    pressure: &'a PressureEviction,
+}
+
+/// Uploads the segment `base` of `topic` and records it. While its requests are in flight
+/// (for as long as the bucket's retries last in an outage), local retention and disk pressure
+/// are looked at every scan interval, so a filling volume never waits for the bucket.
+async fn upload_one(
+    ctx: &UploadCtx<'_>,
     known: &mut HashMap<String, Known>,
     queue: &mut Queue,
     topic: &str,
     base: u64,
 ) {
-    let Some(k) = known.get_mut(topic) else {
+    let (registry, tier) = (ctx.registry, ctx.tier);
+    let Some(k) = known.get(topic) else {
         queue.gone(topic, base);
         return;
     };
@@ -414,7 +460,25 @@ async fn upload_one(
         None => return,
     };
     let incarnation = k.record.incarnation.clone().unwrap_or_default();
-    let outcome = match put_segment(&tier.bucket, node_id, topic, &incarnation, &files).await {
+    let put = put_segment(&tier.bucket, ctx.node_id, topic, &incarnation, &files);
+    tokio::pin!(put);
+    let put = loop {
+        tokio::select! {
+            done = &mut put => break done,
+            () = tokio::time::sleep(tier.opts.scan_interval) => {
+                let Some(r) = registry.upgrade() else { return };
+                if r.is_shutting_down() {
+                    return;
+                }
+                retain(&r, tier, known, ctx.pressure).await;
+            }
+        }
+    };
+    let Some(k) = known.get_mut(topic) else {
+        queue.gone(topic, base);
+        return;
+    };
+    let outcome = match put {
         Err(_) if !(fs.exists(&files.log_path) && fs.exists(&files.index_path)) => {
             Err(Failure::Gone)
         }
