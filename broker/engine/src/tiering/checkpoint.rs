@@ -112,6 +112,19 @@ impl Sent {
     }
 }
 
+impl Sent {
+    /// Whether the newest catalog this process uploaded is without the life `incarnation` of
+    /// `topic` (`false` before it uploaded one: the one in the bucket may name it). Only then
+    /// may that life's objects go: no restore looks for them any more.
+    pub(crate) fn catalog_lacks(&self, topic: &str, incarnation: &str) -> bool {
+        self.catalog.as_ref().is_some_and(|topics| {
+            !topics
+                .iter()
+                .any(|t| t.topic == topic && t.incarnation == incarnation)
+        })
+    }
+}
+
 /// Whether this broker may replace `found`, the catalog in the bucket: only when it was
 /// written from the same data directory (`volume`), or names no topic. A catalog of another
 /// volume is a lost volume's, which `storage restore --from-bucket` still needs: a broker

@@ -71,6 +71,7 @@ pub(crate) async fn upload_loop(
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
         }
         collect(&r, &tier, &mut known, &sent).await;
+        purge_deleted(&r, &tier, node_id, &sent).await;
         let (segments, bytes) = queue.backlog();
         r.metrics().set(Counter::TieringBacklogSegments, segments);
         r.metrics().set(Counter::TieringBacklogBytes, bytes);
@@ -97,7 +98,7 @@ pub(crate) async fn upload_loop(
 /// Brings `known` and `queue` up to date with the registry's durable topics and their logs.
 async fn scan(
     r: &Arc<Registry>,
-    tier: &Tiering,
+    tier: &Arc<Tiering>,
     known: &mut HashMap<String, Known>,
     queue: &mut Queue,
 ) {
@@ -121,10 +122,24 @@ async fn scan(
             tier.opts.bucket.bucket.clone(),
             tier.opts.bucket.prefix.clone(),
         );
+        let (rr, tier) = (r.clone(), tier.clone());
         let loaded = tokio::task::spawn_blocking(move || {
             new.into_iter()
                 .filter_map(|t| {
-                    let record = load_record(&store, &t.name, &bucket, prefix.as_ref())?;
+                    let (record, fresh) =
+                        load_record(&store, &t.name, &bucket, prefix.as_ref())?;
+                    // A new life is durable before any object names it: deleting the topic
+                    // then always knows which objects to delete.
+                    if fresh {
+                        let _gate = lock(&tier.gate);
+                        if rr.is_shutting_down() || t.deleted.load(Ordering::SeqCst) {
+                            return None;
+                        }
+                        if let Err(e) = store.write_tiered(&record) {
+                            tracing::error!(topic = %t.name, error = %e, "cannot write the tiered record; storage isolated");
+                            return None;
+                        }
+                    }
                     Some((t, record))
                 })
                 .collect::<Vec<_>>()
@@ -369,6 +384,78 @@ async fn collect(
     }
 }
 
+/// Deletes from the bucket the objects of deleted topics' lives (their intents written by
+/// `Store::delete_topic`), once the newest catalog this process uploaded no longer names them,
+/// then forgets each intent. The checkpoint goes first, then the indexes, then the rest: what
+/// is left after a failure still reads as cut short. A failure is logged and counted and tried
+/// again at the next scan, as for collected segments; an intent for another bucket or prefix
+/// than `[tiering]`'s waits for that configuration.
+async fn purge_deleted(r: &Arc<Registry>, tier: &Arc<Tiering>, node_id: u16, sent: &checkpoint::Sent) {
+    let store = r.store().clone();
+    let Ok(Ok(intents)) = tokio::task::spawn_blocking(move || store.deleted_incarnations()).await
+    else {
+        return;
+    };
+    for (path, intent) in intents {
+        let d = match intent {
+            Ok(d) => d,
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "a deleted topic's intent is damaged; its objects are left in the bucket");
+                continue;
+            }
+        };
+        if d.bucket != tier.opts.bucket.bucket
+            || d.prefix != tier.opts.bucket.prefix
+            || !sent.catalog_lacks(&d.topic, &d.incarnation)
+        {
+            continue;
+        }
+        let prefix = super::keys::incarnation_prefix(node_id, &d.topic, &d.incarnation);
+        match delete_prefix(&tier.bucket, &prefix).await {
+            Ok(n) => {
+                let (store, d2) = (r.store().clone(), d.clone());
+                let removed = tokio::task::spawn_blocking(move || store.remove_deleted_incarnation(&d2))
+                    .await
+                    .unwrap_or(Ok(()));
+                if let Err(e) = removed {
+                    tracing::error!(topic = %d.topic, error = %e, "cannot remove a deleted topic's intent; storage isolated");
+                    return;
+                }
+                r.metrics().add(Counter::TieringDeletedTopics, 1);
+                tracing::info!(topic = %d.topic, incarnation = %d.incarnation, objects = n, "objects of a deleted topic deleted from the bucket");
+            }
+            Err(error) => {
+                r.metrics().add(Counter::TieringRemoteDeleteFailures, 1);
+                tracing::warn!(topic = %d.topic, incarnation = %d.incarnation, %error, "cannot delete a deleted topic's objects; tried again at the next scan");
+                return;
+            }
+        }
+    }
+}
+
+/// Deletes every object under `prefix`: the checkpoint, then the indexes, then the rest.
+/// Returns how many there were.
+async fn delete_prefix(bucket: &Bucket, prefix: &str) -> Result<usize, String> {
+    let mut listed = bucket
+        .list(Some(prefix))
+        .await
+        .map_err(|e| e.to_string())?;
+    let rank = |k: &str| {
+        if k.ends_with("/checkpoint.json") {
+            0
+        } else if k.ends_with(".rqidx") {
+            1
+        } else {
+            2
+        }
+    };
+    listed.sort_by_key(|l| rank(l.key.as_str()));
+    for l in &listed {
+        bucket.delete(&l.key).await.map_err(|e| e.to_string())?;
+    }
+    Ok(listed.len())
+}
+
 /// Deletes a segment's objects, the `.rqidx` first.
 async fn delete_objects(
     bucket: &rustqueue_tier::Bucket,
@@ -381,13 +468,14 @@ async fn delete_objects(
     Ok(())
 }
 
-/// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).
+/// A topic's record, or a new one (`true`: not written yet); `None` when it cannot be read
+/// now (tried again next scan).
 fn load_record(
     store: &rustqueue_storage::Store,
     topic: &str,
     bucket: &str,
     prefix: Option<&String>,
-) -> Option<TieredRecord> {
+) -> Option<(TieredRecord, bool)> {
     let fresh = || {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -396,16 +484,16 @@ fn load_record(
         TieredRecord::new(topic, bucket, prefix.cloned(), incarnation)
     };
     match store.read_tiered(topic) {
-        Ok(None) => Some(fresh()),
+        Ok(None) => Some((fresh(), true)),
         Ok(Some(r)) if r.incarnation.is_none() => {
             tracing::info!(
                 topic,
                 "the tiered record is of format 1 (object keys without an incarnation); every \
                  sealed segment is uploaded again under a new incarnation"
             );
-            Some(fresh())
+            Some((fresh(), true))
         }
-        Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some(r),
+        Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some((r, false)),
         Ok(Some(r)) => {
             tracing::warn!(
                 topic,
@@ -414,11 +502,11 @@ fn load_record(
                 "the tiered record names another bucket or prefix than [tiering]; \
                  every sealed segment is uploaded again to the configured one"
             );
-            Some(fresh())
+            Some((fresh(), true))
         }
         Err(e @ StorageError::Corrupt { .. }) => {
             tracing::warn!(topic, error = %e, "the tiered record is damaged; every sealed segment is uploaded again and the record rewritten");
-            Some(fresh())
+            Some((fresh(), true))
         }
         Err(e) => {
             tracing::error!(topic, error = %e, "cannot read the tiered record; trying again at the next scan");
