@@ -83,7 +83,7 @@ unit: deps-argocd-health deps-versitygw ## unit and integration tests that need 
 TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
 	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through \
 	--test tiering_deleted_topic \
-	--test storage_restore --test tiering_small_volume --test tiering_full_volume \
+	--test storage_restore --test storage_verify_remote --test tiering_small_volume --test tiering_full_volume \
 	--test config_tiering
 .PHONY: deps-versitygw tier-test
 deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache

@@ -17,6 +17,7 @@
 //!           ranged GETs in chunks with read-ahead, every body checked against its CRC-32C
 //!
 //! restore::restore_from_bucket (offline): catalog ─▶ checkpoints ─▶ segments, checked ─▶ files
+//! verify::check_remote_segments (offline, storage verify --remote): evicted objects, ranged CRC
 //! ```
 //!
 //! Publishing and delivery never wait for it: it takes a topic's log lock only to list the
@@ -40,12 +41,14 @@ mod read;
 pub mod restore;
 mod retain;
 mod uploader;
+mod verify;
 
 pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 
 pub use plan::Backoff;
 pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
 pub use retain::LocalRetention;
+pub use verify::{RemoteCheck, check_remote_segments};
 pub(crate) use uploader::{PressureEviction, upload_loop};
 
 /// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
