@@ -59,6 +59,11 @@ pub(crate) async fn upload_loop(
     let mut known: HashMap<String, Known> = HashMap::new();
     let mut sent = checkpoint::Sent::default();
     let mut next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
+    // The start counts as up to date: a bucket down from then on ages from it.
+    if let Some(r) = registry.upgrade() {
+        r.metrics()
+            .set(Counter::TieringLastCheckpointUpload, unix_seconds());
+    }
     loop {
         let Some(r) = registry.upgrade() else { return };
         if r.is_shutting_down() {
@@ -67,7 +72,10 @@ pub(crate) async fn upload_loop(
         scan(&r, &tier, &mut known, &mut queue).await;
         retain(&r, &tier, &mut known, &pressure).await;
         if Instant::now() >= next_checkpoint {
-            checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
+            if checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await {
+                r.metrics()
+                    .set(Counter::TieringLastCheckpointUpload, unix_seconds());
+            }
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
         }
         collect(&r, &tier, &mut known, &sent).await;
@@ -93,6 +101,12 @@ pub(crate) async fn upload_loop(
             }
         }
     }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Brings `known` and `queue` up to date with the registry's durable topics and their logs.
