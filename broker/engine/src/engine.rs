@@ -222,6 +222,11 @@ impl Engine {
         if defer > inner.cfg.max_defer {
             return Err(PublishError::InvalidDefer);
         }
+        // Counted against the last sample of the volume: a fast producer is throttled before
+        // the next sample would see the volume full.
+        if inner.disk.admit(total, bodies.len() as u64) {
+            return Err(PublishError::Throttled);
+        }
         let _permit = inner
             .budgets
             .try_publish(total, bodies.len())
