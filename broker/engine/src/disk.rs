@@ -223,7 +223,13 @@ mod tests {
             avail: 500,
         };
         // (admitted since the sample, crossed): 60 % used is 400 free.
-        let cases = [(0, false), (99, false), (100, true), (450, true), (2_000, true)];
+        let cases = [
+            (0, false),
+            (99, false),
+            (100, true),
+            (450, true),
+            (2_000, true),
+        ];
         for (admitted, want) in cases {
             assert_eq!(marks.crossed(last, admitted), want, "{admitted}");
         }

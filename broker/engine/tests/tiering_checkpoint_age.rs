@@ -13,7 +13,10 @@ use rustqueue_engine::{Bytes, Counter, Engine};
 use rustqueue_tier::test_server::TestServer;
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 fn last(e: &Engine) -> u64 {
@@ -55,7 +58,11 @@ async fn the_last_checkpoint_upload_time_stands_still_while_the_bucket_is_down()
         now() >= failing + 2 && e.tiering_status().unwrap().checkpoint_failures >= failures + 3
     })
     .await;
-    assert_eq!(last(&e), stale, "no round succeeded while the bucket was down");
+    assert_eq!(
+        last(&e),
+        stale,
+        "no round succeeded while the bucket was down"
+    );
     assert!(now() > stale + 1);
 
     server.restart();

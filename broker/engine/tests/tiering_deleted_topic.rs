@@ -70,7 +70,10 @@ async fn a_deleted_topics_objects_are_deleted_from_the_bucket() {
     let bucket = bucket(&server);
     let e = Engine::open(cfg(dir.path(), &server)).await.unwrap();
     let old = uploaded_topic(&e, dir.path(), &bucket).await;
-    assert!(keys(&bucket, &old).await.len() >= 17, "segments and checkpoint");
+    assert!(
+        keys(&bucket, &old).await.len() >= 17,
+        "segments and checkpoint"
+    );
 
     e.delete_topic("t").await.unwrap();
     wait_until(60, "the deleted topic's objects deleted", async || {
@@ -104,13 +107,21 @@ async fn a_topic_deleted_while_the_bucket_is_down_loses_its_objects_after_a_rest
 
     server.kill();
     e.delete_topic("t").await.unwrap();
-    assert_eq!(intents(dir.path()), 1, "the intent outlives the topic's directory");
+    assert_eq!(
+        intents(dir.path()),
+        1,
+        "the intent outlives the topic's directory"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     e.shutdown().await;
     drop(e);
 
     server.restart();
-    assert_eq!(keys(&bucket, &old).await.len(), before, "nothing deleted yet");
+    assert_eq!(
+        keys(&bucket, &old).await.len(),
+        before,
+        "nothing deleted yet"
+    );
     let e = Engine::open(cfg(dir.path(), &server)).await.unwrap();
     wait_until(60, "the objects deleted after the restart", async || {
         keys(&bucket, &old).await.is_empty()

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -66,19 +66,22 @@ fn statuses<'a>(report: &'a Value, status: &str) -> Vec<&'a str> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote() {
-    let server = TestServer::start();
-    let keys = tempfile::tempdir().unwrap();
-    std::fs::write(keys.path().join("access"), test_server::ACCESS_KEY).unwrap();
-    std::fs::write(keys.path().join("secret"), test_server::SECRET_KEY).unwrap();
+/// A broker's data directory after 40 messages in 8 KiB segments, every sealed segment
+/// uploaded and evicted; with the configuration file `storage verify` runs with, and the
+/// number of segments evicted.
+async fn evicted_directory(
+    server: &TestServer,
+    keys: &Path,
+) -> (tempfile::TempDir, PathBuf, usize) {
+    std::fs::write(keys.join("access"), test_server::ACCESS_KEY).unwrap();
+    std::fs::write(keys.join("secret"), test_server::SECRET_KEY).unwrap();
     let tiering = TieringConfig {
         bucket: test_server::BUCKET.into(),
         endpoint: server.endpoint(),
         prefix: Some(PREFIX.into()),
         allow_http: true,
-        access_key_file: Some(keys.path().join("access")),
-        secret_key_file: Some(keys.path().join("secret")),
+        access_key_file: Some(keys.join("access")),
+        secret_key_file: Some(keys.join("secret")),
         // Every uploaded segment's local copy goes.
         local_retention_bytes: Some(0),
         ..TieringConfig::default()
@@ -106,11 +109,13 @@ async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote
                 == metric(&text, "rustqueue_tiering_uploads_total")
     })
     .await;
-    let evicted = metric(&b.metrics().await, "rustqueue_tiering_evicted_segments_total").unwrap()
-        as usize;
+    let evicted = metric(
+        &b.metrics().await,
+        "rustqueue_tiering_evicted_segments_total",
+    )
+    .unwrap() as usize;
     let dir = b.stop_keep_dir().await;
-
-    let config = keys.path().join("rq.toml");
+    let config = keys.join("rq.toml");
     std::fs::write(
         &config,
         format!(
@@ -121,11 +126,19 @@ async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote
             dir.path(),
             tiering.bucket,
             tiering.endpoint,
-            keys.path().join("access"),
-            keys.path().join("secret"),
+            keys.join("access"),
+            keys.join("secret"),
         ),
     )
     .unwrap();
+    (dir, config, evicted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote() {
+    let server = TestServer::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (dir, config, evicted) = evicted_directory(&server, keys.path()).await;
 
     // Without --remote: nothing damaged, the remote-only segments counted as not checked.
     let (code, report) = verify(&config, dir.path(), false);
@@ -135,14 +148,17 @@ async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote
     assert_eq!(report["remote_unchecked"], evicted);
     assert_eq!(report["remote_checked"].as_array().unwrap().len(), 0);
     let text = rustqueued(
-        &["storage", "verify", "--data-path", dir.path().to_str().unwrap()],
+        &[
+            "storage",
+            "verify",
+            "--data-path",
+            dir.path().to_str().unwrap(),
+        ],
         &config,
     );
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(
-        text.contains(&format!(
-            "{evicted} remote-only segments were not checked"
-        )),
+        text.contains(&format!("{evicted} remote-only segments were not checked")),
         "{text}"
     );
 
@@ -155,7 +171,10 @@ async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote
     assert_eq!(report["remote_unchecked"], 0);
 
     // One byte flipped in the second object: damage, named by its key.
-    let key = report["remote_segments"][1]["key"].as_str().unwrap().to_owned();
+    let key = report["remote_segments"][1]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let object = server.object_file(&format!("{PREFIX}/{key}"));
     let mut bytes = std::fs::read(&object).unwrap();
     bytes[100] ^= 0x40;
@@ -186,7 +205,11 @@ async fn verify_counts_remote_only_segments_and_checks_their_objects_with_remote
         .filter(|n| n.ends_with(".rqlog"))
         .collect();
     local.sort();
-    assert_eq!(local.len(), 1, "only the active segment stays local: {local:?}");
+    assert_eq!(
+        local.len(),
+        1,
+        "only the active segment stays local: {local:?}"
+    );
     // The record gone, the evicted segments look never evicted: their messages are lost.
     let record_path = dir.path().join("topics/74/tiered");
     std::fs::remove_file(&record_path).unwrap();

@@ -66,25 +66,23 @@ async fn pressure_eases(b: &Broker, patience: Duration) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
-    let volume = Tmpfs::mount(VOLUME_MIB);
-    let keys = tempfile::tempdir().unwrap();
-    write_keys(keys.path());
-    let mut server = TestServer::start();
+/// A broker on `volume` uploading to `server`, with a retention bound far above the volume and
+/// protective eviction on at once.
+async fn start(volume: &Tmpfs, server: &TestServer, keys: &Path) -> Broker {
+    write_keys(keys);
     let tiering = TieringConfig {
         bucket: test_server::BUCKET.into(),
         endpoint: server.endpoint(),
         prefix: Some("full-volume".into()),
         allow_http: true,
-        access_key_file: Some(keys.path().join("access")),
-        secret_key_file: Some(keys.path().join("secret")),
+        access_key_file: Some(keys.join("access")),
+        secret_key_file: Some(keys.join("secret")),
         // Far above the volume: only disk pressure makes room.
         local_retention_bytes: Some(1 << 30),
         ..TieringConfig::default()
     };
     let data = tempfile::TempDir::new_in(volume.path()).unwrap();
-    let b = Broker::start_in(data, move |cfg| {
+    Broker::start_in(data, move |cfg| {
         cfg.tiering = Some(tiering);
         cfg.storage.max_segment_bytes = 2 << 20;
         cfg.limits.max_body_bytes = 1 << 20;
@@ -96,7 +94,32 @@ async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
         cfg.storage.protective_eviction_enabled = true;
         cfg.storage.disk_pressure_grace_seconds = 0;
     })
-    .await;
+    .await
+}
+
+/// A channel created before the first message gets every acknowledged one, once, in order,
+/// byte for byte.
+async fn drain(b: &Broker, acked: u64) {
+    let mut consumer = b.client().await.with_patience(Duration::from_secs(120));
+    consumer.subscribe("t", "c", 32).await;
+    for want in 0..acked {
+        match consumer.answer().await {
+            Some(Frame::Message { id, body: got, .. }) => {
+                assert!(got[..] == body(want)[..], "message {want} in order, intact");
+                consumer.fin(&id).await;
+            }
+            other => panic!("message {want} of {acked}: {other:?}"),
+        }
+    }
+    consumer.expect_no_message(Duration::from_millis(500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
+    let volume = Tmpfs::mount(VOLUME_MIB);
+    let keys = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start();
+    let b = start(&volume, &server, keys.path()).await;
     let mut first = b.client().await;
     first.subscribe("t", "c", 0).await;
     drop(first);
@@ -118,7 +141,10 @@ async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
         {
             break;
         }
-        assert!(since.elapsed() < Duration::from_secs(60), "uploads caught up");
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "uploads caught up"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let uploaded = metric(&b.metrics().await, "rustqueue_tiering_uploads_total").unwrap();
@@ -140,14 +166,24 @@ async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
         if !pressure_eases(&b, Duration::from_secs(5)).await {
             break;
         }
-        assert!(acked < 1024, "the volume never filled ({} bytes used)", volume.used());
+        assert!(
+            acked < 1024,
+            "the volume never filled ({} bytes used)",
+            volume.used()
+        );
     }
     let text = b.metrics().await;
     let evicted = metric(&text, "rustqueue_tiering_evicted_bytes_total").unwrap();
     assert!(evicted > 0.0, "the uploaded copies went first");
-    assert_eq!(metric(&text, "rustqueue_protective_evictions_total"), Some(0.0));
+    assert_eq!(
+        metric(&text, "rustqueue_protective_evictions_total"),
+        Some(0.0)
+    );
     assert_eq!(metric(&text, "rustqueue_storage_errors_total"), Some(0.0));
-    assert!(!publish(&mut p, acked).await, "still throttled while nothing can go");
+    assert!(
+        !publish(&mut p, acked).await,
+        "still throttled while nothing can go"
+    );
     let stuck_used = volume.used();
 
     // The bucket comes back: uploads catch up, their copies go, publishing resumes.
@@ -166,21 +202,12 @@ async fn a_full_volume_with_the_bucket_down_throttles_and_loses_nothing() {
     }
     let text = b.metrics().await;
     assert!(metric(&text, "rustqueue_tiering_uploads_total").unwrap() > uploaded);
-    assert_eq!(metric(&text, "rustqueue_protective_evictions_total"), Some(0.0));
+    assert_eq!(
+        metric(&text, "rustqueue_protective_evictions_total"),
+        Some(0.0)
+    );
 
-    // Every acknowledged message, once, in order, byte for byte.
-    let mut consumer = b.client().await.with_patience(Duration::from_secs(120));
-    consumer.subscribe("t", "c", 32).await;
-    for want in 0..acked {
-        match consumer.answer().await {
-            Some(Frame::Message { id, body: got, .. }) => {
-                assert!(got[..] == body(want)[..], "message {want} in order, intact");
-                consumer.fin(&id).await;
-            }
-            other => panic!("message {want} of {acked}: {other:?}"),
-        }
-    }
-    consumer.expect_no_message(Duration::from_millis(500)).await;
+    drain(&b, acked).await;
     let text = b.metrics().await;
     assert_eq!(metric(&text, "rustqueue_storage_errors_total"), Some(0.0));
     assert_eq!(

@@ -66,7 +66,7 @@ pub use quarantine::{
 pub use record::{MAX_BATCH, payload_len};
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use tiered::{TIERED_FILE, TieredObject, TieredRecord, TieredSegment};
-pub use tiered_deleted::{DELETED_DIR, DeletedIncarnation};
+pub use tiered_deleted::{DELETED_DIR, DeletedIncarnation, ListedIntent};
 pub use wal::ChannelWal;
 
 /// On-disk details that tests inspect or damage on purpose (feature `test-support`).

@@ -632,10 +632,7 @@ impl Store {
     /// The deleted topics' lives whose objects are still to be deleted from the bucket
     /// (docs/storage-format.md, "Deleted incarnations"), each with its file; a damaged one as
     /// its error.
-    #[allow(clippy::type_complexity)]
-    pub fn deleted_incarnations(
-        &self,
-    ) -> Result<Vec<(PathBuf, Result<crate::DeletedIncarnation, StorageError>)>, StorageError> {
+    pub fn deleted_incarnations(&self) -> Result<Vec<crate::ListedIntent>, StorageError> {
         crate::tiered_deleted::list(self.fs.as_ref(), &self.root)
     }
 

@@ -55,6 +55,9 @@ impl DeletedIncarnation {
     }
 }
 
+/// An intent's file, with the intent or the error reading it.
+pub type ListedIntent = (PathBuf, Result<DeletedIncarnation, StorageError>);
+
 /// Writes `d` (checksummed, atomic, fsynced, its directory created and synced first).
 pub fn write(fs: &dyn Fs, root: &Path, d: &DeletedIncarnation) -> Result<(), StorageError> {
     let dir = root.join(DELETED_DIR);
@@ -73,10 +76,7 @@ pub fn write(fs: &dyn Fs, root: &Path, d: &DeletedIncarnation) -> Result<(), Sto
 
 /// Every intent in the data directory, with its file: a damaged one as its error (the caller
 /// logs it and leaves it).
-pub fn list(
-    fs: &dyn Fs,
-    root: &Path,
-) -> Result<Vec<(PathBuf, Result<DeletedIncarnation, StorageError>)>, StorageError> {
+pub fn list(fs: &dyn Fs, root: &Path) -> Result<Vec<ListedIntent>, StorageError> {
     let dir = root.join(DELETED_DIR);
     if !fs.exists(&dir) {
         return Ok(Vec::new());
@@ -121,6 +121,10 @@ mod tests {
         remove(&fs, root, &d).unwrap();
         assert!(list(&fs, root).unwrap().is_empty());
         record.incarnation = None;
-        assert_eq!(DeletedIncarnation::of(&record), None, "format 1: nothing to name");
+        assert_eq!(
+            DeletedIncarnation::of(&record),
+            None,
+            "format 1: nothing to name"
+        );
     }
 }

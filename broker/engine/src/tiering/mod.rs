@@ -48,8 +48,8 @@ pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 pub use plan::Backoff;
 pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
 pub use retain::LocalRetention;
-pub use verify::{RemoteCheck, check_remote_segments};
 pub(crate) use uploader::{PressureEviction, upload_loop};
+pub use verify::{RemoteCheck, check_remote_segments};
 
 /// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
 /// channels' progress (redelivered after a restore) and of the head the loss is counted from.

@@ -99,6 +99,20 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
+    fn bytes(b: u64) -> LocalRetention {
+        LocalRetention {
+            bytes: Some(b),
+            age: None,
+        }
+    }
+
+    fn age(secs: u64) -> LocalRetention {
+        LocalRetention {
+            bytes: None,
+            age: Some(Duration::from_secs(secs)),
+        }
+    }
+
     /// Name, candidates, retention, now, pressure, the segments chosen.
     type Case = (
         &'static str,
@@ -111,14 +125,6 @@ mod tests {
 
     #[test]
     fn eviction_choice_table() {
-        let bytes = |b| LocalRetention {
-            bytes: Some(b),
-            age: None,
-        };
-        let age = |secs| LocalRetention {
-            bytes: None,
-            age: Some(Duration::from_secs(secs)),
-        };
         let three = [
             c("a", 1, 100, 10 * S, true),
             c("b", 1, 100, 20 * S, true),
@@ -212,6 +218,18 @@ mod tests {
                 Pressure::None,
                 vec![],
             ),
+        ];
+        check(cases);
+    }
+
+    #[test]
+    fn under_pressure_every_uploaded_copy_is_a_candidate_and_nothing_else() {
+        let three = [
+            c("a", 1, 100, 10 * S, true),
+            c("b", 1, 100, 20 * S, true),
+            c("a", 5, 100, 30 * S, true),
+        ];
+        let cases: Vec<Case> = vec![
             (
                 "pressure: every uploaded copy, oldest first, under the bounds",
                 three.to_vec(),
@@ -249,6 +267,10 @@ mod tests {
                 vec![],
             ),
         ];
+        check(cases);
+    }
+
+    fn check(cases: Vec<Case>) {
         for (name, candidates, retention, now, pressure, want) in cases {
             let got = choose(&candidates, retention, now, pressure);
             let want: Vec<(String, u64)> = want.into_iter().map(|(t, b)| (t.into(), b)).collect();

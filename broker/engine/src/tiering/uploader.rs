@@ -404,7 +404,12 @@ async fn collect(
 /// is left after a failure still reads as cut short. A failure is logged and counted and tried
 /// again at the next scan, as for collected segments; an intent for another bucket or prefix
 /// than `[tiering]`'s waits for that configuration.
-async fn purge_deleted(r: &Arc<Registry>, tier: &Arc<Tiering>, node_id: u16, sent: &checkpoint::Sent) {
+async fn purge_deleted(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    node_id: u16,
+    sent: &checkpoint::Sent,
+) {
     let store = r.store().clone();
     let Ok(Ok(intents)) = tokio::task::spawn_blocking(move || store.deleted_incarnations()).await
     else {
@@ -428,9 +433,10 @@ async fn purge_deleted(r: &Arc<Registry>, tier: &Arc<Tiering>, node_id: u16, sen
         match delete_prefix(&tier.bucket, &prefix).await {
             Ok(n) => {
                 let (store, d2) = (r.store().clone(), d.clone());
-                let removed = tokio::task::spawn_blocking(move || store.remove_deleted_incarnation(&d2))
-                    .await
-                    .unwrap_or(Ok(()));
+                let removed =
+                    tokio::task::spawn_blocking(move || store.remove_deleted_incarnation(&d2))
+                        .await
+                        .unwrap_or(Ok(()));
                 if let Err(e) = removed {
                     tracing::error!(topic = %d.topic, error = %e, "cannot remove a deleted topic's intent; storage isolated");
                     return;
@@ -450,10 +456,7 @@ async fn purge_deleted(r: &Arc<Registry>, tier: &Arc<Tiering>, node_id: u16, sen
 /// Deletes every object under `prefix`: the checkpoint, then the indexes, then the rest.
 /// Returns how many there were.
 async fn delete_prefix(bucket: &Bucket, prefix: &str) -> Result<usize, String> {
-    let mut listed = bucket
-        .list(Some(prefix))
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut listed = bucket.list(Some(prefix)).await.map_err(|e| e.to_string())?;
     let rank = |k: &str| {
         if k.ends_with("/checkpoint.json") {
             0

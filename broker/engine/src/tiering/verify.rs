@@ -55,10 +55,7 @@ async fn check_one(bucket: &Bucket, s: &RemoteSegmentReport) -> Result<(), Strin
     let key = ObjectKey::new(s.key.clone()).map_err(|e| e.to_string())?;
     // A listing names whole path segments: the object's directory, then the object in it.
     let parent = key.as_str().rsplit_once('/').map(|(dir, _)| dir);
-    let listed = bucket
-        .list(parent)
-        .await
-        .map_err(|e| e.to_string())?;
+    let listed = bucket.list(parent).await.map_err(|e| e.to_string())?;
     let Some(object) = listed.iter().find(|l| l.key == key) else {
         return Err("missing from the bucket: its messages are lost".into());
     };
@@ -80,7 +77,10 @@ async fn check_one(bucket: &Bucket, s: &RemoteSegmentReport) -> Result<(), Strin
             read = read.append(&chunk.map_err(|e| e.to_string())?);
         }
         if read.size != end {
-            return Err(format!("a read of bytes {at}..{end} ended at {}", read.size));
+            return Err(format!(
+                "a read of bytes {at}..{end} ended at {}",
+                read.size
+            ));
         }
         at = end;
     }
