@@ -682,6 +682,7 @@ impl Store {
         let mut m = manifest.clone();
         m.deleted = true;
         self.write_manifest(&m)?;
+        crash_failpoint("delete_topic_before_directory_removal");
         let r = (|| {
             let dir = self.topic_dir(&m.name);
             self.fs
