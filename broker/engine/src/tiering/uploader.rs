@@ -140,11 +140,11 @@ async fn scan(
         let loaded = tokio::task::spawn_blocking(move || {
             new.into_iter()
                 .filter_map(|t| {
-                    let (record, fresh) =
+                    let (record, write_now) =
                         load_record(&store, &t.name, &bucket, prefix.as_ref())?;
                     // A new life is durable before any object names it: deleting the topic
                     // then always knows which objects to delete.
-                    if fresh {
+                    if write_now {
                         let _gate = lock(&tier.gate);
                         if rr.is_shutting_down() || t.deleted.load(Ordering::SeqCst) {
                             return None;
@@ -485,8 +485,10 @@ async fn delete_objects(
     Ok(())
 }
 
-/// A topic's record, or a new one (`true`: not written yet); `None` when it cannot be read
-/// now (tried again next scan).
+/// A topic's record, or a new one; `true` when the topic had none, so the new one is to be
+/// written at once (a record being replaced, damaged or for another place, stays on disk
+/// until the first upload replaces it, as a configuration put back can still use it);
+/// `None` when it cannot be read now (tried again next scan).
 fn load_record(
     store: &rustqueue_storage::Store,
     topic: &str,
@@ -508,7 +510,7 @@ fn load_record(
                 "the tiered record is of format 1 (object keys without an incarnation); every \
                  sealed segment is uploaded again under a new incarnation"
             );
-            Some((fresh(), true))
+            Some((fresh(), false))
         }
         Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some((r, false)),
         Ok(Some(r)) => {
@@ -519,11 +521,11 @@ fn load_record(
                 "the tiered record names another bucket or prefix than [tiering]; \
                  every sealed segment is uploaded again to the configured one"
             );
-            Some((fresh(), true))
+            Some((fresh(), false))
         }
         Err(e @ StorageError::Corrupt { .. }) => {
             tracing::warn!(topic, error = %e, "the tiered record is damaged; every sealed segment is uploaded again and the record rewritten");
-            Some((fresh(), true))
+            Some((fresh(), false))
         }
         Err(e) => {
             tracing::error!(topic, error = %e, "cannot read the tiered record; trying again at the next scan");
