@@ -3,9 +3,14 @@
 //! and clears at used < low watermark and free ≥ `min_free_bytes`; an inspection error counts
 //! as pressure (fail closed). Under pressure publishes are throttled; consumption, FIN and REQ
 //! continue and GC keeps running.
+//!
+//! Between two samples every publish is counted against the last one ([`DiskGuard::admit`]):
+//! the bytes admitted since are taken off its free space, and once that estimate crosses the
+//! high watermark (or `min_free_bytes`) the volume is sampled at once, so a producer faster
+//! than the period is throttled before the volume fills rather than meeting ENOSPC.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -13,21 +18,48 @@ use crate::config::EngineConfig;
 use crate::lock::lock;
 use crate::registry::Registry;
 
-/// Used percent (of space available to unprivileged users) and free bytes.
-pub(crate) fn usage(path: &Path) -> Result<(f64, u64), String> {
-    let st =
-        nix::sys::statvfs::statvfs(path).map_err(|e| format!("statvfs {}: {e}", path.display()))?;
-    let frsize = st.fragment_size() as u64;
-    let total = st.blocks() as u64 * frsize;
-    let avail = st.blocks_available() as u64 * frsize;
-    if total == 0 {
-        return Ok((0.0, avail));
-    }
-    Ok((
-        (total.saturating_sub(avail)) as f64 * 100.0 / total as f64,
-        avail,
-    ))
+/// What a sample of the volume says: its size and the bytes free to unprivileged users.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sample {
+    total: u64,
+    avail: u64,
 }
+
+impl Sample {
+    /// Samples the file system holding `path`.
+    fn of(path: &Path) -> Result<Sample, String> {
+        let st = nix::sys::statvfs::statvfs(path)
+            .map_err(|e| format!("statvfs {}: {e}", path.display()))?;
+        let frsize = st.fragment_size() as u64;
+        Ok(Sample {
+            total: st.blocks() as u64 * frsize,
+            avail: st.blocks_available() as u64 * frsize,
+        })
+    }
+
+    /// Used percent (of space available to unprivileged users) and free bytes.
+    fn usage(self) -> (f64, u64) {
+        if self.total == 0 {
+            return (0.0, self.avail);
+        }
+        (
+            (self.total.saturating_sub(self.avail)) as f64 * 100.0 / self.total as f64,
+            self.avail,
+        )
+    }
+
+    /// The same volume once `bytes` more are written.
+    fn after(self, bytes: u64) -> Sample {
+        Sample {
+            avail: self.avail.saturating_sub(bytes),
+            ..self
+        }
+    }
+}
+
+/// What a record costs on the volume beyond its body: the record's framing and its index
+/// entry, rounded up (the channels' files and the indexes' pages are left to the samples).
+const PER_MESSAGE_BYTES: u64 = 128;
 
 /// The watermarks the guard compares a sample with.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +76,12 @@ impl Watermarks {
             low_percent: cfg.disk_low_watermark_percent,
             min_free_bytes: cfg.min_free_bytes,
         }
+    }
+
+    /// Whether `last` with `admitted` more bytes written would start pressure (pure).
+    fn crossed(&self, last: Sample, admitted: u64) -> bool {
+        self.next_state(false, Ok(last.after(admitted).usage()))
+            .is_some()
     }
 
     /// The next pressure state given the current one and a sample (pure; tested by table).
@@ -72,6 +110,11 @@ pub(crate) struct DiskGuard {
     marks: Watermarks,
     pressure: AtomicBool,
     reason: Mutex<Option<String>>,
+    /// The last sample (`None` when it failed: that is pressure already).
+    last: Mutex<Option<Sample>>,
+    /// Bytes admitted for publishing since the last sample (cleared just before each one, so
+    /// what is written meanwhile may count twice, never not at all).
+    admitted: AtomicU64,
 }
 
 impl DiskGuard {
@@ -82,6 +125,8 @@ impl DiskGuard {
             marks: Watermarks::new(cfg),
             pressure: AtomicBool::new(false),
             reason: Mutex::new(None),
+            last: Mutex::new(None),
+            admitted: AtomicU64::new(0),
         };
         g.check();
         g
@@ -89,9 +134,33 @@ impl DiskGuard {
 
     /// Samples once and records the state.
     pub(crate) fn check(&self) {
-        let state = self.marks.next_state(self.pressured(), usage(&self.path));
+        self.admitted.store(0, Ordering::SeqCst);
+        let sample = Sample::of(&self.path);
+        *lock(&self.last) = sample.as_ref().ok().copied();
+        let state = self
+            .marks
+            .next_state(self.pressured(), sample.map(Sample::usage));
         self.pressure.store(state.is_some(), Ordering::SeqCst);
         *lock(&self.reason) = state;
+    }
+
+    /// Counts a publish of `messages` bodies of `bytes` in all against the last sample and
+    /// returns whether publishes are throttled now: when the estimate (the last sample less
+    /// everything admitted since) crosses the high watermark or `min_free_bytes`, the volume
+    /// is sampled at once instead of at the next period.
+    pub(crate) fn admit(&self, bytes: u64, messages: u64) -> bool {
+        if self.pressured() {
+            return true;
+        }
+        let cost = bytes + messages * PER_MESSAGE_BYTES;
+        let admitted = self.admitted.fetch_add(cost, Ordering::SeqCst) + cost;
+        let Some(last) = *lock(&self.last) else {
+            return self.pressured();
+        };
+        if self.marks.crossed(last, admitted) {
+            self.check();
+        }
+        self.pressured()
     }
 
     /// Whether publishes are throttled now.
@@ -140,6 +209,42 @@ pub(crate) async fn disk_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_estimate_crosses_where_a_sample_would() {
+        let cfg = EngineConfig {
+            disk_high_watermark_percent: 60,
+            min_free_bytes: 100,
+            ..EngineConfig::default()
+        };
+        let marks = Watermarks::new(&cfg);
+        let last = Sample {
+            total: 1_000,
+            avail: 500,
+        };
+        // (admitted since the sample, crossed): 60 % used is 400 free.
+        let cases = [
+            (0, false),
+            (99, false),
+            (100, true),
+            (450, true),
+            (2_000, true),
+        ];
+        for (admitted, want) in cases {
+            assert_eq!(marks.crossed(last, admitted), want, "{admitted}");
+        }
+        let only_min_free = Watermarks::new(&EngineConfig {
+            disk_high_watermark_percent: 100,
+            disk_low_watermark_percent: 99,
+            ..cfg
+        });
+        let nearly_full = Sample {
+            total: 100_000,
+            avail: 150,
+        };
+        assert!(!only_min_free.crossed(nearly_full, 50));
+        assert!(only_min_free.crossed(nearly_full, 51), "min_free_bytes");
+    }
 
     #[test]
     fn pressure_has_hysteresis_and_fails_closed() {

@@ -79,11 +79,14 @@ impl Engine {
             recovered,
         ));
         let disk = Arc::new(DiskGuard::new(&cfg));
+        // With tiering, protective eviction never deletes a message: the uploader removes
+        // local copies of uploaded segments instead, and publishing stays throttled while
+        // none is left (docs/tiering.md, "A full volume").
         tokio::spawn(crate::disk::disk_loop(
             disk.clone(),
             Arc::downgrade(&registry),
             cfg.disk_check_interval,
-            cfg.protective_eviction_enabled
+            (cfg.protective_eviction_enabled && tiering.is_none())
                 .then_some(cfg.disk_pressure_grace),
         ));
         tokio::spawn(crate::gc::maintenance_loop(
@@ -97,10 +100,15 @@ impl Engine {
             cfg.scrub_bytes_per_second,
         ));
         if let Some(tier) = &tiering {
+            let pressure = crate::tiering::PressureEviction {
+                disk: disk.clone(),
+                enabled: tier.opts.local_retention.evicts() || cfg.protective_eviction_enabled,
+            };
             tokio::spawn(crate::tiering::upload_loop(
                 Arc::downgrade(&registry),
                 tier.clone(),
                 cfg.node_id,
+                pressure,
             ));
         }
         let inner = Arc::new(Shared {
@@ -213,6 +221,11 @@ impl Engine {
         let defer = defer.unwrap_or_default();
         if defer > inner.cfg.max_defer {
             return Err(PublishError::InvalidDefer);
+        }
+        // Counted against the last sample of the volume: a fast producer is throttled before
+        // the next sample would see the volume full.
+        if inner.disk.admit(total, bodies.len() as u64) {
+            return Err(PublishError::Throttled);
         }
         let _permit = inner
             .budgets

@@ -1,4 +1,6 @@
 //! Protective eviction (docs/api.md, "Disk pressure"), opt-in with `protective_eviction_enabled`.
+//! Never with `[tiering]`: there the uploader removes local copies of uploaded segments under
+//! pressure instead, and no message is deleted (docs/tiering.md, "A full volume").
 //!
 //! After `disk_pressure_grace` of continuous pressure the disk guard calls [`evict_once`] on
 //! every tick. It picks the durable topic holding the oldest message and runs, in order:

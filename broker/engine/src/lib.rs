@@ -59,7 +59,7 @@ pub use rustqueue_tier::{BucketConfig, Credentials, ObjectKey};
 pub use tiering::restore;
 pub use tiering::{
     Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, LocalRetention,
-    TieringOptions, TieringStatus, TopicCheckpoint,
+    RemoteCheck, TieringOptions, TieringStatus, TopicCheckpoint, check_remote_segments,
 };
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the

@@ -80,7 +80,9 @@ counters! {
     TieringReadThroughBytes => "rustqueue_tiering_read_through_bytes_total", Counter, "Bytes read from the bucket for consumers reading remote-only segments (read-ahead included)";
     TieringRemoteReadFailures => "rustqueue_tiering_remote_read_failures_total", Counter, "Reads from the bucket for consumers that failed after the bucket's own retries (the consumer tries again)";
     TieringRemoteDeletes => "rustqueue_tiering_remote_deleted_segments_total", Counter, "Segments GC deleted whose objects were then deleted from the bucket and dropped from the tiered record";
-    TieringRemoteDeleteFailures => "rustqueue_tiering_remote_delete_failures_total", Counter, "Deletions of a GC'd segment's objects that failed after the bucket's own retries (tried again next scan)";
+    TieringRemoteDeleteFailures => "rustqueue_tiering_remote_delete_failures_total", Counter, "Deletions of a GC'd segment's or a deleted topic's objects that failed after the bucket's own retries (tried again next scan)";
+    TieringLastCheckpointUpload => "rustqueue_tiering_last_checkpoint_upload_timestamp_seconds", Gauge, "Unix time the topic checkpoints and the catalog in the bucket were last all up to date (set at start; 0 without [tiering])";
+    TieringDeletedTopics => "rustqueue_tiering_remote_deleted_topics_total", Counter, "Deleted topics' lives whose every object was then deleted from the bucket";
 }
 
 macro_rules! timers {

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::tiering::{PREFIX, bucket, bucket_config, impatient, record, tiered, topic_dir};
+use common::tiering::{
+    PREFIX, bucket, bucket_config, impatient, record, sealed_bases, tiered, topic_dir,
+};
 use common::{wait_for, wait_for_seen, wait_until};
 use rustqueue_engine::{
     Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, LocalRetention, TieringStatus,
@@ -488,9 +490,12 @@ async fn an_age_bound_alone_evicts_every_uploaded_segment_once_its_newest_messag
     let e = Engine::open(cfg).await.unwrap();
     e.create_channel("t", "c").unwrap();
     publish(&e, 0, 40).await;
+    // Every segment sealed on disk recorded (a scan in the middle of the publishes can see an
+    // empty backlog before the last segments are sealed).
     wait_for(60, "every sealed segment uploaded", || {
         let s = status(&e);
-        s.backlog_segments == 0 && s.uploaded_segments >= 8
+        let recorded: Vec<u64> = record(dir.path()).segments.iter().map(|s| s.base).collect();
+        s.backlog_segments == 0 && s.uploaded_segments >= 8 && recorded == sealed_bases(dir.path())
     })
     .await;
     let sealed = record(dir.path()).segments.len();

@@ -56,6 +56,10 @@ enum StorageCmd {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Also read the objects of remote-only (evicted) segments from the bucket of the
+        /// configuration's [tiering] and check their size and CRC-32C against the tiered record.
+        #[arg(long)]
+        remote: bool,
     },
     /// Recover as a start would (quarantine damage, rebuild indexes, checkpoint channels),
     /// scrub every sealed segment, and print what was quarantined.
@@ -132,38 +136,7 @@ fn storage_command(action: StorageCmd, cfg: &Config) -> anyhow::Result<i32> {
     use rustqueue_engine::offline;
     let fs = std::sync::Arc::new(rustqueue_engine::RealFs);
     match action {
-        StorageCmd::Verify { data_path, json } => {
-            let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
-            let report = offline::verify(fs.as_ref(), &root)
-                .with_context(|| format!("verifying {}", root.display()))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                for f in &report.files {
-                    println!(
-                        "{:<11} {:<18} {}: {}",
-                        format!("{:?}", f.status).to_lowercase(),
-                        f.kind,
-                        f.file,
-                        f.detail
-                    );
-                    if !f.lost_positions.is_empty() {
-                        println!("            lost positions: {:?}", f.lost_positions);
-                    }
-                }
-                println!(
-                    "{} files checked, {} damaged, {} quarantine records on file",
-                    report.files.len(),
-                    report.damaged_files,
-                    report.quarantine_on_record.len()
-                );
-            }
-            Ok(if report.damaged_files > 0 {
-                EXIT_DAMAGE_FOUND
-            } else {
-                0
-            })
-        }
+        StorageCmd::Verify { .. } => anyhow::bail!("storage verify runs in verify_command"),
         StorageCmd::Restore { .. } => anyhow::bail!("storage restore runs in restore_command"),
         StorageCmd::Repair {
             data_path,
@@ -334,6 +307,111 @@ async fn restore_command(cfg: &Config, flags: RestoreFlags) -> anyhow::Result<i3
     })
 }
 
+/// `storage verify`, with `--remote` the objects of remote-only segments too.
+async fn verify_command(
+    cfg: &Config,
+    data_path: Option<PathBuf>,
+    json: bool,
+    remote: bool,
+) -> anyhow::Result<i32> {
+    use rustqueue_engine::offline;
+    let root = data_path.unwrap_or_else(|| cfg.storage.data_path.clone());
+    let report = offline::verify(&rustqueue_engine::RealFs, &root)
+        .with_context(|| format!("verifying {}", root.display()))?;
+    let remote_checks = if remote && !report.remote_segments.is_empty() {
+        let Some(tiering) =
+            rustqueue_server::tiering_options(cfg.tiering.as_ref(), |k| std::env::var(k).ok())?
+        else {
+            anyhow::bail!(
+                "storage verify --remote reads the bucket of the configuration's [tiering] \
+                 section, and there is none: pass the broker's --config (or RUSTQUEUE_CONFIG)"
+            );
+        };
+        rustqueue_engine::check_remote_segments(tiering.bucket, &report.remote_segments)
+            .await
+            .context("checking the objects of remote-only segments")?
+    } else {
+        Vec::new()
+    };
+    let remote_damaged = remote_checks.iter().filter(|c| c.problem.is_some()).count();
+    let unchecked = if remote {
+        0
+    } else {
+        report.remote_segments.len()
+    };
+    if json {
+        #[derive(serde::Serialize)]
+        struct Output<'a> {
+            #[serde(flatten)]
+            report: &'a offline::VerifyReport,
+            remote_checked: &'a [rustqueue_engine::RemoteCheck],
+            remote_damaged: usize,
+            remote_unchecked: usize,
+        }
+        let out = Output {
+            report: &report,
+            remote_checked: &remote_checks,
+            remote_damaged,
+            remote_unchecked: unchecked,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_verify(&report, &remote_checks, unchecked);
+    }
+    Ok(if report.damaged_files + remote_damaged > 0 {
+        EXIT_DAMAGE_FOUND
+    } else {
+        0
+    })
+}
+
+fn print_verify(
+    report: &rustqueue_engine::offline::VerifyReport,
+    remote_checks: &[rustqueue_engine::RemoteCheck],
+    unchecked: usize,
+) {
+    for f in &report.files {
+        println!(
+            "{:<11} {:<18} {}: {}",
+            format!("{:?}", f.status).to_lowercase(),
+            f.kind,
+            f.file,
+            f.detail
+        );
+        if !f.lost_positions.is_empty() {
+            println!("            lost positions: {:?}", f.lost_positions);
+        }
+    }
+    for c in remote_checks {
+        match &c.problem {
+            None => println!(
+                "{:<11} {:<18} {}: size and CRC-32C match",
+                "ok", "remote_object", c.key
+            ),
+            Some(p) => println!("{:<11} {:<18} {}: {p}", "damaged", "remote_object", c.key),
+        }
+    }
+    println!(
+        "{} files checked, {} damaged, {} quarantine records on file",
+        report.files.len(),
+        report.damaged_files,
+        report.quarantine_on_record.len()
+    );
+    if !remote_checks.is_empty() {
+        let bad = remote_checks.iter().filter(|c| c.problem.is_some()).count();
+        println!(
+            "{} remote-only segments' objects checked in the bucket, {bad} damaged or missing",
+            remote_checks.len()
+        );
+    }
+    if unchecked > 0 {
+        println!(
+            "{unchecked} remote-only segments were not checked (their objects are in the \
+             bucket; --remote reads them)"
+        );
+    }
+}
+
 /// How long before now `ms` (since the epoch) was, for people.
 fn ago(ms: u64) -> String {
     let now = std::time::SystemTime::now()
@@ -476,6 +554,11 @@ async fn main() -> anyhow::Result<()> {
                 };
                 restore_command(&cfg, flags).await?
             }
+            StorageCmd::Verify {
+                data_path,
+                json,
+                remote,
+            } => verify_command(&cfg, data_path, json, remote).await?,
             action => storage_command(action, &cfg)?,
         };
         std::process::exit(code);

@@ -14,7 +14,7 @@ use rustqueue_engine::{Counter, Timer};
 use rustqueue_tier::test_server::{self, TestServer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 23] = [
+const MAY_BE_ZERO: [(&str, &str); 25] = [
     (
         "rustqueue_timed_out_messages_total",
         "needs an in-flight timeout; tests/console_observe.rs",
@@ -106,6 +106,14 @@ const MAY_BE_ZERO: [(&str, &str); 23] = [
     (
         "rustqueue_tiering_remote_delete_failures_total",
         "needs the bucket failing a delete; broker/engine/tests/tiering_read_through.rs",
+    ),
+    (
+        "rustqueue_tiering_last_checkpoint_upload_timestamp_seconds",
+        "needs [tiering]; broker/engine/tests/tiering_checkpoint_age.rs",
+    ),
+    (
+        "rustqueue_tiering_remote_deleted_topics_total",
+        "needs a deleted topic's objects deleted; broker/engine/tests/tiering_deleted_topic.rs",
     ),
 ];
 

@@ -37,6 +37,7 @@ pub mod restore;
 pub mod simfs;
 mod store;
 mod tiered;
+mod tiered_deleted;
 mod wal;
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,7 @@ pub use quarantine::{
 pub use record::{MAX_BATCH, payload_len};
 pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use tiered::{TIERED_FILE, TieredObject, TieredRecord, TieredSegment};
+pub use tiered_deleted::{DELETED_DIR, DeletedIncarnation, ListedIntent};
 pub use wal::ChannelWal;
 
 /// On-disk details that tests inspect or damage on purpose (feature `test-support`).

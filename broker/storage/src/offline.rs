@@ -33,6 +33,30 @@ pub enum FileStatus {
     Damaged,
     /// Damage already on record in `audit/` (quarantined earlier); nothing more to do.
     Quarantined,
+    /// A segment whose local file local retention evicted: only its object in the bucket holds
+    /// its records (listed in [`VerifyReport::remote_segments`]; `--remote` checks them).
+    Remote,
+}
+
+/// A remote-only segment: what its topic's tiered record says of its `.rqlog` object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RemoteSegmentReport {
+    /// The local `.rqlog` path it had, relative to the data directory.
+    pub file: String,
+    /// The topic.
+    pub topic: String,
+    /// Its base log index.
+    pub base: u64,
+    /// The bucket and key prefix of the record, and the object's key under that prefix.
+    pub bucket: String,
+    /// The key prefix (`None`: the bucket's root).
+    pub prefix: Option<String>,
+    /// The object's key.
+    pub key: String,
+    /// Its recorded size.
+    pub size: u64,
+    /// Its recorded CRC-32C.
+    pub crc32c: u32,
 }
 
 /// One file's line in the report.
@@ -60,11 +84,15 @@ pub struct VerifyReport {
     pub damaged_files: usize,
     /// Quarantine records already on disk.
     pub quarantine_on_record: Vec<QuarantineRecord>,
+    /// Remote-only segments: their local indexes are checked here, their objects only by a
+    /// caller with the bucket (`storage verify --remote`).
+    pub remote_segments: Vec<RemoteSegmentReport>,
 }
 
 struct Reporter<'a> {
     root: &'a Path,
     files: Vec<FileReport>,
+    remote: Vec<RemoteSegmentReport>,
     /// `(file, offset_start)` of every quarantine record on disk.
     known: std::collections::HashSet<(String, u64)>,
 }
@@ -125,6 +153,7 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
     let mut r = Reporter {
         root,
         files: Vec::new(),
+        remote: Vec::new(),
         known: on_record
             .iter()
             .map(|q| (q.file.clone(), q.offset_start))
@@ -161,6 +190,7 @@ pub fn verify(fs: &dyn Fs, root: &Path) -> Result<VerifyReport, StorageError> {
         files: r.files,
         damaged_files,
         quarantine_on_record: on_record,
+        remote_segments: r.remote,
     })
 }
 
@@ -176,12 +206,98 @@ fn verify_topic(fs: &dyn Fs, r: &mut Reporter<'_>, dir: &Path) -> Result<(), Sto
         ),
         Err(e) => r.add(&mpath, "manifest", FileStatus::Damaged, e.to_string()),
     }
-    verify_segments(fs, r, &dir.join("segments"))?;
+    let record = match crate::tiered::read(fs, dir) {
+        Ok(record) => record,
+        Err(e) => {
+            r.add(
+                &crate::tiered::path(dir),
+                "tiered_record",
+                FileStatus::Damaged,
+                format!("{e}; it names no evicted segment, so theirs count as lost"),
+            );
+            None
+        }
+    };
+    verify_segments(fs, r, &dir.join("segments"), record.as_ref())?;
     verify_channels(fs, r, &dir.join("channels"))
 }
 
+/// A segment present only as its index: remote-only when the tiered record calls it evicted
+/// (its index must then be whole: a start does not rebuild it from the bucket), lost
+/// otherwise, as a start decides (docs/tiering.md, "Local retention and read-through").
+fn verify_index_only(
+    fs: &dyn Fs,
+    r: &mut Reporter<'_>,
+    sdir: &Path,
+    base: u64,
+    idx: &Path,
+    record: Option<&crate::TieredRecord>,
+) -> Result<(), StorageError> {
+    let log = sdir.join(format!("segment-{base:020}.rqlog"));
+    let remote = record.and_then(|rec| {
+        let seg = rec.get(base).filter(|s| s.evicted)?;
+        Some((rec, seg.log_object()?.clone()))
+    });
+    let Some((rec, object)) = remote else {
+        r.add(
+            &log,
+            "segment",
+            FileStatus::Damaged,
+            "missing though it was never evicted to the bucket: its messages are lost (a \
+             start reports them and removes the orphaned index)"
+                .into(),
+        );
+        return Ok(());
+    };
+    let file = fs.open(idx, false).map_err(io_err("open", idx))?;
+    match index::read_summary(file.as_ref(), base, object.size).map_err(io_err("read", idx))? {
+        Some(summary) => r.add(
+            idx,
+            "index",
+            FileStatus::Ok,
+            format!(
+                "of a remote-only segment: log indexes {base}..={}, every CRC matches",
+                summary.last_log_index
+            ),
+        ),
+        None => r.add(
+            idx,
+            "index",
+            FileStatus::Damaged,
+            "of a remote-only segment, damaged: a start refuses it (it is not rebuilt from \
+             the bucket)"
+                .into(),
+        ),
+    }
+    r.add(
+        &log,
+        "segment",
+        FileStatus::Remote,
+        format!(
+            "remote-only (evicted): {} bytes in the bucket as {}",
+            object.size, object.key
+        ),
+    );
+    r.remote.push(RemoteSegmentReport {
+        file: r.relative(&log),
+        topic: rec.topic.clone(),
+        base,
+        bucket: rec.bucket.clone(),
+        prefix: rec.prefix.clone(),
+        key: object.key,
+        size: object.size,
+        crc32c: object.crc32c,
+    });
+    Ok(())
+}
+
 /// Every segment of a topic in log order, each with its index.
-fn verify_segments(fs: &dyn Fs, r: &mut Reporter<'_>, sdir: &Path) -> Result<(), StorageError> {
+fn verify_segments(
+    fs: &dyn Fs,
+    r: &mut Reporter<'_>,
+    sdir: &Path,
+    record: Option<&crate::TieredRecord>,
+) -> Result<(), StorageError> {
     let mut segs: BTreeMap<u64, (Option<PathBuf>, Option<PathBuf>)> = BTreeMap::new();
     if fs.exists(sdir) {
         for n in fs.list(sdir).map_err(io_err("list", sdir))? {
@@ -207,7 +323,12 @@ fn verify_segments(fs: &dyn Fs, r: &mut Reporter<'_>, sdir: &Path) -> Result<(),
         .next_back();
     let mut prev = None;
     for (base, (log, idx)) in &segs {
-        let Some(log) = log else { continue };
+        let Some(log) = log else {
+            if let Some(idx) = idx {
+                verify_index_only(fs, r, sdir, *base, idx, record)?;
+            }
+            continue;
+        };
         let file = fs.open(log, false).map_err(io_err("open", log))?;
         let len = file.len().map_err(io_err("stat", log))?;
         let is_last = Some(*base) == last;

@@ -20,7 +20,7 @@ use crate::meta::{
 };
 use crate::quarantine::{DamageKind, Detector, Quarantine};
 use crate::wal::{self, ChannelWal};
-use crate::{Fault, StorageError, io_err};
+use crate::{Fault, StorageError, crash_failpoint, io_err};
 
 /// Highest storage feature level this binary can read and write: 2, or the build-time ceiling
 /// `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL=1` (how tests build an "older" binary). The broker's
@@ -629,6 +629,23 @@ impl Store {
         crate::tiered::read(self.fs.as_ref(), &self.topic_dir(topic))
     }
 
+    /// The deleted topics' lives whose objects are still to be deleted from the bucket
+    /// (docs/storage-format.md, "Deleted incarnations"), each with its file; a damaged one as
+    /// its error.
+    pub fn deleted_incarnations(&self) -> Result<Vec<crate::ListedIntent>, StorageError> {
+        crate::tiered_deleted::list(self.fs.as_ref(), &self.root)
+    }
+
+    /// Forgets a deleted topic's life once its objects are gone from the bucket.
+    pub fn remove_deleted_incarnation(
+        &self,
+        d: &crate::DeletedIncarnation,
+    ) -> Result<(), StorageError> {
+        self.fault.check()?;
+        let r = crate::tiered_deleted::remove(self.fs.as_ref(), &self.root, d);
+        self.fault.guard(r)
+    }
+
     /// Replaces the tiered record of its topic atomically; a failure isolates storage like any
     /// other write.
     pub fn write_tiered(&self, record: &crate::TieredRecord) -> Result<(), StorageError> {
@@ -648,11 +665,24 @@ impl Store {
         self.fault.guard(r)
     }
 
-    /// Deletes a topic: marks the manifest deleted, then removes its directory.
+    /// Deletes a topic: records the intent to delete its objects from the bucket when it has
+    /// a tiered record, marks the manifest deleted, then removes its directory. The intent is
+    /// durable before anything else goes, so the objects are never forgotten (a damaged record
+    /// names no incarnation: its objects are left in the bucket).
     pub fn delete_topic(&self, manifest: &Manifest) -> Result<(), StorageError> {
+        self.fault.check()?;
+        let dir = self.topic_dir(&manifest.name);
+        if let Ok(Some(record)) = crate::tiered::read(self.fs.as_ref(), &dir)
+            && let Some(intent) = crate::tiered_deleted::DeletedIncarnation::of(&record)
+        {
+            let r = crate::tiered_deleted::write(self.fs.as_ref(), &self.root, &intent);
+            self.fault.guard(r)?;
+        }
+        crash_failpoint("delete_topic_after_tiered_intent");
         let mut m = manifest.clone();
         m.deleted = true;
         self.write_manifest(&m)?;
+        crash_failpoint("delete_topic_before_directory_removal");
         let r = (|| {
             let dir = self.topic_dir(&m.name);
             self.fs

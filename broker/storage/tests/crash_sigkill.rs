@@ -418,3 +418,25 @@ fn eviction_killed_before_or_after_its_record_leaves_the_segment_local_or_remote
         );
     }
 }
+
+#[test]
+fn topic_deletion_killed_anywhere_after_its_intent_keeps_the_intent_to_delete_its_objects() {
+    for (fp, topic_gone) in [
+        ("delete_topic_after_tiered_intent", false),
+        ("delete_topic_before_directory_removal", true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path(), 2, &[]);
+        crash_at(dir.path(), "delete_topic", fp);
+        let (store, topics) = Store::open(Arc::new(RealFs), dir.path(), opts()).unwrap();
+        assert_eq!(topics.is_empty(), topic_gone, "{fp}");
+        let intents = store.deleted_incarnations().unwrap();
+        assert_eq!(intents.len(), 1, "{fp}");
+        let intent = intents[0].1.as_ref().unwrap();
+        assert_eq!(
+            (intent.topic.as_str(), intent.incarnation.as_str()),
+            ("t", "i1"),
+            "{fp}"
+        );
+    }
+}

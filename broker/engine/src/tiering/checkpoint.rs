@@ -112,6 +112,19 @@ impl Sent {
     }
 }
 
+impl Sent {
+    /// Whether the newest catalog this process uploaded is without the life `incarnation` of
+    /// `topic` (`false` before it uploaded one: the one in the bucket may name it). Only then
+    /// may that life's objects go: no restore looks for them any more.
+    pub(crate) fn catalog_lacks(&self, topic: &str, incarnation: &str) -> bool {
+        self.catalog.as_ref().is_some_and(|topics| {
+            !topics
+                .iter()
+                .any(|t| t.topic == topic && t.incarnation == incarnation)
+        })
+    }
+}
+
 /// Whether this broker may replace `found`, the catalog in the bucket: only when it was
 /// written from the same data directory (`volume`), or names no topic. A catalog of another
 /// volume is a lost volume's, which `storage restore --from-bucket` still needs: a broker
@@ -128,14 +141,15 @@ fn now_ms() -> u64 {
 
 /// Uploads the checkpoint of every topic in `known` whose state changed since its last one,
 /// then the catalog if the set of topics changed. A failure is logged and counted and ends
-/// the round (the catalog included); the next period tries again.
+/// the round (the catalog included); the next period tries again. Returns whether the round
+/// left every checkpoint and the catalog in the bucket up to date.
 pub(crate) async fn upload(
     r: &Arc<Registry>,
     tier: &Tiering,
     node_id: u16,
     known: &HashMap<String, Known>,
     sent: &mut Sent,
-) {
+) -> bool {
     sent.topics.retain(|name, _| known.contains_key(name));
     let mut names: Vec<&String> = known.keys().collect();
     names.sort();
@@ -164,7 +178,7 @@ pub(crate) async fn upload(
                 // long each, holding up the segment uploads behind it.
                 tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(topic = %name, %error, "upload of a topic checkpoint failed; the round stops and the next period tries again");
-                return;
+                return false;
             }
         }
     }
@@ -178,11 +192,11 @@ pub(crate) async fn upload(
         .collect();
     topics.sort_by(|a, b| a.topic.cmp(&b.topic));
     if sent.catalog.as_ref() == Some(&topics) {
-        return;
+        return true;
     }
     let Some(volume) = volume(r, sent).await else {
         tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
-        return;
+        return false;
     };
     if !sent.checked {
         match check_found(tier, node_id, &volume).await {
@@ -190,7 +204,7 @@ pub(crate) async fn upload(
             Err(error) => {
                 tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%error, "the node's catalog is not replaced");
-                return;
+                return false;
             }
         }
     }
@@ -205,10 +219,12 @@ pub(crate) async fn upload(
         Ok(()) => {
             tier.checkpoint_uploads.fetch_add(1, Ordering::Relaxed);
             sent.catalog = Some(topics);
+            true
         }
         Err(error) => {
             tier.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%error, "upload of the node's catalog failed; tried again at the next period");
+            false
         }
     }
 }

@@ -12,16 +12,21 @@
 //!   period  checkpoint::upload: each changed topic's checkpoint, then the node's catalog
 //!
 //!   retain  local retention (retain.rs): the oldest uploaded segments' .rqlog removed,
-//!           recorded `evicted` in the tiered record first
+//!           recorded `evicted` in the tiered record first; under disk pressure every
+//!           uploaded one may go, also while an upload waits for the bucket
+//!   purge   deleted topics' lives (their intents in tiered-deleted/): every object deleted
+//!           once a catalog without them is up
 //! read      consumers reaching a remote-only segment: RemoteReads::read_bodies (read.rs),
 //!           ranged GETs in chunks with read-ahead, every body checked against its CRC-32C
 //!
 //! restore::restore_from_bucket (offline): catalog ─▶ checkpoints ─▶ segments, checked ─▶ files
+//! verify::check_remote_segments (offline, storage verify --remote): evicted objects, ranged CRC
 //! ```
 //!
 //! Publishing and delivery never wait for it: it takes a topic's log lock only to list the
-//! sealed segments, and the only file it writes is a topic's record. GC and protective
-//! eviction go on deleting segments while one uploads; an upload whose files vanished is
+//! sealed segments, and the only files it writes are a topic's record and, removing it, a
+//! deleted topic's intent. GC goes on deleting segments while one uploads (protective eviction
+//! does not run with tiering); an upload whose files vanished is
 //! dropped without a record, and a record is written only after every object of its segment
 //! is in the bucket, so it never names an object that is not there. The gate orders record
 //! writes against topic deletion and shutdown: a record is never written into a deleted
@@ -40,13 +45,15 @@ mod read;
 pub mod restore;
 mod retain;
 mod uploader;
+mod verify;
 
 pub use checkpoint::{CHECKPOINT_FORMAT, Catalog, CatalogTopic, TopicCheckpoint};
 
 pub use plan::Backoff;
 pub(crate) use read::{RemoteFail, RemoteReads, prefetch, read_bodies};
 pub use retain::LocalRetention;
-pub(crate) use uploader::upload_loop;
+pub(crate) use uploader::{PressureEviction, upload_loop};
+pub use verify::{RemoteCheck, check_remote_segments};
 
 /// The default `checkpoint_upload_seconds`: a lost volume loses at most about this much of its
 /// channels' progress (redelivered after a restore) and of the head the loss is counted from.

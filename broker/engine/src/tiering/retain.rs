@@ -1,6 +1,8 @@
 //! Local retention: which uploaded segments' local `.rqlog` files are removed, oldest first.
 //! A pure choice over the node's sealed segments (docs/tiering.md, "Local retention"); the
-//! uploader does the I/O (record first, then the file).
+//! uploader does the I/O (record first, then the file). Under disk pressure every uploaded
+//! local copy is a candidate, oldest first, whatever the bounds ("A full volume"): the caller
+//! stops once the pressure is over. A segment not uploaded is never chosen.
 
 use std::time::Duration;
 
@@ -28,6 +30,16 @@ impl LocalRetention {
     }
 }
 
+/// Whether the volume needs space now (the disk guard's state, when pressure may evict).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pressure {
+    /// Only the bounds decide.
+    None,
+    /// The volume is under disk pressure: every uploaded local copy may go, oldest first
+    /// (the caller re-samples after each and stops when the pressure is over).
+    Full,
+}
+
 /// A sealed segment whose `.rqlog` is on the volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Candidate {
@@ -48,6 +60,7 @@ pub(crate) fn choose(
     candidates: &[Candidate],
     retention: LocalRetention,
     now_ns: i64,
+    pressure: Pressure,
 ) -> Vec<(String, u64)> {
     let mut order: Vec<&Candidate> = candidates.iter().collect();
     order.sort_by(|a, b| (a.newest_ns, &a.topic, a.base).cmp(&(b.newest_ns, &b.topic, b.base)));
@@ -62,7 +75,7 @@ pub(crate) fn choose(
         }
         let too_old = cutoff.is_some_and(|cut| c.newest_ns < cut);
         let too_many = retention.bytes.is_some_and(|b| local > b);
-        if too_old || too_many {
+        if too_old || too_many || pressure == Pressure::Full {
             local -= c.bytes;
             chosen.push((c.topic.clone(), c.base));
         }
@@ -86,25 +99,32 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
-    /// Name, candidates, retention, now, the segments chosen.
+    fn bytes(b: u64) -> LocalRetention {
+        LocalRetention {
+            bytes: Some(b),
+            age: None,
+        }
+    }
+
+    fn age(secs: u64) -> LocalRetention {
+        LocalRetention {
+            bytes: None,
+            age: Some(Duration::from_secs(secs)),
+        }
+    }
+
+    /// Name, candidates, retention, now, pressure, the segments chosen.
     type Case = (
         &'static str,
         Vec<Candidate>,
         LocalRetention,
         i64,
+        Pressure,
         Vec<(&'static str, u64)>,
     );
 
     #[test]
     fn eviction_choice_table() {
-        let bytes = |b| LocalRetention {
-            bytes: Some(b),
-            age: None,
-        };
-        let age = |secs| LocalRetention {
-            bytes: None,
-            age: Some(Duration::from_secs(secs)),
-        };
         let three = [
             c("a", 1, 100, 10 * S, true),
             c("b", 1, 100, 20 * S, true),
@@ -116,6 +136,7 @@ mod tests {
                 three.to_vec(),
                 LocalRetention::KEEP,
                 100 * S,
+                Pressure::None,
                 vec![],
             ),
             (
@@ -123,6 +144,7 @@ mod tests {
                 three.to_vec(),
                 bytes(300),
                 100 * S,
+                Pressure::None,
                 vec![],
             ),
             (
@@ -130,6 +152,7 @@ mod tests {
                 three.to_vec(),
                 bytes(299),
                 100 * S,
+                Pressure::None,
                 vec![("a", 1)],
             ),
             (
@@ -137,6 +160,7 @@ mod tests {
                 three.to_vec(),
                 bytes(100),
                 100 * S,
+                Pressure::None,
                 vec![("a", 1), ("b", 1)],
             ),
             (
@@ -144,6 +168,7 @@ mod tests {
                 three.to_vec(),
                 bytes(0),
                 100 * S,
+                Pressure::None,
                 vec![("a", 1), ("b", 1), ("a", 5)],
             ),
             (
@@ -155,6 +180,7 @@ mod tests {
                 ],
                 bytes(100),
                 100 * S,
+                Pressure::None,
                 vec![("a", 2), ("a", 3)],
             ),
             (
@@ -162,6 +188,7 @@ mod tests {
                 vec![c("a", 1, 100, 10 * S, false)],
                 bytes(0),
                 100 * S,
+                Pressure::None,
                 vec![],
             ),
             (
@@ -169,6 +196,7 @@ mod tests {
                 three.to_vec(),
                 age(75),
                 100 * S,
+                Pressure::None,
                 vec![("a", 1), ("b", 1)],
             ),
             (
@@ -179,6 +207,7 @@ mod tests {
                     age: Some(Duration::from_secs(85)),
                 },
                 100 * S,
+                Pressure::None,
                 vec![("a", 1), ("b", 1)],
             ),
             (
@@ -186,11 +215,64 @@ mod tests {
                 three.to_vec(),
                 age(95),
                 100 * S,
+                Pressure::None,
                 vec![],
             ),
         ];
-        for (name, candidates, retention, now, want) in cases {
-            let got = choose(&candidates, retention, now);
+        check(cases);
+    }
+
+    #[test]
+    fn under_pressure_every_uploaded_copy_is_a_candidate_and_nothing_else() {
+        let three = [
+            c("a", 1, 100, 10 * S, true),
+            c("b", 1, 100, 20 * S, true),
+            c("a", 5, 100, 30 * S, true),
+        ];
+        let cases: Vec<Case> = vec![
+            (
+                "pressure: every uploaded copy, oldest first, under the bounds",
+                three.to_vec(),
+                bytes(1_000),
+                100 * S,
+                Pressure::Full,
+                vec![("a", 1), ("b", 1), ("a", 5)],
+            ),
+            (
+                "pressure, retention keeps everything: uploaded copies still go",
+                three.to_vec(),
+                LocalRetention::KEEP,
+                100 * S,
+                Pressure::Full,
+                vec![("a", 1), ("b", 1), ("a", 5)],
+            ),
+            (
+                "pressure never takes a segment not uploaded",
+                vec![
+                    c("a", 1, 100, 10 * S, false),
+                    c("b", 1, 100, 20 * S, true),
+                    c("a", 2, 100, 30 * S, false),
+                ],
+                bytes(1_000),
+                100 * S,
+                Pressure::Full,
+                vec![("b", 1)],
+            ),
+            (
+                "pressure, nothing uploaded: nothing goes",
+                vec![c("a", 1, 100, 10 * S, false)],
+                LocalRetention::KEEP,
+                100 * S,
+                Pressure::Full,
+                vec![],
+            ),
+        ];
+        check(cases);
+    }
+
+    fn check(cases: Vec<Case>) {
+        for (name, candidates, retention, now, pressure, want) in cases {
+            let got = choose(&candidates, retention, now, pressure);
             let want: Vec<(String, u64)> = want.into_iter().map(|(t, b)| (t.into(), b)).collect();
             assert_eq!(got, want, "{name}");
         }

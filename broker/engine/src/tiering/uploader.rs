@@ -15,7 +15,8 @@ use super::Tiering;
 use super::checkpoint;
 use super::keys::{new_incarnation, segment_keys};
 use super::plan::{Next, Queue, Sealed};
-use super::retain::{Candidate, choose};
+use super::retain::{Candidate, Pressure, choose};
+use crate::disk::DiskGuard;
 use crate::lock::lock;
 use crate::metrics::{Counter, Timer};
 use crate::registry::Registry;
@@ -40,24 +41,45 @@ enum Failure {
     Failed(String),
 }
 
+/// When disk pressure may take local copies of uploaded segments: the guard to read and
+/// re-sample, and whether pressure evicts at all (local retention or protective eviction on).
+pub(crate) struct PressureEviction {
+    pub(crate) disk: Arc<DiskGuard>,
+    pub(crate) enabled: bool,
+}
+
 /// Runs until the engine is dropped or shut down.
-pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, node_id: u16) {
+pub(crate) async fn upload_loop(
+    registry: Weak<Registry>,
+    tier: Arc<Tiering>,
+    node_id: u16,
+    pressure: PressureEviction,
+) {
     let mut queue = Queue::new(tier.opts.backoff);
     let mut known: HashMap<String, Known> = HashMap::new();
     let mut sent = checkpoint::Sent::default();
     let mut next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
+    // The start counts as up to date: a bucket down from then on ages from it.
+    if let Some(r) = registry.upgrade() {
+        r.metrics()
+            .set(Counter::TieringLastCheckpointUpload, unix_seconds());
+    }
     loop {
         let Some(r) = registry.upgrade() else { return };
         if r.is_shutting_down() {
             return;
         }
         scan(&r, &tier, &mut known, &mut queue).await;
-        retain(&r, &tier, &mut known).await;
+        retain(&r, &tier, &mut known, &pressure).await;
         if Instant::now() >= next_checkpoint {
-            checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await;
+            if checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await {
+                r.metrics()
+                    .set(Counter::TieringLastCheckpointUpload, unix_seconds());
+            }
             next_checkpoint = Instant::now() + tier.opts.checkpoint_interval;
         }
         collect(&r, &tier, &mut known, &sent).await;
+        purge_deleted(&r, &tier, node_id, &sent).await;
         let (segments, bytes) = queue.backlog();
         r.metrics().set(Counter::TieringBacklogSegments, segments);
         r.metrics().set(Counter::TieringBacklogBytes, bytes);
@@ -65,10 +87,13 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
         drop(r);
         match queue.next(Instant::now(), tier.opts.upload_after) {
             Next::Upload(topic, base) => {
-                upload_one(
-                    &registry, &tier, node_id, &mut known, &mut queue, &topic, base,
-                )
-                .await;
+                let ctx = UploadCtx {
+                    registry: &registry,
+                    tier: &tier,
+                    node_id,
+                    pressure: &pressure,
+                };
+                upload_one(&ctx, &mut known, &mut queue, &topic, base).await;
             }
             Next::Wait(until) => {
                 let scan = (Instant::now() + tier.opts.scan_interval).min(next_checkpoint);
@@ -78,10 +103,16 @@ pub(crate) async fn upload_loop(registry: Weak<Registry>, tier: Arc<Tiering>, no
     }
 }
 
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Brings `known` and `queue` up to date with the registry's durable topics and their logs.
 async fn scan(
     r: &Arc<Registry>,
-    tier: &Tiering,
+    tier: &Arc<Tiering>,
     known: &mut HashMap<String, Known>,
     queue: &mut Queue,
 ) {
@@ -105,10 +136,24 @@ async fn scan(
             tier.opts.bucket.bucket.clone(),
             tier.opts.bucket.prefix.clone(),
         );
+        let (rr, tier) = (r.clone(), tier.clone());
         let loaded = tokio::task::spawn_blocking(move || {
             new.into_iter()
                 .filter_map(|t| {
-                    let record = load_record(&store, &t.name, &bucket, prefix.as_ref())?;
+                    let (record, write_now) =
+                        load_record(&store, &t.name, &bucket, prefix.as_ref())?;
+                    // A new life is durable before any object names it: deleting the topic
+                    // then always knows which objects to delete.
+                    if write_now {
+                        let _gate = lock(&tier.gate);
+                        if rr.is_shutting_down() || t.deleted.load(Ordering::SeqCst) {
+                            return None;
+                        }
+                        if let Err(e) = store.write_tiered(&record) {
+                            tracing::error!(topic = %t.name, error = %e, "cannot write the tiered record; storage isolated");
+                            return None;
+                        }
+                    }
                     Some((t, record))
                 })
                 .collect::<Vec<_>>()
@@ -155,11 +200,24 @@ async fn scan(
 }
 
 /// Local retention: removes the local copies [`super::retain::choose`] picks, oldest first.
-async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<String, Known>) {
+/// Under disk pressure (when it may evict) every uploaded local copy is picked, and the guard
+/// is sampled again after each removal: the removals stop as soon as the pressure is over.
+async fn retain(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    known: &mut HashMap<String, Known>,
+    pressure: &PressureEviction,
+) {
     let retention = tier.opts.local_retention;
-    if !retention.evicts() {
+    let pressed = pressure.enabled && pressure.disk.pressured();
+    if !retention.evicts() && !pressed {
         return;
     }
+    let pressed = if pressed {
+        Pressure::Full
+    } else {
+        Pressure::None
+    };
     let mut candidates = Vec::new();
     for (name, k) in known.iter() {
         let local = lock(&k.topic.log).local_sealed();
@@ -174,7 +232,15 @@ async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<Stri
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    for (topic, base) in choose(&candidates, retention, now_ns) {
+    // What the bounds alone take goes whatever the pressure; the rest only while it lasts.
+    let bounded = choose(&candidates, retention, now_ns, Pressure::None);
+    for (topic, base) in choose(&candidates, retention, now_ns, pressed) {
+        if !bounded.contains(&(topic.clone(), base)) {
+            pressure.disk.check();
+            if !pressure.disk.pressured() {
+                return;
+            }
+        }
         let Some(k) = known.get_mut(&topic) else {
             continue;
         };
@@ -332,6 +398,81 @@ async fn collect(
     }
 }
 
+/// Deletes from the bucket the objects of deleted topics' lives (their intents written by
+/// `Store::delete_topic`), once the newest catalog this process uploaded no longer names them,
+/// then forgets each intent. The checkpoint goes first, then the indexes, then the rest: what
+/// is left after a failure still reads as cut short. A failure is logged and counted and tried
+/// again at the next scan, as for collected segments; an intent for another bucket or prefix
+/// than `[tiering]`'s waits for that configuration.
+async fn purge_deleted(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    node_id: u16,
+    sent: &checkpoint::Sent,
+) {
+    let store = r.store().clone();
+    let Ok(Ok(intents)) = tokio::task::spawn_blocking(move || store.deleted_incarnations()).await
+    else {
+        return;
+    };
+    for (path, intent) in intents {
+        let d = match intent {
+            Ok(d) => d,
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "a deleted topic's intent is damaged; its objects are left in the bucket");
+                continue;
+            }
+        };
+        if d.bucket != tier.opts.bucket.bucket
+            || d.prefix != tier.opts.bucket.prefix
+            || !sent.catalog_lacks(&d.topic, &d.incarnation)
+        {
+            continue;
+        }
+        let prefix = super::keys::incarnation_prefix(node_id, &d.topic, &d.incarnation);
+        match delete_prefix(&tier.bucket, &prefix).await {
+            Ok(n) => {
+                let (store, d2) = (r.store().clone(), d.clone());
+                let removed =
+                    tokio::task::spawn_blocking(move || store.remove_deleted_incarnation(&d2))
+                        .await
+                        .unwrap_or(Ok(()));
+                if let Err(e) = removed {
+                    tracing::error!(topic = %d.topic, error = %e, "cannot remove a deleted topic's intent; storage isolated");
+                    return;
+                }
+                r.metrics().add(Counter::TieringDeletedTopics, 1);
+                tracing::info!(topic = %d.topic, incarnation = %d.incarnation, objects = n, "objects of a deleted topic deleted from the bucket");
+            }
+            Err(error) => {
+                r.metrics().add(Counter::TieringRemoteDeleteFailures, 1);
+                tracing::warn!(topic = %d.topic, incarnation = %d.incarnation, %error, "cannot delete a deleted topic's objects; tried again at the next scan");
+                return;
+            }
+        }
+    }
+}
+
+/// Deletes every object under `prefix`: the checkpoint, then the indexes, then the rest.
+/// Returns how many there were.
+async fn delete_prefix(bucket: &Bucket, prefix: &str) -> Result<usize, String> {
+    let mut listed = bucket.list(Some(prefix)).await.map_err(|e| e.to_string())?;
+    let rank = |k: &str| {
+        if k.ends_with("/checkpoint.json") {
+            0
+        } else if k.ends_with(".rqidx") {
+            1
+        } else {
+            2
+        }
+    };
+    listed.sort_by_key(|l| rank(l.key.as_str()));
+    for l in &listed {
+        bucket.delete(&l.key).await.map_err(|e| e.to_string())?;
+    }
+    Ok(listed.len())
+}
+
 /// Deletes a segment's objects, the `.rqidx` first.
 async fn delete_objects(
     bucket: &rustqueue_tier::Bucket,
@@ -344,13 +485,16 @@ async fn delete_objects(
     Ok(())
 }
 
-/// A topic's record, or a new one; `None` when it cannot be read now (tried again next scan).
+/// A topic's record, or a new one; `true` when the topic had none, so the new one is to be
+/// written at once (a record being replaced, damaged or for another place, stays on disk
+/// until the first upload replaces it, as a configuration put back can still use it);
+/// `None` when it cannot be read now (tried again next scan).
 fn load_record(
     store: &rustqueue_storage::Store,
     topic: &str,
     bucket: &str,
     prefix: Option<&String>,
-) -> Option<TieredRecord> {
+) -> Option<(TieredRecord, bool)> {
     let fresh = || {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -359,16 +503,16 @@ fn load_record(
         TieredRecord::new(topic, bucket, prefix.cloned(), incarnation)
     };
     match store.read_tiered(topic) {
-        Ok(None) => Some(fresh()),
+        Ok(None) => Some((fresh(), true)),
         Ok(Some(r)) if r.incarnation.is_none() => {
             tracing::info!(
                 topic,
                 "the tiered record is of format 1 (object keys without an incarnation); every \
                  sealed segment is uploaded again under a new incarnation"
             );
-            Some(fresh())
+            Some((fresh(), false))
         }
-        Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some(r),
+        Ok(Some(r)) if r.bucket == bucket && r.prefix.as_ref() == prefix => Some((r, false)),
         Ok(Some(r)) => {
             tracing::warn!(
                 topic,
@@ -377,11 +521,11 @@ fn load_record(
                 "the tiered record names another bucket or prefix than [tiering]; \
                  every sealed segment is uploaded again to the configured one"
             );
-            Some(fresh())
+            Some((fresh(), false))
         }
         Err(e @ StorageError::Corrupt { .. }) => {
             tracing::warn!(topic, error = %e, "the tiered record is damaged; every sealed segment is uploaded again and the record rewritten");
-            Some(fresh())
+            Some((fresh(), false))
         }
         Err(e) => {
             tracing::error!(topic, error = %e, "cannot read the tiered record; trying again at the next scan");
@@ -390,17 +534,26 @@ fn load_record(
     }
 }
 
-/// Uploads the segment `base` of `topic` and records it.
-async fn upload_one(
-    registry: &Weak<Registry>,
-    tier: &Arc<Tiering>,
+/// What an upload needs besides the loop's state.
+struct UploadCtx<'a> {
+    registry: &'a Weak<Registry>,
+    tier: &'a Arc<Tiering>,
     node_id: u16,
+    pressure: &'a PressureEviction,
+}
+
+/// Uploads the segment `base` of `topic` and records it. While its requests are in flight
+/// (for as long as the bucket's retries last in an outage), local retention and disk pressure
+/// are looked at every scan interval, so a filling volume never waits for the bucket.
+async fn upload_one(
+    ctx: &UploadCtx<'_>,
     known: &mut HashMap<String, Known>,
     queue: &mut Queue,
     topic: &str,
     base: u64,
 ) {
-    let Some(k) = known.get_mut(topic) else {
+    let (registry, tier) = (ctx.registry, ctx.tier);
+    let Some(k) = known.get(topic) else {
         queue.gone(topic, base);
         return;
     };
@@ -414,7 +567,25 @@ async fn upload_one(
         None => return,
     };
     let incarnation = k.record.incarnation.clone().unwrap_or_default();
-    let outcome = match put_segment(&tier.bucket, node_id, topic, &incarnation, &files).await {
+    let put = put_segment(&tier.bucket, ctx.node_id, topic, &incarnation, &files);
+    tokio::pin!(put);
+    let put = loop {
+        tokio::select! {
+            done = &mut put => break done,
+            () = tokio::time::sleep(tier.opts.scan_interval) => {
+                let Some(r) = registry.upgrade() else { return };
+                if r.is_shutting_down() {
+                    return;
+                }
+                retain(&r, tier, known, ctx.pressure).await;
+            }
+        }
+    };
+    let Some(k) = known.get_mut(topic) else {
+        queue.gone(topic, base);
+        return;
+    };
+    let outcome = match put {
         Err(_) if !(fs.exists(&files.log_path) && fs.exists(&files.index_path)) => {
             Err(Failure::Gone)
         }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use rustqueue_server::{Config, ConfigFile};
 
+pub mod tmpfs;
+
 pub use rustqueue_test_client::Client;
 
 /// A broker running inside the test process.

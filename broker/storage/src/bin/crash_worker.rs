@@ -4,8 +4,9 @@
 //! (append + fdatasync of "ambiguous"), `finish` (FIN of position 1 to the channel WAL),
 //! `checkpoint` (checkpoint of channel `c`), `gc` (manifest write + segment GC below the
 //! channel floor), `create_channel` (creation of channel `d`), `evict` (the oldest sealed
-//! segment recorded evicted in the tiered record, then its `.rqlog` removed). Exits 3 if the
-//! failpoint never fired.
+//! segment recorded evicted in the tiered record, then its `.rqlog` removed), `delete_topic`
+//! (topic `t`, with a tiered record of incarnation `i1`, deleted). Exits 3 if the failpoint
+//! never fired.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let (Some(scenario), Some(dir)) = (args.get(1), args.get(2)) else {
         eprintln!(
-            "usage: rustqueue-crash-worker <publish|finish|checkpoint|gc|create_channel|evict> <dir>"
+            "usage: rustqueue-crash-worker <publish|finish|checkpoint|gc|create_channel|evict|delete_topic> <dir>"
         );
         return ExitCode::from(2);
     };
@@ -69,6 +70,10 @@ fn run(scenario: &str, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
                     size: f.log_len,
                 },
             )?;
+        }
+        "delete_topic" => {
+            store.write_tiered(&TieredRecord::new("t", "b", None, "i1"))?;
+            store.delete_topic(&topic.manifest)?;
         }
         "publish" => {
             let id = store.allocate_ids(1)?;
