@@ -24,6 +24,21 @@ pub(crate) struct ControlPlane {
     pub(crate) admin_kubeconfig: PathBuf,
 }
 
+/// The ports below the ephemeral range the testbed binds at a fixed number, never handed out
+/// by [`free_port`]: the kubelet API's (a control-plane process given it once failed a run,
+/// the kubelet's bind finding it taken).
+const FIXED_PORTS: [u16; 1] = [crate::kubelet::api::PORT];
+
+/// The ports of `low..high` in the scattered order [`free_port`] tries them for `seed`, the
+/// fixed ones left out.
+fn candidate_ports(seed: u32, low: u16, high: u16) -> impl Iterator<Item = u16> {
+    let span = u32::from(high - low);
+    // a stride coprime with most spans walks the range in a scattered order
+    (0..span)
+        .map(move |i| low + ((seed.wrapping_add(i.wrapping_mul(7919))) % span) as u16)
+        .filter(|p| !FIXED_PORTS.contains(p))
+}
+
 /// A loopback port nothing listens on, for a process started next to listen on.
 ///
 /// The port comes from below the kernel's ephemeral range: a port the kernel hands out for
@@ -37,16 +52,13 @@ pub(crate) fn free_port() -> Result<u16, Error> {
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
     let (low, high) = (10_000u16, ephemeral_low.max(10_001));
-    let span = u32::from(high - low);
     let seed = std::process::id()
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    for i in 0..span {
-        // a stride coprime with most spans walks the range in a scattered order
-        let port = low + ((seed.wrapping_add(i.wrapping_mul(7919))) % span) as u16;
+    for port in candidate_ports(seed, low, high) {
         if handed_out.contains(&port) {
             continue;
         }
@@ -347,5 +359,21 @@ impl ControlPlane {
     /// SIGKILLs every component (etcd's data is throwaway) and reaps them.
     pub(crate) fn stop(&mut self, groups: &ProcessGroups) {
         self.procs.stop(groups);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_never_include_the_kubelet_api_port() {
+        for seed in [0, 1, 7919, 250, u32::MAX] {
+            let ports: Vec<u16> = candidate_ports(seed, 10_000, 32_768).collect();
+            assert!(!ports.contains(&10_250), "seed {seed}");
+            assert!(ports.iter().all(|p| (10_000..32_768).contains(p)));
+        }
+        // Seed 250 would have tried 10,250 first; it goes on to the next in the walk.
+        assert_eq!(candidate_ports(250, 10_000, 32_768).next(), Some(18_169));
     }
 }

@@ -10,7 +10,7 @@
 //!   heartbeat task ──► Node status + kube-node-lease Lease every 10 s
 //! ```
 
-mod api;
+pub(crate) mod api;
 mod atomic;
 mod container;
 mod env;
