@@ -65,10 +65,13 @@ function watch(page) {
   page.on('request', (r) => open.add(r));
   page.on('requestfinished', ended);
   page.on('requestfailed', ended);
-  inflight.set(page, {
+  const state = {
     open,
     idle: () => (open.size === 0 ? Promise.resolve() : new Promise((w) => waiters.push(w))),
-  });
+    // While the test itself reloads or leaves the page (see `navigate`).
+    navigating: 0,
+  };
+  inflight.set(page, state);
   page.on('console', (m) => {
     if (m.type() !== 'error') return;
     // Chromium logs every 4xx answer as a console error; a management refusal the test asks
@@ -78,7 +81,12 @@ function watch(page) {
     if (!refusal) problems.push(`console error: ${m.text()} (${m.location().url})`);
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+  page.on('requestfailed', (r) => {
+    // A poll that started after `settle` and before the test's own reload is cancelled by
+    // that reload: the browser's doing, at the test's request, not a failure of the page.
+    if (state.navigating > 0 && r.failure()?.errorText === 'net::ERR_ABORTED') return;
+    problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`);
+  });
   page.on('response', (r) => {
     // Management errors are answers the dialogs show; every other error status is a failure.
     const expected = r.url().includes('/api/v1/management/') && r.status() < 500;
@@ -106,9 +114,20 @@ async function settle(page) {
   }
 }
 
-async function open(page, name) {
+/** Settles, then runs the test's navigation `go` (a reload, a goto). */
+async function navigate(page, go) {
   await settle(page);
-  await page.goto(`${BASE}#/${name}`);
+  const state = inflight.get(page);
+  state.navigating += 1;
+  try {
+    await go();
+  } finally {
+    state.navigating -= 1;
+  }
+}
+
+async function open(page, name) {
+  await navigate(page, () => page.goto(`${BASE}#/${name}`));
   await page.waitForSelector(`[data-testid="page-${name}"]`, { timeout: 30_000 });
   // Screenshots and the accessibility scan wait for the charts (drawn without animation once
   // their data is in): every chart holder on the page has drawn its SVG.
@@ -187,15 +206,13 @@ async function numbers(page) {
 async function persistence(page) {
   await open(page, 'overview');
   await theme(page, 'g100');
-  await settle(page);
-  await page.reload();
+  await navigate(page, () => page.reload());
   await page.waitForSelector('[data-testid="page-overview"]');
   expectEq('dark theme after reload', await page.$eval('html', () => localStorage.getItem('rustqueue-theme')), 'g100');
   if (!(await page.$('.cds--g100'))) fail('dark theme after reload', 'no .cds--g100 element');
   await page.click('[data-testid="language-toggle"]');
   await page.waitForFunction(() => document.querySelector('h1')?.textContent?.startsWith('集群'));
-  await settle(page);
-  await page.reload();
+  await navigate(page, () => page.reload());
   await page.waitForSelector('[data-testid="page-overview"]');
   const h1 = await page.textContent('h1');
   if (!h1.startsWith('集群')) fail('Chinese after reload', `h1 is ${h1}`);
