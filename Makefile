@@ -84,6 +84,7 @@ TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults
 	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through \
 	--test tiering_deleted_topic --test tiering_checkpoint_age \
 	--test storage_restore --test storage_verify_remote --test tiering_small_volume --test tiering_full_volume \
+	--test tiering_bucket_down \
 	--test config_tiering
 .PHONY: deps-versitygw tier-test
 deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache

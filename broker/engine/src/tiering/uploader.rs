@@ -2,6 +2,7 @@
 //! The decisions are `plan`'s; this file does the I/O around them.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -23,6 +24,7 @@ use crate::registry::Registry;
 use crate::topic::Topic;
 
 /// A durable topic the loop has looked at: its record, and its sealed segments at the last scan.
+#[derive(Clone)]
 pub(super) struct Known {
     pub(super) topic: Arc<Topic>,
     pub(super) record: TieredRecord,
@@ -72,7 +74,11 @@ pub(crate) async fn upload_loop(
         scan(&r, &tier, &mut known, &mut queue).await;
         retain(&r, &tier, &mut known, &pressure).await;
         if Instant::now() >= next_checkpoint {
-            if checkpoint::upload(&r, &tier, node_id, &known, &mut sent).await {
+            // Against a copy: the bucket may hold the round up to its request timeout and
+            // retries, and the scans meanwhile keep `known` and the backlog gauges current.
+            let round = known.clone();
+            let upload = checkpoint::upload(&r, &tier, node_id, &round, &mut sent);
+            if keep_scanning(&r, &tier, &mut known, &mut queue, upload).await {
                 r.metrics()
                     .set(Counter::TieringLastCheckpointUpload, unix_seconds());
             }
@@ -80,9 +86,7 @@ pub(crate) async fn upload_loop(
         }
         collect(&r, &tier, &mut known, &sent).await;
         purge_deleted(&r, &tier, node_id, &sent).await;
-        let (segments, bytes) = queue.backlog();
-        r.metrics().set(Counter::TieringBacklogSegments, segments);
-        r.metrics().set(Counter::TieringBacklogBytes, bytes);
+        show_backlog(&r, &queue);
         tier.scans.fetch_add(1, Ordering::Relaxed);
         drop(r);
         match queue.next(Instant::now(), tier.opts.upload_after) {
@@ -101,6 +105,39 @@ pub(crate) async fn upload_loop(
             }
         }
     }
+}
+
+/// Awaits `work` (bucket requests, which a bucket that does not answer holds up to their
+/// timeout and retries), scanning every scan interval meanwhile so the segments sealed in the
+/// meantime show in the backlog gauges (and their alert).
+async fn keep_scanning<T>(
+    r: &Arc<Registry>,
+    tier: &Arc<Tiering>,
+    known: &mut HashMap<String, Known>,
+    queue: &mut Queue,
+    work: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            () = tokio::time::sleep(tier.opts.scan_interval) => {
+                if r.is_shutting_down() {
+                    // The work ends on its own: the bucket's requests are bounded.
+                    return work.await;
+                }
+                scan(r, tier, known, queue).await;
+                show_backlog(r, queue);
+            }
+        }
+    }
+}
+
+/// The upload backlog gauges, from the queue.
+fn show_backlog(r: &Registry, queue: &Queue) {
+    let (segments, bytes) = queue.backlog();
+    r.metrics().set(Counter::TieringBacklogSegments, segments);
+    r.metrics().set(Counter::TieringBacklogBytes, bytes);
 }
 
 fn unix_seconds() -> u64 {
@@ -577,6 +614,11 @@ async fn upload_one(
                 if r.is_shutting_down() {
                     return;
                 }
+                // A bucket that does not answer holds this upload up to its request timeout
+                // and retries: the segments sealed meanwhile still show in the backlog (and
+                // its alert), and pressure still takes uploaded copies.
+                scan(&r, tier, known, queue).await;
+                show_backlog(&r, queue);
                 retain(&r, tier, known, ctx.pressure).await;
             }
         }
