@@ -99,7 +99,7 @@ impl Engine {
             cfg.scrub_interval,
             cfg.scrub_bytes_per_second,
         ));
-        if let Some(tier) = &tiering {
+        let uploader = tiering.as_ref().map(|tier| {
             let pressure = crate::tiering::PressureEviction {
                 disk: disk.clone(),
                 enabled: tier.opts.local_retention.evicts() || cfg.protective_eviction_enabled,
@@ -109,8 +109,9 @@ impl Engine {
                 tier.clone(),
                 cfg.node_id,
                 pressure,
-            ));
-        }
+            ))
+            .abort_handle()
+        });
         let inner = Arc::new(Shared {
             store,
             registry,
@@ -123,6 +124,7 @@ impl Engine {
                 .map_or(0, |d| d.as_secs()),
             metrics,
             tiering,
+            uploader,
             cfg,
         });
         Ok(Engine { inner })
@@ -574,6 +576,11 @@ impl Engine {
                 m.next_position = lock(&t.log).next_position();
                 let _ = self.inner.store.write_manifest(&m);
             }
+        }
+        if let Some(uploader) = &self.inner.uploader {
+            // Every step of the uploader survives a crash (an object put twice, a delete
+            // repeated), so it can stop anywhere; stopped, it sends the bucket nothing more.
+            uploader.abort();
         }
         if let Some(tiering) = self.inner.tiering.clone() {
             // A tiered record being written finishes before the lock goes; later ones see the

@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     pub metrics: Arc<EngineMetrics>,
     /// The uploader's bucket and gate, when tiering is on.
     pub tiering: Option<Arc<Tiering>>,
+    /// The uploader task, stopped by shutdown: its bucket requests (a catalog, a delete) must
+    /// not go on after the engine is closed.
+    pub uploader: Option<tokio::task::AbortHandle>,
 }
 
 impl Shared {
