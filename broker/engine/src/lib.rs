@@ -35,6 +35,7 @@ mod scrub;
 mod shared;
 mod tiering;
 mod topic;
+mod trace;
 mod types;
 
 pub use bytes::Bytes;
@@ -45,6 +46,7 @@ pub use error::{
     BadBatch, ConfigError, DeliveryError, EngineError, OpenError, PublishError, StorageFault,
 };
 pub use gauges::{QueueGauges, TopicGauges};
+pub use trace::{CommitTimes, CommitTrace};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 /// What the engine reports about a data directory and this build's storage.
 pub use rustqueue_storage::Compatibility;
