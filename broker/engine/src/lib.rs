@@ -46,7 +46,6 @@ pub use error::{
     BadBatch, ConfigError, DeliveryError, EngineError, OpenError, PublishError, StorageFault,
 };
 pub use gauges::{QueueGauges, TopicGauges};
-pub use trace::{CommitTimes, CommitTrace};
 pub use metrics::{Counter, EngineMetrics, HistogramSnapshot, Kind, Timer};
 /// What the engine reports about a data directory and this build's storage.
 pub use rustqueue_storage::Compatibility;
@@ -63,6 +62,7 @@ pub use tiering::{
     Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, LocalRetention,
     TieringOptions, TieringStatus, TopicCheckpoint,
 };
+pub use trace::{CommitTimes, CommitTrace};
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the
 /// compile-time failpoints of real SIGKILL tests (feature `crash-injection`).
