@@ -28,6 +28,13 @@ pub use opentelemetry::trace::{Span, SpanKind, Status, TraceContextExt, Tracer};
 pub use opentelemetry::{Context, KeyValue};
 pub use opentelemetry_sdk::trace::{SdkTracer, Span as SdkSpan};
 
+/// What tests of span structure use: the SDK's in-memory exporter and provider.
+#[cfg(feature = "otel-testing")]
+pub mod testing {
+    pub use opentelemetry::trace::SpanId;
+    pub use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+}
+
 /// The endpoint variables; either one turns exporting on.
 pub const ENDPOINT_ENVS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
