@@ -72,7 +72,7 @@ e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-bu
 	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
 
 .PHONY: unit
-unit: deps-argocd-health deps-versitygw ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the tier tests start versitygw from the cache)
+unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the tier tests start versitygw, the trace tests the OpenTelemetry Collector, from the cache)
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
@@ -91,6 +91,17 @@ deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, 
 	scripts/deps.sh versitygw
 tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, checkpoints and the restore, [tiering] config
 	$(CARGO_TEST) $(TIER_TESTS)
+
+# Traces over OTLP (docs/observability.md): rustqueued sending its publish and delivery spans to
+# a real OpenTelemetry Collector (OTLP receiver + file exporter, built from its Go modules into
+# the cache once: about 20 s of downloads and 1-2 min of CPU) that each test starts on loopback,
+# and the sampler variables. `unit` runs these too; this target runs them alone.
+TRACE_TESTS := --test otlp_traces
+.PHONY: deps-otelcol trace-test
+deps-otelcol: ## build the OpenTelemetry Collector of the trace tests (OTLP receiver, file exporter) into the cache
+	scripts/deps.sh otelcol
+trace-test: deps-otelcol ## rustqueued's publish and delivery spans at a real OpenTelemetry Collector, and the sampler variables
+	$(CARGO_TEST) $(TRACE_TESTS)
 
 .PHONY: crash
 crash: ## crash tests alone: 1,200 simulated storage crash points + real SIGKILL failpoints in storage and console management (unit runs them too)

@@ -891,7 +891,10 @@ async fn dead_letter(
     let Ok(t) = registry.get_or_create_topic(&target) else {
         return;
     };
-    if t.publish(vec![body], now_ms(), true, false).await.is_err() {
+    if t.publish(vec![body], now_ms(), true, false, None)
+        .await
+        .is_err()
+    {
         return;
     }
     registry.metrics().add(Counter::DeadLetters, 1);

@@ -21,6 +21,7 @@ use crate::metrics::{Counter, EngineMetrics, Timer};
 use crate::registry::Registry;
 use crate::shared::Shared;
 use crate::topic::{Topic, background_sync};
+use crate::trace::CommitTrace;
 use crate::types::{
     ChannelStats, ConsumerOptions, EngineHealth, EngineStats, TopicStats, now_ms, valid_name,
 };
@@ -163,12 +164,29 @@ impl Engine {
         defer: Option<Duration>,
         previous_ack: Option<Instant>,
     ) -> Result<(), PublishError> {
+        self.publish_recorded(topic, bodies, defer, previous_ack, None)
+            .await
+    }
+
+    /// [`Engine::publish_from`] that also records, for a traced publish, when its group's
+    /// append and fdatasync ran and how many publishes each carried (`trace`; see
+    /// [`CommitTrace`]).
+    pub async fn publish_recorded(
+        &self,
+        topic: &str,
+        bodies: Vec<Bytes>,
+        defer: Option<Duration>,
+        previous_ack: Option<Instant>,
+        trace: Option<Arc<CommitTrace>>,
+    ) -> Result<(), PublishError> {
         let returning = previous_ack.is_some_and(|at| at.elapsed() < crate::topic::RETURN_WINDOW);
         let started = Instant::now();
         let m = &self.inner.metrics;
         let count = bodies.len() as u64;
         let bytes: u64 = bodies.iter().map(|b| b.len() as u64).sum();
-        let r = self.publish_inner(topic, bodies, defer, returning).await;
+        let r = self
+            .publish_inner(topic, bodies, defer, returning, trace)
+            .await;
         match &r {
             Ok(()) => {
                 m.add(Counter::PublishMessages, count);
@@ -190,6 +208,7 @@ impl Engine {
         bodies: Vec<Bytes>,
         defer: Option<Duration>,
         returning: bool,
+        trace: Option<Arc<CommitTrace>>,
     ) -> Result<(), PublishError> {
         let inner = &self.inner;
         if inner.shutting_down() {
@@ -239,6 +258,7 @@ impl Engine {
             now_ms() + defer.as_millis() as i64,
             false,
             returning,
+            trace,
         )
         .await
     }

@@ -35,6 +35,7 @@ mod scrub;
 mod shared;
 mod tiering;
 mod topic;
+mod trace;
 mod types;
 
 pub use bytes::Bytes;
@@ -61,6 +62,7 @@ pub use tiering::{
     Backoff, CHECKPOINT_FORMAT, Catalog, CatalogTopic, DEFAULT_CHECKPOINT_INTERVAL, LocalRetention,
     RemoteCheck, TieringOptions, TieringStatus, TopicCheckpoint, check_remote_segments,
 };
+pub use trace::{CommitTimes, CommitTrace};
 /// Small durable files beside the data (the server's management catalog and fences): JSON
 /// written atomically (temp, fsync, rename, directory fsync) and read back, and the
 /// compile-time failpoints of real SIGKILL tests (feature `crash-injection`).

@@ -22,6 +22,7 @@ use crate::error::{PublishError, StorageFault};
 use crate::group::{Collector, Policy, answer};
 use crate::lock::{lock, read};
 use crate::metrics::{Counter, EngineMetrics, Timer};
+use crate::trace::CommitTrace;
 use crate::types::now_ns;
 
 /// A publish waiting for its group commit.
@@ -36,6 +37,8 @@ pub(crate) struct PubReq {
     /// When it was queued (group-commit wait).
     pub queued: Instant,
     pub reply: Reply,
+    /// Where a traced publish's commit steps are recorded (`None`: not traced).
+    pub trace: Option<Arc<CommitTrace>>,
 }
 
 impl PubReq {
@@ -76,6 +79,7 @@ impl Topic {
         available_at_ms: i64,
         force_sync: bool,
         returning: bool,
+        trace: Option<Arc<CommitTrace>>,
     ) -> Result<(), PublishError> {
         let (tx, rx) = oneshot::channel();
         self.pub_tx
@@ -86,6 +90,7 @@ impl Topic {
                 returning,
                 queued: Instant::now(),
                 reply: tx,
+                trace,
             })
             .await
             .map_err(|_| PublishError::ShuttingDown)?;
@@ -141,8 +146,9 @@ type Reply = crate::group::Reply<PublishError>;
 /// What the append stage hands the sync stage.
 enum Appended {
     /// Appended requests answered only once an fsync that started after their append is done,
-    /// and how many of them are from returning publishers.
-    AwaitSync(Vec<Reply>, usize),
+    /// how many of them are from returning publishers, and the commit records of the traced
+    /// ones (empty, so never allocated, while nothing is traced).
+    AwaitSync(Vec<Reply>, usize, Vec<Arc<CommitTrace>>),
     /// A relaxed append already answered: sync when a relaxed threshold is reached.
     Relaxed,
 }
@@ -211,11 +217,15 @@ async fn append_stage(
         // Each reply, and whether it waits for an fsync (durable mode, or forced: dead letters).
         let mut replies = Vec::with_capacity(n);
         let mut returning = 0;
+        let mut traced = Vec::new();
         for r in group {
             let after_sync = !t.ephemeral && (!relaxed || r.force_sync);
             returning += usize::from(after_sync && r.returning);
             replies.push((r.reply, after_sync));
             reqs.push((r.bodies, r.available_at_ms));
+            if let Some(trace) = r.trace {
+                traced.push((trace, after_sync));
+            }
         }
         // A plain append is a write to the page cache: done here, it saves a thread handoff per
         // group. One that seals a segment or reserves more ids fsyncs: that goes to the
@@ -234,12 +244,20 @@ async fn append_stage(
         } else {
             append(&t, &store, &reqs)
         };
+        let appended_at = Instant::now();
         t.publish_visibility();
         let answered = replies.iter().filter(|(_, after_sync)| !after_sync).count() as u64;
         if answered > 0 {
             m.add(Counter::GroupCommits, 1);
             m.add(Counter::GroupRequests, answered);
             m.raise(Counter::GroupMaxRequests, answered);
+        }
+        let mut synced_traces = Vec::new();
+        for (trace, after_sync) in traced {
+            trace.appended(commit_start, appended_at, n);
+            if after_sync {
+                synced_traces.push(trace);
+            }
         }
         let mut appended = Vec::new();
         let mut relaxed_ok = false;
@@ -253,7 +271,7 @@ async fn append_stage(
             }
         }
         if !appended.is_empty() {
-            let _ = sync_tx.send(Appended::AwaitSync(appended, returning));
+            let _ = sync_tx.send(Appended::AwaitSync(appended, returning, synced_traces));
         }
         if relaxed && relaxed_ok {
             let _ = sync_tx.send(Appended::Relaxed);
@@ -348,6 +366,10 @@ async fn sync_stage(
             tokio::task::spawn_blocking(move || sync(&t2)).await
         }
         .unwrap_or_else(|e| Err(StorageFault::task("sync", &e).into()));
+        let synced_at = Instant::now();
+        for trace in &group.traced {
+            trace.synced(sync_began, synced_at, answered);
+        }
         t.publish_visibility();
         answer(group.waiting, &result);
         // What is still unsynced was appended after the fsync began.
@@ -396,6 +418,8 @@ struct Group {
     returned: usize,
     /// A relaxed append awaits its sync.
     relaxed: bool,
+    /// The commit records of its traced requests.
+    traced: Vec<Arc<CommitTrace>>,
 }
 
 impl Group {
@@ -405,8 +429,9 @@ impl Group {
 
     fn absorb(&mut self, a: Appended) {
         match a {
-            Appended::AwaitSync(r, returning) => {
+            Appended::AwaitSync(r, returning, traced) => {
                 self.waiting.extend(r);
+                self.traced.extend(traced);
                 self.returning += returning;
                 self.returned += returning;
             }

@@ -571,6 +571,8 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     init_logging(cfg.log_format);
+    // Spans go out only when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/observability.md).
+    let traces = rustqueue_api::otel::init("rustqueued").context("starting trace export")?;
     let running = rustqueue_server::start(cfg)
         .await
         .context("rustqueued failed to start")?;
@@ -587,6 +589,9 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: finishing sessions and flushing storage");
     running.shutdown().await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
     tracing::info!("shutdown complete");
     Ok(())
 }

@@ -12,6 +12,8 @@
 //!   Kubernetes objects and the broker agree on.
 //! - `telemetry` (feature `telemetry`): the log format switch and the build-info and process
 //!   metrics every binary shares.
+//! - `otel` (feature `otel`): traces over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and
+//!   the one tracer hot paths check before they build a span (docs/observability.md).
 //! - `http_client` (feature `http-client`): the one way every crate builds a reqwest client,
 //!   with its TLS on ring.
 //! - `crd` (feature `kube`): the `RustQueue` custom resource (`rustqueue.io/v1alpha1`). The
@@ -30,3 +32,6 @@ pub mod telemetry;
 
 #[cfg(feature = "http-client")]
 pub mod http_client;
+
+#[cfg(feature = "otel")]
+pub mod otel;

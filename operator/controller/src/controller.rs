@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::observe::{Observer, RuntimeWorkloads, base_url};
 use crate::plan::{Action, AuthState, Observed, Plan, auth_secret_name, feature_floor, plan};
 use crate::render::{AuthTokens, Desired, DesiredInputs, KodoLayout, Owner};
+use crate::spans::{self, ReconcileSpan};
 use crate::status::{error_status, next_status, now_rfc3339, restore_events};
 
 /// Shared state of all reconciles.
@@ -155,7 +156,11 @@ pub fn error_policy(_rq: Arc<RustQueue>, e: &Error, _ctx: Arc<Context>) -> Reque
 /// Observe, plan and apply one RustQueue; on failure, write the error into its status.
 pub async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&rq, &ctx).await;
+    let span = ReconcileSpan::start(
+        rq.namespace().as_deref().unwrap_or_default(),
+        &rq.name_any(),
+    );
+    let result = reconcile_inner(&rq, &ctx, span.as_ref()).await;
     ctx.metrics.observe_reconcile(
         result.as_ref().err().map(Error::metric_label),
         started.elapsed(),
@@ -180,10 +185,17 @@ pub async fn reconcile(rq: Arc<RustQueue>, ctx: Arc<Context>) -> Result<Requeue,
             }
         }
     }
+    if let Some(span) = span {
+        span.end(result.as_ref().err());
+    }
     result
 }
 
-async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error> {
+async fn reconcile_inner(
+    rq: &RustQueue,
+    ctx: &Context,
+    span: Option<&ReconcileSpan>,
+) -> Result<Requeue, Error> {
     let name = rq.name_any();
     let (Some(ns), Some(uid)) = (rq.namespace(), rq.uid()) else {
         return Err(Error::MissingMetadata(name));
@@ -198,7 +210,10 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         http: &ctx.http,
         namespace: &ns,
     };
-    let (observed, tokens) = observer.observe(&name, &rq.spec).await?;
+    let observing = spans::step(span, "observe", Vec::new());
+    let observation = observer.observe(&name, &rq.spec).await;
+    spans::finish(observing, &observation);
+    let (observed, tokens) = observation?;
     let previous = rq.status.clone().unwrap_or_default();
     let desired = Desired::render(
         &owner,
@@ -229,7 +244,10 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
     };
     let mut applied_runtime = None;
     for action in &decided.actions {
-        match applier.carry_out(action).await {
+        let step = spans::action(span, action);
+        let done = applier.carry_out(action).await;
+        spans::finish(step, &done);
+        match done {
             Ok(runtime) => applied_runtime = runtime.or(applied_runtime),
             Err(e) => {
                 applier.resume_all().await;
@@ -255,7 +273,10 @@ async fn reconcile_inner(rq: &RustQueue, ctx: &Context) -> Result<Requeue, Error
         }
         _ => decided,
     };
-    write_outcome(ctx, rq, &status).await?;
+    let writing = spans::step(span, "status", Vec::new());
+    let written = write_outcome(ctx, rq, &status).await;
+    spans::finish(writing, &written);
+    written?;
     Ok(Requeue::requeue(status.requeue))
 }
 

@@ -24,6 +24,7 @@ mod metrics;
 mod observe;
 mod plan;
 mod render;
+mod spans;
 mod status;
 
 pub use apply::{KodoObjectKind, kodo_gateway_objects};

@@ -119,7 +119,15 @@ async fn main() -> anyhow::Result<()> {
     // Ring as the process-wide rustls provider, for what builds TLS without one of its own
     // (kube); reqwest clients come from rustqueue_api::http_client and do not need it.
     rustqueue_api::http_client::install_default_provider();
-    run(cli.http_address, cli.kodo_max_grace_seconds).await
+    // Reconcile spans go out only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    // (docs/observability.md).
+    let traces =
+        rustqueue_api::otel::init("rustqueue-operator").context("starting trace export")?;
+    let ran = run(cli.http_address, cli.kodo_max_grace_seconds).await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    ran
 }
 
 async fn run(http_address: SocketAddr, kodo_max_grace_seconds: Option<u64>) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@
 pub mod conn;
 pub mod errors;
 pub mod session;
+mod trace;
 
 use std::sync::Arc;
 

@@ -20,6 +20,7 @@ use crate::clients::{ClientStats, SessionState as State};
 use crate::state::Shared;
 use crate::tcp::conn::Conn;
 use crate::tcp::errors;
+use crate::tcp::trace::{Deliveries, PublishSpan};
 
 mod acks;
 mod auth;
@@ -76,6 +77,10 @@ pub struct Session {
     /// When the oldest message frame still in the output buffer was framed.
     first_buffered: Option<Instant>,
     command_started: Option<Instant>,
+    /// When the last decoded command's bytes began to arrive (a publish span's `read`).
+    command_began: Instant,
+    /// The sampled deliveries in flight, while tracing is on (docs/observability.md).
+    traced: Option<Deliveries>,
     /// FIN/REQ applied in memory whose WAL fsync is still running.
     pending_acks: acks::PendingAcks,
     /// A fatal error was sent: linger before closing so the client can read it.
@@ -106,6 +111,8 @@ impl Session {
             flush_at: None,
             first_buffered: None,
             command_started: None,
+            command_began: Instant::now(),
+            traced: None,
             pending_acks: acks::PendingAcks::default(),
             closed_on_error: false,
             last_publish_ack: None,
@@ -144,6 +151,9 @@ impl Session {
         }
         // Dropping the consumer returns its in-flight messages to the channel at once.
         self.consumer.take();
+        if let Some(t) = &mut self.traced {
+            t.close();
+        }
     }
 
     fn heartbeat(&self) -> Option<Duration> {
@@ -176,10 +186,19 @@ impl Session {
             // While acks are full the buffered commands wait on us, not on the client.
             let blocked = self.acks_full();
             let command_deadline = self.command_deadline(blocked, handshake, command_timeout);
-            let due = [self.flush_at, next_heartbeat, command_deadline]
-                .into_iter()
-                .flatten()
-                .min();
+            let traced_deadline = self.traced.as_mut().and_then(|t| {
+                t.expire(std::time::Instant::now());
+                t.next_deadline().map(Instant::from_std)
+            });
+            let due = [
+                self.flush_at,
+                next_heartbeat,
+                command_deadline,
+                traced_deadline,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             if let Some(at) = due
                 && timer.deadline() != at
             {
@@ -369,8 +388,8 @@ impl Session {
     fn decode_next(&mut self) -> Result<Option<Command>, ProtocolError> {
         let cmd = self.decoder.decode(&mut self.conn.cmd_in)?;
         if cmd.is_some() {
-            self.command_started = None;
             self.last_recv = Instant::now();
+            self.command_began = self.command_started.take().unwrap_or(self.last_recv);
             self.commands_seen += 1;
         }
         Ok(cmd)
@@ -397,6 +416,12 @@ impl Session {
         let n = batch.len();
         if self.conn.buffered_messages == 0 {
             self.first_buffered = Some(Instant::now());
+        }
+        if let Some(t) = &mut self.traced {
+            let now = std::time::Instant::now();
+            for d in &batch {
+                t.dispatched(&d.id.0, d.attempts, now);
+            }
         }
         for d in batch {
             frame::put_message(
@@ -582,6 +607,8 @@ impl Session {
         match self.shared.engine.subscribe(&topic, &channel, opts) {
             Ok(c) => {
                 self.consumer = Some(c);
+                let msg_timeout = Duration::from_millis(self.params.msg_timeout_ms);
+                self.traced = Deliveries::new(&topic, &channel, msg_timeout);
                 self.state = State::Subscribed;
                 self.stats.update(|f| {
                     f.state = State::Subscribed;
@@ -617,10 +644,14 @@ impl Session {
         let previous_ack = self
             .last_publish_ack
             .filter(|_| self.last_publish_topic == topic);
+        let read = (self.command_began.into_std(), self.last_recv.into_std());
+        let ack_mode = &self.shared.cfg.queue.publish_ack_mode;
+        let span = PublishSpan::start(cmd, &topic, &bodies, read, ack_mode);
+        let commit = span.as_ref().map(PublishSpan::commit);
         match self
             .shared
             .engine
-            .publish_from(&topic, bodies, defer, previous_ack)
+            .publish_recorded(&topic, bodies, defer, previous_ack, commit)
             .await
         {
             Ok(()) => {
@@ -630,9 +661,17 @@ impl Session {
                     .update(|f| *f.pub_counts.entry(topic).or_default() += count);
                 let next = self.ok().await;
                 self.last_publish_ack = Some(std::time::Instant::now());
+                if let Some(span) = span {
+                    span.end(Ok(()));
+                }
                 next
             }
-            Err(e) => self.fail(errors::publish(&e, cmd)).await,
+            Err(e) => {
+                if let Some(span) = span {
+                    span.end(Err(&e));
+                }
+                self.fail(errors::publish(&e, cmd)).await
+            }
         }
     }
 

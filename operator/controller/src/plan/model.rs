@@ -517,6 +517,44 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The action's name, as its span and logs show it: the variant.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::CreateAuthSecret { .. } => "CreateAuthSecret",
+            Action::ApplyRuntime { .. } => "ApplyRuntime",
+            Action::DeleteKodoGateways => "DeleteKodoGateways",
+            Action::DeleteConsole => "DeleteConsole",
+            Action::ApplyBrokerSet { .. } => "ApplyBrokerSet",
+            Action::Drain { .. } => "Drain",
+            Action::Resume { .. } => "Resume",
+            Action::DeletePod { .. } => "DeletePod",
+            Action::PatchClaim { .. } => "PatchClaim",
+            Action::CreateProbePod { .. } => "CreateProbePod",
+            Action::DeleteProbePod { .. } => "DeleteProbePod",
+            Action::DeleteConfigMap { .. } => "DeleteConfigMap",
+        }
+    }
+
+    /// The object the action is about, when it names one (a Pod, a claim, a Secret, ...).
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Action::CreateAuthSecret { name }
+            | Action::PatchClaim { name, .. }
+            | Action::CreateProbePod { name }
+            | Action::DeleteProbePod { name }
+            | Action::DeleteConfigMap { name } => Some(name),
+            Action::Drain { pod, .. } | Action::Resume { pod } | Action::DeletePod { pod } => {
+                Some(pod)
+            }
+            Action::ApplyRuntime { .. }
+            | Action::DeleteKodoGateways
+            | Action::DeleteConsole
+            | Action::ApplyBrokerSet { .. } => None,
+        }
+    }
+}
+
 /// What one reconcile does to `status.currentOperation`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum OperationChange {

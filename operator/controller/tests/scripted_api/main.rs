@@ -6,6 +6,7 @@
 mod api;
 mod carry_out;
 mod reconcile;
+mod spans;
 
 use std::sync::Arc;
 

@@ -138,6 +138,9 @@ impl Session {
         let mut durable_acks = Vec::with_capacity(named.len());
         let mut failed = Vec::new();
         for ((name, id), result) in named.into_iter().zip(applied.results) {
+            if let (Some(t), Ok(())) = (&mut self.traced, &result) {
+                t.acked(&id.0, name);
+            }
             match result {
                 Ok(()) if name == "FIN" => {
                     self.stats.finish_count.fetch_add(1, Ordering::Relaxed);
