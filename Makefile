@@ -81,7 +81,7 @@ unit: deps-argocd-health deps-versitygw ## unit and integration tests that need 
 # and the engine's uploads of sealed segments and the [tiering] section over the same server.
 # `unit` runs these too; this target runs them alone (about 30 s).
 TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
-	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through \
+	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through --test tiering_rollback_fence \
 	--test storage_restore --test tiering_small_volume \
 	--test config_tiering
 .PHONY: deps-versitygw tier-test

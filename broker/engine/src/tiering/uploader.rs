@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use rustqueue_storage::{
-    RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment,
+    LOCAL_RETENTION_LEVEL, RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord,
+    TieredSegment,
 };
 use rustqueue_tier::{Bucket, ObjectKey};
 use tokio::time::Instant;
@@ -158,6 +159,14 @@ async fn scan(
 async fn retain(r: &Arc<Registry>, tier: &Arc<Tiering>, known: &mut HashMap<String, Known>) {
     let retention = tier.opts.local_retention;
     if !retention.evicts() {
+        return;
+    }
+    if r.store().minimum_reader_level() < LOCAL_RETENTION_LEVEL {
+        // Never: `Engine::open` refuses local retention below the level, whose open raised
+        // the fence. Evicting without it would let an older release drop the segments.
+        tracing::error!(
+            "local retention is off: COMPATIBILITY does not fence out releases that cannot read evicted segments"
+        );
         return;
     }
     let mut candidates = Vec::new();
