@@ -72,9 +72,16 @@ fn node_and_network(cfg: &Config) -> Result<(), ConfigError> {
 
 /// `[storage]` levels and watermarks.
 fn storage(s: &StorageConfig) -> Result<(), ConfigError> {
-    check((1..=2).contains(&s.feature_level), || {
-        format!("storage.feature_level = {} must be 1 or 2", s.feature_level)
-    })?;
+    check(
+        (1..=rustqueue_engine::MAX_FEATURE_LEVEL).contains(&s.feature_level),
+        || {
+            format!(
+                "storage.feature_level = {} must be 1..={}",
+                s.feature_level,
+                rustqueue_engine::MAX_FEATURE_LEVEL
+            )
+        },
+    )?;
     check(
         s.disk_low_watermark_percent <= s.disk_high_watermark_percent
             && s.disk_high_watermark_percent <= 100,
