@@ -103,10 +103,18 @@ mod tests {
         assert!((1..=3).contains(&MAX_FEATURE_LEVEL));
     }
 
+    /// (file, configured, ceiling) → `Ok(None)`: opened as it is, `Ok(Some)`: raised to,
+    /// `Err`: a refusal containing the text.
+    type Case = (
+        Compatibility,
+        u8,
+        u8,
+        Result<Option<Compatibility>, &'static str>,
+    );
+
     #[test]
     fn opening_raises_to_the_configured_level_and_refuses_what_it_must() {
-        // (file, configured, ceiling) → None: as it is, Some: raised to, Err: refusal containing
-        let cases: &[(Compatibility, u8, u8, Result<Option<Compatibility>, &str>)] = &[
+        let cases: &[Case] = &[
             (compat(1, 1, 1), 1, 3, Ok(None)),
             (compat(1, 1, 1), 2, 3, Ok(Some(compat(2, 2, 2)))),
             (compat(1, 1, 1), 3, 3, Ok(Some(compat(3, 3, 2)))),

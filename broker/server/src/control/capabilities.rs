@@ -276,9 +276,6 @@ mod tests {
             rustqueue_api::contract::LOCAL_RETENTION_FEATURE_LEVEL,
             u32::from(rustqueue_engine::LOCAL_RETENTION_LEVEL)
         );
-        assert!(
-            rustqueue_api::contract::LOCAL_RETENTION_FEATURE_LEVEL <= MAX_STORAGE_FEATURE_LEVEL
-        );
     }
 
     #[test]
