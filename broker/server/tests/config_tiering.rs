@@ -79,12 +79,12 @@ fn accepted_sections_have_the_documented_defaults() {
             &ENV_KEYS,
         ),
         (
-            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+            "[storage]\nfeature_level = 3\n[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
              local_retention_bytes = 0\nlocal_retention_seconds = 315360000\n",
             &ENV_KEYS,
         ),
         (
-            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+            "[storage]\nfeature_level = 3\n[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
              local_retention_bytes = 67108864\nlocal_retention_seconds = 1\n",
             &ENV_KEYS,
         ),
@@ -115,6 +115,19 @@ fn refusals_name_the_key_and_what_to_do() {
                 "1 to 315360000",
                 "leave it unset",
             ],
+        ),
+        (
+            with("local_retention_bytes = 0\n"),
+            &ENV_KEYS,
+            &[
+                "need storage.feature_level = 3 (it is 1)",
+                "set storage.feature_level = 3",
+            ],
+        ),
+        (
+            format!("[storage]\nfeature_level = 2\n{MINIMAL}local_retention_seconds = 60\n"),
+            &ENV_KEYS,
+            &["need storage.feature_level = 3 (it is 2)"],
         ),
         (
             with("local_retention_seconds = 315360001\n"),
