@@ -81,7 +81,7 @@ unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tes
 # and the engine's uploads of sealed segments and the [tiering] section over the same server.
 # `unit` runs these too; this target runs them alone (about 30 s).
 TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
-	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through \
+	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through --test tiering_rollback_fence \
 	--test tiering_deleted_topic --test tiering_checkpoint_age \
 	--test storage_restore --test storage_verify_remote --test tiering_small_volume --test tiering_full_volume \
 	--test tiering_bucket_down \

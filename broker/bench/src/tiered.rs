@@ -213,15 +213,16 @@ impl Versitygw {
         };
         let access = write("access-key", ACCESS_KEY)?;
         let secret = write("secret-key", SECRET_KEY)?;
-        let retention = if config.read_through {
-            "local_retention_bytes = 0\n"
+        // Local retention needs storage feature level 3 (its rollback fence).
+        let (level, retention) = if config.read_through {
+            ("feature_level = 3\n", "local_retention_bytes = 0\n")
         } else {
-            ""
+            ("", "")
         };
         // Segments smaller than the default body limit need a smaller limit: 4 MiB bodies
         // (MPUBs of this case are 64 KiB), 1 MiB messages.
         Ok(format!(
-            "max_segment_bytes = {SEGMENT_BYTES}\n\n[limits]\nmax_body_bytes = 4194304\n\n\
+            "{level}max_segment_bytes = {SEGMENT_BYTES}\n\n[limits]\nmax_body_bytes = 4194304\n\n\
              [queue]\nmax_message_bytes = 1048576\n\n[tiering]\nbucket = \"{BUCKET}\"\n\
              endpoint = \"http://{}\"\nallow_http = true\nprefix = \"bench\"\n\
              access_key_file = \"{}\"\nsecret_key_file = \"{}\"\n{retention}",

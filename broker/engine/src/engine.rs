@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustqueue_storage::Compatibility;
 use rustqueue_storage::PageCache;
-use rustqueue_storage::{Fs, RealFs, StorageError, Store, StoreOptions};
+use rustqueue_storage::{Fs, LOCAL_RETENTION_LEVEL, RealFs, StorageError, Store, StoreOptions};
 
 use crate::budget::Budgets;
 use crate::channel::WalReq;
@@ -45,6 +45,17 @@ impl Engine {
             return Err(ConfigError::MessageTooBigForLevel {
                 max_message_bytes: cfg.max_message_bytes,
                 feature_level: cfg.feature_level,
+            }
+            .into());
+        }
+        let retains = cfg
+            .tiering
+            .as_ref()
+            .is_some_and(|t| t.local_retention.evicts());
+        if retains && cfg.feature_level < LOCAL_RETENTION_LEVEL {
+            return Err(ConfigError::LocalRetentionNeedsLevel {
+                feature_level: cfg.feature_level,
+                needed: LOCAL_RETENTION_LEVEL,
             }
             .into());
         }

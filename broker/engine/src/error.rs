@@ -93,6 +93,20 @@ pub enum ConfigError {
     /// `max_segment_bytes` cannot hold the largest message.
     #[error("max_segment_bytes is too small")]
     SegmentTooSmall,
+    /// Local retention is configured below the level that fences its evictions from older
+    /// releases.
+    #[error(
+        "local retention (tiering.local_retention_bytes / local_retention_seconds) needs storage \
+         feature level {needed}, so that a release that cannot read evicted segments refuses the \
+         data directory instead of dropping their messages; storage.feature_level is \
+         {feature_level}: set storage.feature_level = {needed} (docs/tiering.md)"
+    )]
+    LocalRetentionNeedsLevel {
+        /// The configured storage feature level.
+        feature_level: u8,
+        /// The level local retention needs.
+        needed: u8,
+    },
 }
 
 /// Why a PUB/MPUB/DPUB failed.

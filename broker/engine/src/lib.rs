@@ -52,8 +52,8 @@ pub use rustqueue_storage::Compatibility;
 /// Offline tools over a stopped broker's data directory (`rustqueued storage ...`).
 pub use rustqueue_storage::offline;
 pub use rustqueue_storage::{
-    DamageKind, Detector, MAX_FEATURE_LEVEL, QuarantineRecord, QuarantineSummary, RealFs,
-    StorageError,
+    DamageKind, Detector, LARGE_RECORDS_LEVEL, LOCAL_RETENTION_LEVEL, MAX_FEATURE_LEVEL,
+    QuarantineRecord, QuarantineSummary, RealFs, StorageError,
 };
 /// Tiered storage: where and when sealed segments are uploaded (docs/tiering.md).
 pub use rustqueue_tier::{BucketConfig, Credentials, ObjectKey};

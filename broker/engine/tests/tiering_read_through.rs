@@ -18,7 +18,8 @@ use common::tiering::{
 };
 use common::{wait_for, wait_for_seen, wait_until};
 use rustqueue_engine::{
-    Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, LocalRetention, TieringStatus,
+    Bytes, Consumer, ConsumerOptions, Engine, EngineConfig, LOCAL_RETENTION_LEVEL, LocalRetention,
+    TieringStatus,
 };
 use rustqueue_tier::BucketConfig;
 use rustqueue_tier::test_server::TestServer;
@@ -38,6 +39,7 @@ fn body(i: u32) -> Vec<u8> {
 
 fn retaining(dir: &Path, bucket: BucketConfig) -> EngineConfig {
     let mut cfg = tiered(dir, bucket);
+    cfg.feature_level = LOCAL_RETENTION_LEVEL;
     if let Some(t) = cfg.tiering.as_mut() {
         t.local_retention = LocalRetention {
             bytes: Some(BOUND),
@@ -481,6 +483,7 @@ async fn an_age_bound_alone_evicts_every_uploaded_segment_once_its_newest_messag
     let server = TestServer::start();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiered(dir.path(), bucket_config(&server));
+    cfg.feature_level = LOCAL_RETENTION_LEVEL;
     if let Some(t) = cfg.tiering.as_mut() {
         t.local_retention = LocalRetention {
             bytes: None,
@@ -517,6 +520,7 @@ async fn an_age_bound_alone_evicts_every_uploaded_segment_once_its_newest_messag
     e.shutdown().await;
     drop(e);
     let mut cfg = tiered(dir.path(), bucket_config(&server));
+    cfg.feature_level = LOCAL_RETENTION_LEVEL;
     if let Some(t) = cfg.tiering.as_mut() {
         t.local_retention.age = Some(Duration::from_secs(2));
     }

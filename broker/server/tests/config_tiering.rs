@@ -79,12 +79,12 @@ fn accepted_sections_have_the_documented_defaults() {
             &ENV_KEYS,
         ),
         (
-            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+            "[storage]\nfeature_level = 3\n[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
              local_retention_bytes = 0\nlocal_retention_seconds = 315360000\n",
             &ENV_KEYS,
         ),
         (
-            "[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
+            "[storage]\nfeature_level = 3\n[tiering]\nbucket = \"rq-b\"\nendpoint = \"https://s3.example.test\"\n\
              local_retention_bytes = 67108864\nlocal_retention_seconds = 1\n",
             &ENV_KEYS,
         ),
@@ -204,6 +204,25 @@ fn refusals_name_the_key_and_what_to_do() {
         (with("bukcet = \"b\"\n"), &ENV_KEYS, &["bukcet"]),
     ];
     refused(cases);
+}
+
+#[test]
+fn local_retention_below_storage_feature_level_three_is_refused_naming_the_level() {
+    refused(vec![
+        (
+            format!("{MINIMAL}local_retention_bytes = 0\n"),
+            &ENV_KEYS,
+            &[
+                "need storage.feature_level = 3 (it is 1)",
+                "set storage.feature_level = 3",
+            ],
+        ),
+        (
+            format!("[storage]\nfeature_level = 2\n{MINIMAL}local_retention_seconds = 60\n"),
+            &ENV_KEYS,
+            &["need storage.feature_level = 3 (it is 2)"],
+        ),
+    ]);
 }
 
 #[test]

@@ -70,6 +70,8 @@ async fn a_broker_with_a_64_mib_volume_holds_and_delivers_a_1_gib_backlog() {
     let data = tempfile::TempDir::new_in(volume.path()).unwrap();
     let b = Broker::start_in(data, move |cfg| {
         cfg.tiering = Some(tiering);
+        // Local retention needs the level that fences its evictions from older releases.
+        cfg.storage.feature_level = rustqueue_engine::LOCAL_RETENTION_LEVEL;
         cfg.storage.max_segment_bytes = 4 << 20;
         cfg.limits.max_body_bytes = 1 << 20;
         cfg.queue.max_message_bytes = 1 << 20;

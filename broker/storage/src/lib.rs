@@ -26,6 +26,7 @@ mod audit;
 mod channel;
 mod failpoint;
 mod fs;
+mod levels;
 mod log;
 mod memfs;
 mod meta;
@@ -49,6 +50,7 @@ pub use audit::EvictionAudit;
 pub use channel::{ChannelCommand, ChannelState};
 pub use failpoint::crash_failpoint;
 pub use fs::{Fs, FsFile, RealFs};
+pub use levels::{LARGE_RECORDS_LEVEL, LOCAL_RETENTION_LEVEL, MAX_FEATURE_LEVEL};
 pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
     AppendBatch, BodyLocation, DEFAULT_CACHE_BYTES, DamageSink, Entry, LocalSealed, OldestSegment,
@@ -64,7 +66,7 @@ pub use quarantine::{
     DamageKind, Detector, Finding, Quarantine, QuarantineRecord, QuarantineSummary,
 };
 pub use record::{MAX_BATCH, payload_len};
-pub use store::{MAX_FEATURE_LEVEL, RecoveredChannel, RecoveredTopic, Store, StoreOptions};
+pub use store::{RecoveredChannel, RecoveredTopic, Store, StoreOptions};
 pub use tiered::{TIERED_FILE, TieredObject, TieredRecord, TieredSegment};
 pub use tiered_deleted::{DELETED_DIR, DeletedIncarnation, ListedIntent};
 pub use wal::ChannelWal;

@@ -168,7 +168,7 @@ pub fn compatibility_damaged(path: &Path, detail: &str) -> String {
 pub fn compatibility_missing(path: &Path) -> String {
     format!(
         "{} is missing while the directory holds data (broker.meta, topics): the feature-level \
-         fence is not recreated at level 1, since the stored records may need level 2. Restore \
+         fence is not recreated at level 1, since the stored data may need level 2 or 3. Restore \
          the file from a backup, or stop every broker on this directory and run `rustqueued \
          storage repair --rebuild-compatibility --feature-level <L>` with L the feature level \
          the broker last ran with (without --feature-level, repair writes the lowest level the \

@@ -619,9 +619,15 @@ pub const LEVEL_ONE_MAX_RECORD_PAYLOAD: u64 = 72 << 20;
 /// a larger body was stored at level 2.
 pub const LEVEL_ONE_MAX_MESSAGE_BYTES: u64 = 20 << 20;
 
-/// The lowest feature level the records stored in `root` need, with the first record that
-/// needs more than level 1 (file and why); `(1, None)` when every record fits level 1.
+/// The lowest feature level the data stored in `root` needs, with the first file that needs
+/// more than level 1 (file and why); `(1, None)` when every record fits level 1. A tiered
+/// record listing a segment local retention evicted needs
+/// [`LOCAL_RETENTION_LEVEL`](crate::LOCAL_RETENTION_LEVEL); a record above level 1's bounds
+/// needs [`LARGE_RECORDS_LEVEL`](crate::LARGE_RECORDS_LEVEL).
 pub fn lowest_safe_level(fs: &dyn Fs, root: &Path) -> Result<(u8, Option<String>), StorageError> {
+    if let Some(evicted) = first_evicted(fs, root)? {
+        return Ok((crate::LOCAL_RETENTION_LEVEL, Some(evicted)));
+    }
     let mut evidence = None;
     walk_stored(fs, root, &mut |log, w, largest_payload| {
         if evidence.is_some() {
@@ -645,7 +651,39 @@ pub fn lowest_safe_level(fs: &dyn Fs, root: &Path) -> Result<(u8, Option<String>
         };
         Ok(())
     })?;
-    Ok((if evidence.is_some() { 2 } else { 1 }, evidence))
+    let level = if evidence.is_some() {
+        crate::LARGE_RECORDS_LEVEL
+    } else {
+        1
+    };
+    Ok((level, evidence))
+}
+
+/// The first topic whose tiered record lists a segment local retention evicted, said as
+/// evidence for [`lowest_safe_level`]. A damaged record lists none (the open reads it so too).
+fn first_evicted(fs: &dyn Fs, root: &Path) -> Result<Option<String>, StorageError> {
+    let topics = root.join("topics");
+    if !fs.exists(&topics) {
+        return Ok(None);
+    }
+    let mut names = fs.list(&topics).map_err(io_err("list", &topics))?;
+    names.sort();
+    for t in names {
+        let dir = topics.join(&t);
+        let record = match crate::tiered::read(fs, &dir) {
+            Ok(Some(record)) => record,
+            Ok(None) | Err(StorageError::Corrupt { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if let Some(base) = record.segments.iter().find(|s| s.evicted).map(|s| s.base) {
+            return Ok(Some(format!(
+                "{} lists segment {base} as evicted by local retention, which an older binary \
+                 would drop",
+                crate::tiered::path(&dir).display()
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Rewrites a damaged or missing `COMPATIBILITY` with `level` as the active writer and minimum

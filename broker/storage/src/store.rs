@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::channel::ChannelState;
 use crate::fs::Fs;
+use crate::levels::{self, LOCAL_RETENTION_LEVEL, MAX_FEATURE_LEVEL};
 use crate::log::{DamageSink, PageCache, TopicLog};
 use crate::meta::{
     self, BrokerMeta, Compatibility, FORMAT_VERSION, FormatFile, ID_BLOCK, MAX_SEQUENCE, Manifest,
@@ -22,28 +23,12 @@ use crate::quarantine::{DamageKind, Detector, Quarantine};
 use crate::wal::{self, ChannelWal};
 use crate::{Fault, StorageError, crash_failpoint, io_err};
 
-/// Highest storage feature level this binary can read and write: 2, or the build-time ceiling
-/// `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL=1` (how tests build an "older" binary). The broker's
-/// capabilities report this same constant, so what it says and what it opens cannot differ.
-pub const MAX_FEATURE_LEVEL: u8 = ceiling(option_env!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL"));
-
-const fn ceiling(v: Option<&str>) -> u8 {
-    match v {
-        None => 2,
-        Some(s) => match s.as_bytes() {
-            b"1" => 1,
-            b"2" | b"" => 2,
-            _ => panic!("RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL must be 1 or 2"),
-        },
-    }
-}
-
 /// How to open a store.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
     /// Node id (must match `broker.meta`).
     pub node_id: u16,
-    /// Configured storage feature level (1 or 2).
+    /// Configured storage feature level (1..=[`MAX_FEATURE_LEVEL`]).
     pub feature_level: u8,
     /// Segment rotation size.
     pub max_segment_bytes: u64,
@@ -89,6 +74,8 @@ pub struct Store {
     lock: Mutex<Option<Box<dyn Any + Send + Sync>>>,
     quarantine: Quarantine,
     opening: Detector,
+    /// `COMPATIBILITY` as this open left it (raised to the configured level if it was lower).
+    compatibility: Compatibility,
 }
 
 impl std::fmt::Debug for Store {
@@ -144,13 +131,47 @@ impl Store {
         opts: StoreOptions,
         opening: Detector,
     ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
+        Self::open_inner(fs, root, opts, opening, MAX_FEATURE_LEVEL)
+    }
+
+    /// [`Store::open`] as a binary that reads and writes levels `1..=ceiling` only would open
+    /// it: the same checks, with a lower ceiling. How tests play an older release (one that
+    /// reads up to level 2, say) against a directory this one wrote.
+    pub fn open_with_ceiling(
+        fs: Arc<dyn Fs>,
+        root: &Path,
+        opts: StoreOptions,
+        ceiling: u8,
+    ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
+        Self::open_inner(
+            fs,
+            root,
+            opts,
+            Detector::Startup,
+            ceiling.min(MAX_FEATURE_LEVEL),
+        )
+    }
+
+    fn open_inner(
+        fs: Arc<dyn Fs>,
+        root: &Path,
+        opts: StoreOptions,
+        opening: Detector,
+        ceiling: u8,
+    ) -> Result<(Store, Vec<RecoveredTopic>), StorageError> {
         fs.create_dir_all(root)
             .map_err(io_err("create directory", root))?;
         let lock = lock_data_dir(fs.as_ref(), root)?;
         let fault = Fault::default();
         let mut repaired = Vec::new();
         Self::check_format(fs.as_ref(), root, &mut repaired)?;
-        Self::check_compatibility(fs.as_ref(), root, opts.feature_level, &mut repaired)?;
+        let compatibility = Self::check_compatibility(
+            fs.as_ref(),
+            root,
+            opts.feature_level,
+            ceiling,
+            &mut repaired,
+        )?;
         let meta_path = root.join("broker.meta");
         let mut bm: BrokerMeta = match meta::read_meta(fs.as_ref(), &meta_path)? {
             MetaRead::Intact(bm) => bm,
@@ -211,6 +232,7 @@ impl Store {
             lock: Mutex::new(Some(lock)),
             quarantine: Quarantine::load(fs.clone(), root),
             opening,
+            compatibility,
         };
         for (path, action) in repaired {
             let len = fs.read(&path).map_or(0, |b| b.len() as u64);
@@ -303,19 +325,23 @@ impl Store {
         Ok(())
     }
 
+    /// Reads (or creates) `COMPATIBILITY` and applies [`levels::on_open`]: a raise is written
+    /// atomically before anything else of the directory is read or written. Returns the file
+    /// as the open leaves it.
     fn check_compatibility(
         fs: &dyn Fs,
         root: &Path,
         level: u8,
+        ceiling: u8,
         repaired: &mut Vec<(PathBuf, String)>,
-    ) -> Result<(), StorageError> {
-        if level == 0 || level > MAX_FEATURE_LEVEL {
+    ) -> Result<Compatibility, StorageError> {
+        if level == 0 || level > ceiling {
             return Err(incompatible(format!(
-                "feature level {level} is outside 1..={MAX_FEATURE_LEVEL}"
+                "feature level {level} is outside 1..={ceiling}"
             )));
         }
         let path = root.join("COMPATIBILITY");
-        let mut c: Compatibility = match meta::read_meta(fs, &path)? {
+        let c: Compatibility = match meta::read_meta(fs, &path)? {
             MetaRead::Intact(c) => c,
             MetaRead::FromTemp(c, detail) => {
                 meta::write_checked(fs, &path, &c)?;
@@ -327,7 +353,7 @@ impl Store {
             }
             MetaRead::Missing if meta::holds_data(fs, root)? => {
                 // Never recreated at level 1 beside data: that would drop the rollback fence
-                // of a directory holding level-2 records.
+                // of a directory holding level-2 records or evicted segments.
                 return Err(incompatible(meta::compatibility_missing(&path)));
             }
             MetaRead::Missing => {
@@ -341,25 +367,24 @@ impl Store {
                 c
             }
         };
-        if c.minimum_reader_feature_level > MAX_FEATURE_LEVEL {
-            return Err(incompatible(format!(
-                "data needs reader level {} (rollback fence); run a newer broker",
-                c.minimum_reader_feature_level
-            )));
+        match levels::on_open(&c, level, ceiling).map_err(incompatible)? {
+            None => Ok(c),
+            Some(raised) => {
+                meta::write_checked_at(
+                    fs,
+                    &path,
+                    &raised,
+                    "compatibility_raise_after_file_fsync_before_rename",
+                )?;
+                Ok(raised)
+            }
         }
-        if level < c.active_writer_feature_level {
-            return Err(incompatible(format!(
-                "configured feature level {level} is below the active level {}; levels cannot be lowered",
-                c.active_writer_feature_level
-            )));
-        }
-        if level > c.active_writer_feature_level {
-            c.active_writer_feature_level = level;
-            c.minimum_reader_feature_level = c.minimum_reader_feature_level.max(level);
-            c.generation += 1;
-            meta::write_checked(fs, &path, &c)?;
-        }
-        Ok(())
+    }
+
+    /// The lowest reader level `COMPATIBILITY` admits, as this open left it: no binary that
+    /// reads only lower levels opens the directory.
+    pub fn minimum_reader_level(&self) -> u8 {
+        self.compatibility.minimum_reader_feature_level
     }
 
     fn recover_topic(
@@ -403,6 +428,20 @@ impl Store {
             Err(StorageError::Corrupt { .. }) => Default::default(),
             Err(e) => return Err(e),
         };
+        if !remote.is_empty() && self.minimum_reader_level() < LOCAL_RETENTION_LEVEL {
+            // Evicted by a build from before the fence: opening on would leave a directory an
+            // older binary opens and drops the evicted segments of.
+            return Err(incompatible(format!(
+                "{} lists segments local retention evicted, which need storage feature level \
+                 {LOCAL_RETENTION_LEVEL} (a binary reading only level {} would drop their \
+                 messages), but COMPATIBILITY's minimum reader level is {}; set \
+                 storage.feature_level = {LOCAL_RETENTION_LEVEL} and start again (the start \
+                 raises the fence first; docs/tiering.md)",
+                crate::tiered::path(dir).display(),
+                LOCAL_RETENTION_LEVEL - 1,
+                self.minimum_reader_level()
+            )));
+        }
         let mut log = TopicLog::open_with_remote(
             self.fs.clone(),
             &dir.join("segments"),
@@ -648,7 +687,22 @@ impl Store {
 
     /// Replaces the tiered record of its topic atomically; a failure isolates storage like any
     /// other write.
+    ///
+    /// A record listing an evicted segment is refused (nothing written, storage not isolated)
+    /// unless `COMPATIBILITY` already fences out binaries that read below
+    /// [`LOCAL_RETENTION_LEVEL`]: the fence comes before the first eviction.
     pub fn write_tiered(&self, record: &crate::TieredRecord) -> Result<(), StorageError> {
+        if self.minimum_reader_level() < LOCAL_RETENTION_LEVEL
+            && record.segments.iter().any(|s| s.evicted)
+        {
+            return Err(incompatible(format!(
+                "topic {:?}: recording a segment evicted by local retention needs storage \
+                 feature level {LOCAL_RETENTION_LEVEL}, but this data directory admits readers \
+                 from level {}; set storage.feature_level = {LOCAL_RETENTION_LEVEL}",
+                record.topic,
+                self.minimum_reader_level()
+            )));
+        }
         self.fault.check()?;
         let r = crate::tiered::write(self.fs.as_ref(), &self.topic_dir(&record.topic), record);
         self.fault.guard(r)
@@ -708,19 +762,5 @@ impl Store {
             state,
             self.fault.clone(),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_build_time_ceiling_parses_only_one_or_two() {
-        assert_eq!(ceiling(None), 2);
-        assert_eq!(ceiling(Some("")), 2);
-        assert_eq!(ceiling(Some("1")), 1);
-        assert_eq!(ceiling(Some("2")), 2);
-        assert!((1..=2).contains(&MAX_FEATURE_LEVEL));
     }
 }

@@ -16,16 +16,25 @@ use rustqueue_storage::{
 };
 
 fn opts() -> StoreOptions {
+    opts_at(1)
+}
+
+fn opts_at(feature_level: u8) -> StoreOptions {
     StoreOptions {
         node_id: 41,
-        feature_level: 1,
+        feature_level,
         max_segment_bytes: 256,
         page_cache: Default::default(),
     }
 }
 
 fn reopen(dir: &Path) -> (Store, RecoveredTopic) {
-    let (s, mut t) = Store::open(Arc::new(RealFs), dir, opts()).expect("reopen after SIGKILL");
+    reopen_at(dir, 1)
+}
+
+fn reopen_at(dir: &Path, level: u8) -> (Store, RecoveredTopic) {
+    let (s, mut t) =
+        Store::open(Arc::new(RealFs), dir, opts_at(level)).expect("reopen after SIGKILL");
     (s, t.pop().expect("topic survives"))
 }
 
@@ -394,7 +403,18 @@ fn eviction_killed_before_or_after_its_record_leaves_the_segment_local_or_remote
         let e1 = before.log.entry(1).unwrap();
         drop(before);
         crash_at(dir.path(), "evict", fp);
-        let (store, t) = reopen(dir.path());
+        // The worker's open raised the fence before it evicted: a release reading up to
+        // level 2 is refused whichever side of the record the kill fell.
+        let older = Store::open_with_ceiling(Arc::new(RealFs), dir.path(), opts_at(2), 2)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            older
+                .as_deref()
+                .is_some_and(|e| e.contains("rollback fence")),
+            "{fp}: {older:?}"
+        );
+        let (store, t) = reopen_at(dir.path(), 3);
         let segments = dir.path().join("topics").join("74").join("segments");
         let log = segments.join(format!("segment-{:020}.rqlog", e1.segment));
         let idx = segments.join(format!("segment-{:020}.rqidx", e1.segment));
@@ -439,4 +459,23 @@ fn topic_deletion_killed_anywhere_after_its_intent_keeps_the_intent_to_delete_it
             "{fp}"
         );
     }
+}
+
+#[test]
+fn a_kill_while_raising_the_fence_for_local_retention_leaves_nothing_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path(), 4, &[]);
+    crash_at(
+        dir.path(),
+        "evict",
+        "compatibility_raise_after_file_fsync_before_rename",
+    );
+    // Not raised yet, and nothing evicted: a release reading up to level 2 opens the directory
+    // and reads every message from its local segments.
+    let (store, mut t) = Store::open_with_ceiling(Arc::new(RealFs), dir.path(), opts_at(2), 2)
+        .expect("an older release opens a directory nothing was evicted from");
+    let t = t.pop().unwrap();
+    assert!(!dir.path().join("topics").join("74").join("tiered").exists());
+    assert_eq!(bodies(&t), ["m0", "m1", "m2", "m3"]);
+    assert!(store.quarantine().records().is_empty());
 }

@@ -143,7 +143,7 @@ impl Default for NetworkConfig {
 pub struct StorageConfig {
     /// Data directory.
     pub data_path: PathBuf,
-    /// Storage feature level (1 or 2).
+    /// Storage feature level (1, 2 or 3; 3 is needed for local retention).
     pub feature_level: u8,
     /// Segment size.
     pub max_segment_bytes: u64,

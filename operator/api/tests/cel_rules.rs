@@ -253,7 +253,8 @@ fn a_tiering_spec_is_refused_for_a_dotted_bucket_plain_http_or_a_dot_segment() {
 
 #[test]
 fn tiering_with_local_retention_cannot_be_removed_in_the_same_apply() {
-    let with_retention = tiered(|t| t.local_retention_bytes = Some(0));
+    let mut with_retention = tiered(|t| t.local_retention_bytes = Some(0));
+    with_retention.storage_feature_level = 3;
     let e = update_errors(with_retention.clone(), spec());
     assert!(
         e.contains("spec.tiering cannot be removed while local retention is set"),
@@ -304,5 +305,32 @@ fn once_local_retention_has_run_tiering_stays_on_the_same_bucket_and_prefix() {
         ),
         "",
         "without the status mark it may go"
+    );
+}
+
+#[test]
+fn local_retention_needs_storage_feature_level_three() {
+    let refused =
+        "spec.tiering.localRetentionBytes/localRetentionSeconds need storageFeatureLevel 3";
+    for level in [1, 2] {
+        for retained in [
+            tiered(|t| t.local_retention_bytes = Some(0)),
+            tiered(|t| t.local_retention_seconds = Some(3600)),
+        ] {
+            let s = RustQueueSpec {
+                storage_feature_level: level,
+                ..retained
+            };
+            let e = errors(s);
+            assert!(e.contains(refused), "level {level}: {e}");
+        }
+    }
+    let mut at_three = tiered(|t| t.local_retention_bytes = Some(0));
+    at_three.storage_feature_level = 3;
+    assert_eq!(errors(at_three), "");
+    assert_eq!(
+        errors(tiered(|_| {})),
+        "",
+        "tiering without local retention: any level"
     );
 }

@@ -38,7 +38,7 @@ pub use observe::broker_http_client;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing {
     pub use crate::controller::{Applier, error_policy, reconcile};
-    pub use crate::plan::builder::{CAPABLE, LEVEL_ONE, ObservedBuilder};
+    pub use crate::plan::builder::{CAPABLE, LEVEL_ONE, ObservedBuilder, RETAINING};
     pub use crate::plan::{Action, AuthState, Observed, plan, validate};
     pub use crate::render::{AuthTokens, ConsoleObjects, Desired, DesiredInputs, Owner, role};
     pub use crate::status::{error_status, next_status};

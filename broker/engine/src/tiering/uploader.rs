@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use rustqueue_storage::{
-    RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord, TieredSegment,
+    LOCAL_RETENTION_LEVEL, RemoteSegment, SealedFiles, StorageError, TieredObject, TieredRecord,
+    TieredSegment,
 };
 use rustqueue_tier::{Bucket, ObjectKey};
 use tokio::time::Instant;
@@ -248,6 +249,17 @@ async fn retain(
     let retention = tier.opts.local_retention;
     let pressed = pressure.enabled && pressure.disk.pressured();
     if !retention.evicts() && !pressed {
+        return;
+    }
+    if r.store().minimum_reader_level() < LOCAL_RETENTION_LEVEL {
+        // Below the level no local copy goes, not even under pressure (which then throttles
+        // publishing): an older release could drop evicted segments. `Engine::open` refuses
+        // local retention below it, so only that case is worth a word.
+        if retention.evicts() {
+            tracing::error!(
+                "local retention is off: COMPATIBILITY does not fence out releases that cannot read evicted segments"
+            );
+        }
         return;
     }
     let pressed = if pressed {

@@ -21,10 +21,22 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     queue(&cfg.queue)?;
     limits(&cfg.limits, &cfg.queue)?;
     security(&cfg.security)?;
-    match &cfg.tiering {
-        Some(t) => super::tiering::validate(t),
-        None => Ok(()),
-    }
+    let Some(t) = &cfg.tiering else {
+        return Ok(());
+    };
+    super::tiering::validate(t)?;
+    // The engine refuses it too; said here, `--check-config` says it before a start.
+    let level = rustqueue_engine::LOCAL_RETENTION_LEVEL;
+    let retains = t.local_retention_bytes.is_some() || t.local_retention_seconds.is_some();
+    check(!retains || cfg.storage.feature_level >= level, || {
+        format!(
+            "tiering.local_retention_bytes / local_retention_seconds need storage.feature_level \
+             = {level} (it is {}): the level fences out releases that would drop evicted \
+             segments; set storage.feature_level = {level}, or leave local retention unset \
+             (docs/tiering.md)",
+            cfg.storage.feature_level
+        )
+    })
 }
 
 /// `[node]` and `[network]`.
@@ -72,9 +84,16 @@ fn node_and_network(cfg: &Config) -> Result<(), ConfigError> {
 
 /// `[storage]` levels and watermarks.
 fn storage(s: &StorageConfig) -> Result<(), ConfigError> {
-    check((1..=2).contains(&s.feature_level), || {
-        format!("storage.feature_level = {} must be 1 or 2", s.feature_level)
-    })?;
+    check(
+        (1..=rustqueue_engine::MAX_FEATURE_LEVEL).contains(&s.feature_level),
+        || {
+            format!(
+                "storage.feature_level = {} must be 1..={}",
+                s.feature_level,
+                rustqueue_engine::MAX_FEATURE_LEVEL
+            )
+        },
+    )?;
     check(
         s.disk_low_watermark_percent <= s.disk_high_watermark_percent
             && s.disk_high_watermark_percent <= 100,

@@ -2,8 +2,8 @@
 //! levels").
 //!
 //! The binary reads levels `1..=MAX_STORAGE_FEATURE_LEVEL` and writes up to the same ceiling.
-//! The ceiling is a build-time option, `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL` (1 or 2, default
-//! 2), so tests can build an "older" binary. A process can also lower it at run time with the
+//! The ceiling is a build-time option, `RUSTQUEUE_MAX_STORAGE_FEATURE_LEVEL` (1, 2 or 3,
+//! default 3), so tests can build an "older" binary. A process can also lower it at run time with the
 //! environment variable [`MAX_FEATURE_LEVEL_ENV`] (a testing/compatibility knob): the binary
 //! then reports and enforces the lower ceiling the way an older release would, so one build
 //! can play both sides of an upgrade. The data directory's `COMPATIBILITY` file is read through
@@ -179,7 +179,7 @@ mod tests {
             MAX_STORAGE_FEATURE_LEVEL,
             u32::from(rustqueue_engine::MAX_FEATURE_LEVEL)
         );
-        assert!((1..=2).contains(&MAX_STORAGE_FEATURE_LEVEL));
+        assert!((1..=3).contains(&MAX_STORAGE_FEATURE_LEVEL));
     }
 
     #[test]
@@ -200,7 +200,8 @@ mod tests {
             ceiling_from(Some(&MAX_STORAGE_FEATURE_LEVEL.to_string())).unwrap(),
             MAX_STORAGE_FEATURE_LEVEL
         );
-        for bad in ["0", "3", "two", ""] {
+        let above = (MAX_STORAGE_FEATURE_LEVEL + 1).to_string();
+        for bad in ["0", above.as_str(), "two", ""] {
             let err = ceiling_from(Some(bad)).unwrap_err();
             assert!(
                 matches!(err, CapabilityError::InvalidCeiling(_)),
@@ -267,5 +268,25 @@ mod tests {
             ..binary(1, 1)
         };
         preflight(dir.path(), 2, &new).unwrap();
+    }
+
+    #[test]
+    fn the_contract_and_storage_agree_on_the_level_local_retention_needs() {
+        assert_eq!(
+            rustqueue_api::contract::LOCAL_RETENTION_FEATURE_LEVEL,
+            u32::from(rustqueue_engine::LOCAL_RETENTION_LEVEL)
+        );
+    }
+
+    #[test]
+    fn a_release_reading_up_to_level_two_refuses_a_directory_fenced_for_local_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        write_compat(dir.path(), 3, 3);
+        let older = binary_with_ceiling(2, 10, 20);
+        assert!(matches!(
+            preflight(dir.path(), 2, &older).unwrap_err(),
+            CapabilityError::BehindReaderFence { needed: 3, max: 2 }
+        ));
+        preflight(dir.path(), 3, &binary_with_ceiling(3, 10, 20)).unwrap();
     }
 }

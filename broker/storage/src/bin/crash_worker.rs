@@ -4,9 +4,9 @@
 //! (append + fdatasync of "ambiguous"), `finish` (FIN of position 1 to the channel WAL),
 //! `checkpoint` (checkpoint of channel `c`), `gc` (manifest write + segment GC below the
 //! channel floor), `create_channel` (creation of channel `d`), `evict` (the oldest sealed
-//! segment recorded evicted in the tiered record, then its `.rqlog` removed), `delete_topic`
-//! (topic `t`, with a tiered record of incarnation `i1`, deleted). Exits 3 if the failpoint
-//! never fired.
+//! segment recorded evicted in the tiered record, then its `.rqlog` removed, opened at level 3
+//! so the open first raises the rollback fence), `delete_topic` (topic `t`, with a tiered
+//! record of incarnation `i1`, deleted). Exits 3 if the failpoint never fired.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,7 +40,12 @@ fn main() -> ExitCode {
 fn run(scenario: &str, dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let opts = StoreOptions {
         node_id: 41,
-        feature_level: 1,
+        // Local retention needs level 3: the open raises the fence before the eviction.
+        feature_level: if scenario == "evict" {
+            rustqueue_storage::LOCAL_RETENTION_LEVEL
+        } else {
+            1
+        },
         max_segment_bytes: 256,
         page_cache: Default::default(),
     };

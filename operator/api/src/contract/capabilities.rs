@@ -8,6 +8,12 @@ pub const LEGACY_MAXIMUM_MESSAGE_BYTES: u64 = 32 * 1024 * 1024;
 /// Largest batch an old binary that does not report `maximum_batch_bytes` accepts.
 pub const LEGACY_MAXIMUM_BATCH_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The storage feature level local retention needs (`tiering.local_retention_bytes` /
+/// `_seconds`): a directory at it fences out releases that read tiered record format 2 only
+/// and would drop evicted segments. The operator refuses `spec.tiering` local retention below
+/// it; the broker's storage crate holds the same number (a server test compares them).
+pub const LOCAL_RETENTION_FEATURE_LEVEL: u32 = 3;
+
 /// The whole capabilities document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {

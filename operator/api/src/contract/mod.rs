@@ -14,7 +14,7 @@ mod stats;
 
 pub use capabilities::{
     BinaryCapabilities, Capabilities, LEGACY_MAXIMUM_BATCH_BYTES, LEGACY_MAXIMUM_MESSAGE_BYTES,
-    StorageCapabilities,
+    LOCAL_RETENTION_FEATURE_LEVEL, StorageCapabilities,
 };
 pub use drain::{DrainRequest, DrainStatus};
 pub use health::{Health, NotReadyReason};

@@ -64,6 +64,9 @@ use super::status::RustQueueStatus;
         .message("diskLowWatermarkPercent must be below diskHighWatermarkPercent"),
     validation = Rule::new("self.maxMessageBytes <= 74448896 || self.storageFeatureLevel >= 2")
         .message("maxMessageBytes above 71 MiB needs storageFeatureLevel 2 (roll a capable image first, then raise the level)"),
+    // docs/tiering.md: level 3 fences a rollback to a release that would drop evicted segments.
+    validation = Rule::new("!has(self.tiering) || !(has(self.tiering.localRetentionBytes) || has(self.tiering.localRetentionSeconds)) || self.storageFeatureLevel >= 3")
+        .message("spec.tiering.localRetentionBytes/localRetentionSeconds need storageFeatureLevel 3: it fences a rollback to a release that would drop evicted segments (roll a capable image first, then raise the level)"),
     validation = Rule::new("self.connectionDeliveryInflightBytes >= self.maxMessageBytes")
         .message("connectionDeliveryInflightBytes must be at least maxMessageBytes"),
     validation = Rule::new("self.nodeDeliveryInflightBytes >= 2 * self.connectionDeliveryInflightBytes")

@@ -12,6 +12,8 @@ use super::model::{
 
 /// What the probe of a current binary reports: levels 1 and 2, 100 MiB messages.
 pub const CAPABLE: &str = r#"{"binary_version":"0.2.0","data_format":7,"minimum_reader_feature_level":1,"maximum_reader_feature_level":2,"maximum_writer_feature_level":2,"maximum_message_bytes":104857600,"maximum_batch_bytes":134217728}"#;
+/// What the probe of a binary with local retention's fence reports: levels 1 to 3.
+pub const RETAINING: &str = r#"{"binary_version":"0.3.0","data_format":7,"minimum_reader_feature_level":1,"maximum_reader_feature_level":3,"maximum_writer_feature_level":3,"maximum_message_bytes":104857600,"maximum_batch_bytes":134217728}"#;
 /// What the probe of an old binary reports: level 1 only.
 pub const LEVEL_ONE: &str = r#"{"binary_version":"0.1.0","data_format":7,"minimum_reader_feature_level":1,"maximum_reader_feature_level":1,"maximum_writer_feature_level":1,"maximum_message_bytes":104857600,"maximum_batch_bytes":134217728}"#;
 

@@ -369,7 +369,7 @@ fn rollout_transitions() {
     reason = "a test table or scenario reads best in one piece"
 )]
 fn preflight_transitions() {
-    use super::builder::{CAPABLE, LEVEL_ONE};
+    use super::builder::{CAPABLE, LEVEL_ONE, RETAINING};
     let three_a = || Observed::test().brokers(3).at_revision("a");
     let create = Action::CreateProbePod {
         name: "q-preflight-target".into(),
@@ -466,6 +466,45 @@ fn preflight_transitions() {
         .spec(|s| s.storage_feature_level = 2)
         .then(Phase::Rolling, Some((RO, Op::Draining)))
         .moves(vec![drain("q-2", Quiesced)]),
+        row(
+            "rollbackToImage to a level-2 release once local retention fenced the PVCs is blocked",
+            three_a()
+                .capabilities(RETAINING, 3)
+                .probe(Some(("Succeeded", None, Some(CAPABLE)))),
+        )
+        .spec(|s| {
+            s.storage_feature_level = 3;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
+        .then(
+            Phase::PreflightBlocked,
+            Some((OperationKind::Rollback, Op::Blocked)),
+        )
+        .says("it supports storage feature levels 1..=2, level 3 is needed (the PVCs have activated it: the binary is behind the PVC reader fence)"),
+        row(
+            "rollbackToImage to a release that reads level 3 rolls",
+            three_a()
+                .capabilities(RETAINING, 3)
+                .probe(Some(("Succeeded", None, Some(RETAINING)))),
+        )
+        .spec(|s| {
+            s.storage_feature_level = 3;
+            s.rollout.rollback_to_image = Some("rustqueue:old".into());
+        })
+        .then(
+            Phase::Rolling,
+            Some((OperationKind::Rollback, Op::Draining)),
+        )
+        .moves(vec![drain("q-2", Quiesced)]),
+        row(
+            "raising to level 3 under level-2 brokers needs a capable binary first",
+            three_a()
+                .capabilities(CAPABLE, 2)
+                .probe(Some(("Succeeded", None, Some(RETAINING)))),
+        )
+        .spec(|s| s.storage_feature_level = 3)
+        .then(Phase::PreflightBlocked, Some((RO, Op::Blocked)))
+        .says("writes storage feature levels up to 2, level 3 is requested: roll a capable image first"),
     ];
     for r in rows {
         r.check();

@@ -3,7 +3,7 @@
 //! `status.restores`, the latest restore of each broker as its init container reported it.
 
 use rustqueue_api::broker_config::MAX_CHECKPOINT_UPLOAD_SECONDS;
-use rustqueue_api::contract::RestoreOutcome;
+use rustqueue_api::contract::{LOCAL_RETENTION_FEATURE_LEVEL, RestoreOutcome};
 use rustqueue_api::crd::{BrokerRestore, MAX_LOCAL_RETENTION_SECONDS, RustQueueSpec};
 
 use super::model::{RESTORING, RestoreRun, TieringSecret, last_line};
@@ -73,6 +73,12 @@ pub(super) fn validate(spec: &RustQueueSpec) -> Vec<String> {
     {
         errs.push(format!(
             "spec.tiering.localRetentionSeconds must be 1 to {MAX_LOCAL_RETENTION_SECONDS}, or unset for no age limit"
+        ));
+    }
+    if t.local_retention() && spec.storage_feature_level < LOCAL_RETENTION_FEATURE_LEVEL {
+        errs.push(format!(
+            "spec.tiering.localRetentionBytes/localRetentionSeconds need spec.storageFeatureLevel {LOCAL_RETENTION_FEATURE_LEVEL} (it is {}): the level fences a rollback to a release that would drop evicted segments, and the broker refuses local retention below it; roll an image that writes level {LOCAL_RETENTION_FEATURE_LEVEL} first, then raise the level (docs/tiering.md)",
+            spec.storage_feature_level
         ));
     }
     let too_big = |v: u64| i64::try_from(v).is_err();

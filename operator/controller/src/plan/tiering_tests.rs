@@ -256,6 +256,7 @@ fn local_retention_once_seen_is_remembered_in_status() {
     let p = run(&s, &brokers().build(), None);
     assert!(!p.tiering_local_retention_used);
     s.tiering.as_mut().unwrap().local_retention_seconds = Some(3600);
+    s.storage_feature_level = 3;
     let p = run(&s, &brokers().build(), None);
     assert!(p.tiering_local_retention_used);
     let (next, _) = crate::status::next_status(&RustQueueStatus::default(), &p, Some(1), "now");
@@ -276,7 +277,7 @@ fn local_retention_once_seen_is_remembered_in_status() {
 #[test]
 fn a_tiering_spec_the_broker_would_refuse_is_invalid_spec() {
     type Edit = fn(&mut Tiering);
-    let rows: [(Edit, &str); 7] = [
+    let rows: [(Edit, &str); 9] = [
         (
             |t| t.bucket = "Bad_Bucket".into(),
             "is not an S3 bucket name",
@@ -299,6 +300,15 @@ fn a_tiering_spec_the_broker_would_refuse_is_invalid_spec() {
             |t| t.local_retention_seconds = Some(0),
             "localRetentionSeconds must be 1 to",
         ),
+        // at the spec's level 1
+        (
+            |t| t.local_retention_bytes = Some(0),
+            "need spec.storageFeatureLevel 3 (it is 1)",
+        ),
+        (
+            |t| t.local_retention_seconds = Some(3600),
+            "roll an image that writes level 3 first, then raise the level",
+        ),
     ];
     for (edit, says) in rows {
         let mut s = tiered();
@@ -313,4 +323,12 @@ fn a_tiering_spec_the_broker_would_refuse_is_invalid_spec() {
     t.allow_http = true;
     t.prefix = Some("cluster-a/prod".into());
     assert_eq!(run(&s, &brokers().build(), None).phase, Phase::Ready);
+    // Local retention at level 3, on brokers and an image that write it.
+    s.tiering.as_mut().unwrap().local_retention_bytes = Some(0);
+    s.storage_feature_level = 3;
+    let obs = brokers()
+        .capabilities(builder::RETAINING, 3)
+        .probe(Some(("Succeeded", None, Some(builder::RETAINING))))
+        .build();
+    assert_eq!(run(&s, &obs, None).phase, Phase::Ready);
 }
