@@ -89,6 +89,9 @@ async fn evicted_directory(
     let with_tiering = tiering.clone();
     let b = Broker::start_with(move |cfg| {
         cfg.tiering = Some(with_tiering);
+        // Local retention needs the level that fences out releases that cannot read evicted
+        // segments (docs/tiering.md).
+        cfg.storage.feature_level = rustqueue_engine::LOCAL_RETENTION_LEVEL;
         cfg.storage.max_segment_bytes = 8_192;
         cfg.limits.max_body_bytes = 2_048;
         cfg.queue.max_message_bytes = 2_048;

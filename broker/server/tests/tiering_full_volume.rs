@@ -84,6 +84,9 @@ async fn start(volume: &Tmpfs, server: &TestServer, keys: &Path) -> Broker {
     let data = tempfile::TempDir::new_in(volume.path()).unwrap();
     Broker::start_in(data, move |cfg| {
         cfg.tiering = Some(tiering);
+        // Local retention needs the level that fences out releases that cannot read evicted
+        // segments (docs/tiering.md).
+        cfg.storage.feature_level = rustqueue_engine::LOCAL_RETENTION_LEVEL;
         cfg.storage.max_segment_bytes = 2 << 20;
         cfg.limits.max_body_bytes = 1 << 20;
         cfg.queue.max_message_bytes = 1 << 20;
