@@ -334,3 +334,34 @@ fn local_retention_needs_storage_feature_level_three() {
         "tiering without local retention: any level"
     );
 }
+
+#[test]
+fn a_sampler_ratio_goes_only_with_a_ratio_sampler() {
+    use rustqueue_api::crd::{TraceSampler, Tracing};
+    let traced = |sampler: Option<TraceSampler>, arg: Option<&str>| {
+        let mut s = spec();
+        s.tracing = Some(Tracing {
+            otlp_endpoint: "http://otel-collector.monitoring:4318".into(),
+            sampler,
+            sampler_arg: arg.map(str::to_owned),
+        });
+        errors(s)
+    };
+    assert_eq!(traced(None, None), "");
+    assert_eq!(traced(Some(TraceSampler::Traceidratio), Some("0.01")), "");
+    assert_eq!(
+        traced(Some(TraceSampler::ParentbasedTraceidratio), Some("1")),
+        ""
+    );
+    for (sampler, arg) in [
+        (None, "0.5"),
+        (Some(TraceSampler::AlwaysOn), "0.5"),
+        (Some(TraceSampler::ParentbasedAlwaysOff), "0"),
+    ] {
+        let e = traced(sampler, Some(arg));
+        assert!(
+            e.contains("tracing.samplerArg is the ratio of the traceidratio samplers"),
+            "{sampler:?}: {e}"
+        );
+    }
+}

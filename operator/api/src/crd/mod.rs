@@ -12,6 +12,7 @@ mod defaults;
 mod spec;
 mod status;
 mod tiering;
+mod tracing;
 
 pub use catalog::{
     CatalogAction, CatalogOperation, CatalogPhase, QUEUE_LABEL, RustQueueChannel,
@@ -28,6 +29,7 @@ pub use status::{
     RustQueueStatus,
 };
 pub use tiering::{MAX_LOCAL_RETENTION_SECONDS, Tiering, TieringCredentials};
+pub use tracing::{TraceSampler, Tracing};
 
 /// Largest `maxMessageBytes` that fits the legacy 72 MiB v7 record bound; above it the
 /// storage feature level must be at least 2 (docs/operator.md, "Preflight and feature levels").

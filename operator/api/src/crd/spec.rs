@@ -249,6 +249,10 @@ pub struct RustQueueSpec {
     /// from it before it starts. Unset: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiering: Option<super::Tiering>,
+    /// OpenTelemetry traces of the brokers' publishes and deliveries (docs/observability.md),
+    /// sent over OTLP/HTTP; changing it rolls the brokers. Unset: no traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<super::Tracing>,
 }
 
 /// When a publish is acknowledged to the producer.

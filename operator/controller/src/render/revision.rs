@@ -31,6 +31,10 @@ pub fn pod_template_revision(spec: &RustQueueSpec, inputs: &BrokerInputs, toml: 
             "revision": inputs.tiering_secret_revision,
         });
     }
+    // Only with tracing, likewise: its variables are in the broker container's environment.
+    if let Some(t) = &spec.tracing {
+        material["tracing"] = serde_json::to_value(t).unwrap_or_default();
+    }
     let digest = Sha256::digest(material.to_string().as_bytes());
     hex::encode(&digest[..16])
 }
@@ -68,6 +72,29 @@ mod tests {
         ] {
             assert_ne!(base, changed);
         }
+    }
+
+    #[test]
+    fn tracing_rolls_the_pods_and_each_of_its_fields_counts() {
+        let base = pod_template_revision(&spec(), &inputs(), "a");
+        let traced = |edit: fn(&mut rustqueue_api::crd::Tracing)| {
+            let mut t = rustqueue_api::crd::Tracing {
+                otlp_endpoint: "http://collector:4318".into(),
+                sampler: None,
+                sampler_arg: None,
+            };
+            edit(&mut t);
+            let mut s = spec();
+            s.tracing = Some(t);
+            pod_template_revision(&s, &inputs(), "a")
+        };
+        let on = traced(|_| {});
+        assert_ne!(base, on, "turning tracing on rolls");
+        assert_ne!(on, traced(|t| t.otlp_endpoint = "http://other:4318".into()));
+        assert_ne!(
+            on,
+            traced(|t| t.sampler = Some(rustqueue_api::crd::TraceSampler::AlwaysOff))
+        );
     }
 
     #[test]

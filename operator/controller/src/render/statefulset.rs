@@ -218,6 +218,35 @@ fn broker_env(spec: &RustQueueSpec, n: &str) -> Vec<EnvVar> {
             spec.message_index_cache_bytes.to_string(),
         ),
     ]
+    .into_iter()
+    .chain(tracing_env(spec, n))
+    .collect()
+}
+
+/// `spec.tracing` as the standard OpenTelemetry variables (docs/observability.md), after the
+/// Pod's identity, which the resource attributes name.
+fn tracing_env(spec: &RustQueueSpec, n: &str) -> Vec<EnvVar> {
+    let Some(t) = &spec.tracing else {
+        return Vec::new();
+    };
+    let mut out = vec![
+        pod::env("OTEL_EXPORTER_OTLP_ENDPOINT", t.otlp_endpoint.clone()),
+        pod::env("OTEL_SERVICE_NAME", "rustqueued"),
+        pod::env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!(
+                "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),\
+                 service.instance.id=$(POD_NAME),rustqueue.cluster={n}"
+            ),
+        ),
+    ];
+    if let Some(sampler) = t.sampler {
+        out.push(pod::env("OTEL_TRACES_SAMPLER", sampler.as_env()));
+    }
+    if let Some(arg) = &t.sampler_arg {
+        out.push(pod::env("OTEL_TRACES_SAMPLER_ARG", arg.clone()));
+    }
+    out
 }
 
 /// Requests always; limits only when given.
@@ -364,6 +393,44 @@ mod tests {
         assert_eq!(
             env_value(&c, "RUSTQUEUE_BROADCAST_ADDRESS").as_deref(),
             Some("$(POD_NAME).queue-brokers.$(POD_NAMESPACE).svc")
+        );
+    }
+
+    #[test]
+    fn tracing_reaches_the_brokers_as_the_standard_variables() {
+        let (_, _, c) = pod(&spec());
+        assert!(
+            c.env.unwrap().iter().all(|e| !e.name.starts_with("OTEL_")),
+            "no tracing unless asked"
+        );
+        let mut traced = spec();
+        traced.tracing = Some(rustqueue_api::crd::Tracing {
+            otlp_endpoint: "http://otel-collector.monitoring:4318".into(),
+            sampler: Some(rustqueue_api::crd::TraceSampler::ParentbasedTraceidratio),
+            sampler_arg: Some("0.01".into()),
+        });
+        let (_, _, c) = pod(&traced);
+        for (name, want) in [
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http://otel-collector.monitoring:4318",
+            ),
+            ("OTEL_SERVICE_NAME", "rustqueued"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),\
+                 service.instance.id=$(POD_NAME),rustqueue.cluster=queue",
+            ),
+        ] {
+            assert_eq!(env_value(&c, name).as_deref(), Some(want), "{name}");
+        }
+        let env = c.env.unwrap();
+        let at = |n: &str| env.iter().position(|e| e.name == n).unwrap();
+        assert!(
+            at("POD_NAME") < at("OTEL_RESOURCE_ATTRIBUTES"),
+            "$(POD_NAME) expands"
         );
     }
 
