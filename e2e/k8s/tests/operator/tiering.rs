@@ -5,7 +5,8 @@
 //! rollout turns tiering on), then a broker's PVC and Pod deleted once its sealed segment and
 //! a checkpoint are up: the new Pod's restore init container rebuilds the volume from the
 //! bucket before the broker starts, the operator records the report, and every message of the
-//! uploaded segment is delivered while exactly the rest is counted lost.
+//! uploaded segment is delivered while exactly the rest is counted lost. `spec.tracing` goes in
+//! with the same rollout: the broker Pods carry the OpenTelemetry variables and run with them.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,9 +45,15 @@ fn body(i: usize) -> String {
     format!("{head}{}", "x".repeat(BODY - head.len()))
 }
 
+/// Where `spec.tracing` points the brokers (nothing listens: the step checks the Pods get
+/// the variables and the brokers run with them; docs/observability.md has the spans, and
+/// broker/server/tests/otlp_traces.rs their arrival at a real collector).
+const OTLP_ENDPOINT: &str = "http://127.0.0.1:4318";
+
+/// `spec.tiering`, and `spec.tracing` in the same apply (one rollout for both).
 fn tiering_spec(server: &TestServer) -> String {
     format!(
-        r#"{{"tiering":{{"bucket":"{}","endpoint":"{}","allowHttp":true,"prefix":"{PREFIX}","credentialsSecret":{{"name":"{SECRET}"}},"checkpointUploadSeconds":1}}}}"#,
+        r#"{{"tiering":{{"bucket":"{}","endpoint":"{}","allowHttp":true,"prefix":"{PREFIX}","credentialsSecret":{{"name":"{SECRET}"}},"checkpointUploadSeconds":1}},"tracing":{{"otlpEndpoint":"{OTLP_ENDPOINT}","sampler":"traceidratio","samplerArg":"0.5"}}}}"#,
         test_server::BUCKET,
         server.endpoint()
     )
@@ -119,6 +126,26 @@ pub async fn tiering_waits_for_its_credentials_secret_then_rolls_once(
     let spec = pod.spec.expect("Pod spec");
     let init = spec.init_containers.unwrap_or_default();
     assert_eq!(init.first().map(|i| i.name.as_str()), Some("restore"));
+    let env: BTreeMap<String, String> = spec
+        .containers
+        .first()
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect();
+    for (name, want) in [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", OTLP_ENDPOINT),
+        ("OTEL_TRACES_SAMPLER", "traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.5"),
+        ("OTEL_SERVICE_NAME", "rustqueued"),
+    ] {
+        assert_eq!(
+            env.get(name).map(String::as_str),
+            Some(want),
+            "{name}: {env:?}"
+        );
+    }
     let toml = c.broker_get(LOST, "/v1/capabilities").await;
     assert!(toml.is_object(), "{toml}");
 }
