@@ -69,8 +69,10 @@ async fn mpub_is_delivered_in_order_and_dpub_waits_for_its_deferral() {
     b.stop().await;
 }
 
-/// The TOUCH pace: well inside the consumer's 1 s message timeout.
-const TOUCH_EVERY: Duration = Duration::from_millis(400);
+/// The TOUCH pace: a tenth of the consumer's 1 s message timeout, so the test holds its
+/// premise (each TOUCH inside the timeout of the one before) through a 900 ms stall of a busy
+/// CI machine; at 400 ms a 600 ms stall once let the timeout win.
+const TOUCH_EVERY: Duration = Duration::from_millis(100);
 
 #[tokio::test]
 async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
@@ -87,10 +89,10 @@ async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
         .await;
     let (id, attempts, _) = c.expect_message().await;
     assert_eq!(attempts, 2);
-    // TOUCH every 400 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery. The
+    // TOUCH every 100 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery. The
     // sleeps are the pacing under test (each TOUCH within the timeout of the one before), not
     // a synchronisation; a redelivery would arrive before `next` below.
-    for _ in 0..4 {
+    for _ in 0..16 {
         tokio::time::sleep(TOUCH_EVERY).await;
         c.cmd(&format!("TOUCH {}", std::str::from_utf8(&id).unwrap()))
             .await;
