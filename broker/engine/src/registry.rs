@@ -115,7 +115,11 @@ impl Registry {
         }
     }
 
-    fn build_topic(&self, log: TopicLog, manifest: Manifest, ephemeral: bool) -> Arc<Topic> {
+    fn build_topic(&self, mut log: TopicLog, manifest: Manifest, ephemeral: bool) -> Arc<Topic> {
+        if !ephemeral {
+            // Sealed segments' indexes are written off the publish path (`topic::append`).
+            log.defer_index_writes();
+        }
         let (tx, rx) = mpsc::channel(1_024);
         let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
             log.next_position() - 1
@@ -134,6 +138,7 @@ impl Registry {
             pub_tx: tx,
             ack_mode: self.cfg.ack_mode,
             metrics: self.metrics.clone(),
+            index_jobs: Mutex::new(Vec::new()),
         });
         tokio::spawn(publish_worker(
             Arc::downgrade(&t),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustqueue_storage::AppendBatch;
 use rustqueue_storage::Manifest;
-use rustqueue_storage::{Store, TopicLog};
+use rustqueue_storage::{IndexWrite, Store, TopicLog};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::Channel;
@@ -60,9 +60,21 @@ pub(crate) struct Topic {
     pub pub_tx: mpsc::Sender<PubReq>,
     pub ack_mode: AckMode,
     pub metrics: Arc<EngineMetrics>,
+    /// Index writes of segments appends sealed, still running or not yet awaited (see
+    /// [`write_indexes`]).
+    pub index_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Topic {
+    /// Waits until every index write started so far has finished (engine shutdown and topic
+    /// deletion: nothing may write into the directory after them).
+    pub(crate) async fn index_writes_done(&self) {
+        let jobs = std::mem::take(&mut *lock(&self.index_jobs));
+        for job in jobs {
+            let _ = job.await;
+        }
+    }
+
     pub fn channel(&self, name: &str) -> Option<Arc<Channel>> {
         read(&self.channels).get(name).cloned()
     }
@@ -453,7 +465,11 @@ impl Group {
 
 /// Appends every request (ids reserved first) in one hold of the log lock and, as far as the
 /// active segment reaches, one write; no fsync.
-fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<(), PublishError>> {
+fn append(
+    t: &Arc<Topic>,
+    store: &Store,
+    reqs: &[(Vec<Bytes>, i64)],
+) -> Vec<Result<(), PublishError>> {
     let m = &t.metrics;
     let waited = Instant::now();
     let mut log = lock(&t.log);
@@ -484,9 +500,30 @@ fn append(t: &Topic, store: &Store, reqs: &[(Vec<Bytes>, i64)]) -> Vec<Result<()
             results[slot] = Err(PublishError::from(e));
         }
     }
+    let sealed = log.take_index_writes();
     drop(log);
     m.since(Timer::PublishLockHold, held);
+    write_indexes(t, sealed);
     results
+}
+
+/// Writes the indexes of the segments an append sealed on the blocking pool, after the log
+/// lock is released and without holding up the append stage: the next groups are appended
+/// and every reader goes on meanwhile, reading the new index's pages from memory
+/// (`rustqueue_storage::IndexWrite`). A failed write isolates storage, as a failed seal does.
+fn write_indexes(t: &Arc<Topic>, sealed: Vec<IndexWrite>) {
+    if sealed.is_empty() {
+        return;
+    }
+    let mut jobs = lock(&t.index_jobs);
+    jobs.retain(|job| !job.is_finished());
+    for w in sealed {
+        let t = t.clone();
+        jobs.push(tokio::task::spawn_blocking(move || {
+            let written = w.run();
+            lock(&t.log).index_written(w.base(), written);
+        }));
+    }
 }
 
 /// fdatasyncs the active segment *outside* the log lock (appends and deliveries go on) and

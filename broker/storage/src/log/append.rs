@@ -96,7 +96,7 @@ impl TopicLog {
 
     /// Seals the active segment and opens the next; a failure trips the fault switch.
     fn rotate_guarded(&mut self) -> Result<(), StorageError> {
-        let r = self.rotate();
+        let r = self.rotate(self.defer_index);
         self.fault.guard(r)
     }
 

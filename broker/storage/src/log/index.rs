@@ -230,13 +230,27 @@ pub fn read_page(
     segment_base: u64,
     k: usize,
 ) -> io::Result<Option<Vec<Entry>>> {
-    let Some(dir) = summary.pages.get(k) else {
+    if summary.pages.get(k).is_none() {
         return Ok(None);
-    };
+    }
     let mut buf = vec![0u8; summary.page_len(k) * ENTRY_LEN];
     file.read_exact_at(&mut buf, summary.page_offset(k))?;
-    if crc32fast::hash(&buf) != dir.crc {
-        return Ok(None);
+    Ok(decode_page(&buf, summary, segment_base, k))
+}
+
+/// Page `k` of an encoded index held in memory (a sealed segment's index not yet written,
+/// see `IndexWrite`), checked as [`read_page`] checks one read from the file.
+pub fn page_in(index: &[u8], summary: &Summary, segment_base: u64, k: usize) -> Option<Vec<Entry>> {
+    let start = usize::try_from(summary.page_offset(k)).ok()?;
+    let buf = index.get(start..start + summary.page_len(k) * ENTRY_LEN)?;
+    decode_page(buf, summary, segment_base, k)
+}
+
+/// Decodes page `k` from its bytes; `None` unless it matches its CRC and is in order.
+fn decode_page(buf: &[u8], summary: &Summary, segment_base: u64, k: usize) -> Option<Vec<Entry>> {
+    let dir = summary.pages.get(k)?;
+    if crc32fast::hash(buf) != dir.crc {
+        return None;
     }
     let entries: Vec<Entry> = buf
         .chunks_exact(ENTRY_LEN)
@@ -253,9 +267,9 @@ pub fn read_page(
         .collect();
     let ordered = entries.windows(2).all(|w| w[0].position < w[1].position);
     if !ordered || entries.first().map(|e| e.position) != Some(dir.first_position) {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(entries))
+    Some(entries)
 }
 
 #[cfg(test)]

@@ -56,6 +56,10 @@ impl TopicLog {
             return None;
         }
         let seg = self.segments.first()?;
+        // Not while its index is being written: that write would outlive the deletion.
+        if seg.unwritten_index.is_some() {
+            return None;
+        }
         let summary = seg.summary.as_ref()?;
         let held = summary.count > 0;
         Some(OldestSegment {
@@ -71,7 +75,12 @@ impl TopicLog {
     /// and forgets its entries; returns how many messages went with it.
     pub fn evict_oldest(&mut self, base: u64) -> Result<u64, StorageError> {
         self.fault.check()?;
-        if self.segments.len() < 2 || self.segments.first().map(|s| s.base) != Some(base) {
+        if self.segments.len() < 2
+            || self
+                .segments
+                .first()
+                .is_none_or(|s| s.base != base || s.unwritten_index.is_some())
+        {
             return Ok(0);
         }
         let seg = self.segments.remove(0);

@@ -139,6 +139,8 @@ impl TopicLog {
             durable_bytes: 0,
             sync_group_bytes: 0,
             damage,
+            defer_index: false,
+            index_writes: Vec::new(),
         };
         // Remote-only segments are sealed; the active segment is always local.
         let mut all: Vec<(u64, bool)> = bases.iter().map(|&b| (b, false)).collect();
@@ -227,6 +229,7 @@ impl TopicLog {
             last_log_index: Some(summary.last_log_index),
             last_position: (summary.count > 0).then_some(summary.last_position),
             summary: Some(summary),
+            unwritten_index: None,
         });
         Ok(())
     }
@@ -287,6 +290,7 @@ impl TopicLog {
             last_log_index: None,
             last_position: None,
             summary: None,
+            unwritten_index: None,
         };
         self.next_index = base;
         if !last {

@@ -158,6 +158,15 @@ impl TopicLog {
         k: usize,
     ) -> Result<Vec<Entry>, StorageError> {
         let path = segment_path(&self.dir, seg.base, "rqidx");
+        if let Some(bytes) = &seg.unwritten_index {
+            return index::page_in(bytes, summary, seg.base, k).ok_or_else(|| {
+                StorageError::Corrupt {
+                    file: path.clone(),
+                    offset: summary.page_offset(k),
+                    detail: format!("index page {k}, not yet written, does not match its CRC"),
+                }
+            });
+        }
         let file = self
             .fs
             .open(&path, false)

@@ -836,3 +836,99 @@ fn a_lost_segment_between_two_others_is_reported_and_the_log_opens_around_it() {
         assert_eq!(log.entry(*p), want, "position {p}");
     }
 }
+
+#[test]
+fn a_deferred_index_is_read_from_memory_and_nothing_takes_its_segment_until_written() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    // A tiny cache: pages are read again (from memory, then from the file) on every lookup.
+    let cache = Arc::new(PageCache::new(1));
+    let (per_segment, batch) = (1, 5_000);
+    let mut log = open(fs.clone(), per_segment, batch, &cache);
+    log.defer_index_writes();
+    let oracle = build(&mut log, 2, per_segment, batch);
+    let bases: Vec<u64> = log.segments.iter().map(|s| s.base).collect();
+    assert!(!sim.exists(&idx_path(bases[0])) && !sim.exists(&idx_path(bases[1])));
+    assert!(log.index_writes_pending());
+    // Sealed, and read as before: every entry, a body, the time lookup.
+    check_random_lookups(&log, &oracle, 2_000);
+    assert_eq!(log.first_position_since(0), 1);
+    // Nothing that needs the file takes the segments yet.
+    assert!(log.sealed_files().is_empty());
+    assert!(log.sealed_segments().is_empty());
+    assert!(log.local_sealed().is_empty());
+    assert_eq!(log.oldest_sealed(), None);
+    assert_eq!(log.evict_oldest(bases[0]).unwrap(), 0);
+    assert_eq!(log.gc(u64::MAX).unwrap(), 0);
+    let writes = log.take_index_writes();
+    assert_eq!(
+        writes.iter().map(IndexWrite::base).collect::<Vec<_>>(),
+        bases[..2]
+    );
+    assert!(log.take_index_writes().is_empty(), "taken once");
+    for w in &writes {
+        w.run().unwrap();
+        log.index_written(w.base(), Ok(()));
+    }
+    assert!(!log.index_writes_pending());
+    assert_eq!(log.sealed_files().len(), 2);
+    check_random_lookups(&log, &oracle, 2_000);
+    assert_eq!(log.gc(u64::MAX).unwrap(), 2);
+}
+
+#[test]
+fn a_crash_before_a_deferred_index_is_written_reopens_by_a_scan_with_every_message() {
+    let sim = SimFs::new();
+    let fs: Arc<dyn Fs> = Arc::new(sim.clone());
+    let cache = Arc::new(PageCache::new(DEFAULT_CACHE_BYTES));
+    let (per_segment, batch) = (1, 1_000);
+    let mut log = open(fs.clone(), per_segment, batch, &cache);
+    log.defer_index_writes();
+    let oracle = build(&mut log, 3, per_segment, batch);
+    let first = log.segments[0].base;
+    // The first index is written, the other two never are: the power goes first.
+    let writes = log.take_index_writes();
+    writes[0].run().unwrap();
+    log.index_written(first, Ok(()));
+    std::mem::forget(log);
+    sim.crash(&mut |_| 0);
+    let log = open(fs, per_segment, batch, &cache);
+    assert_eq!(log.segment_count(), 4);
+    for s in &log.segments[..3] {
+        assert!(sim.exists(&idx_path(s.base)), "index of {} rebuilt", s.base);
+    }
+    check_random_lookups(&log, &oracle, 2_000);
+}
+
+#[test]
+fn a_failed_deferred_index_write_isolates_storage_unless_the_topic_is_gone() {
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let cache = Arc::new(PageCache::new(DEFAULT_CACHE_BYTES));
+    let mut log = open(fs.clone(), 1, 10, &cache);
+    log.defer_index_writes();
+    build(&mut log, 1, 1, 10);
+    let base = log.segments[0].base;
+    let failed = || StorageError::Io {
+        op: "fsync",
+        file: idx_path(base),
+        source: io::Error::other("injected"),
+    };
+    log.index_written(base, Err(failed()));
+    assert!(
+        log.fault.check().is_err(),
+        "a failed index write isolates storage"
+    );
+    assert!(
+        log.index_writes_pending(),
+        "and the index is still read from memory"
+    );
+
+    let fs: Arc<dyn Fs> = Arc::new(SimFs::new());
+    let mut log = open(fs.clone(), 1, 10, &cache);
+    log.defer_index_writes();
+    build(&mut log, 1, 1, 10);
+    let base = log.segments[0].base;
+    fs.remove_dir_all(Path::new(DIR)).unwrap();
+    log.index_written(base, Err(failed()));
+    assert!(log.fault.check().is_ok(), "the topic was deleted meanwhile");
+}
