@@ -30,10 +30,12 @@ pub(super) struct Known {
     pub(super) topic: Arc<Topic>,
     pub(super) record: TieredRecord,
     sealed: Vec<SealedFiles>,
-    /// The log's segment count, first and next position when `sealed` was listed: while they
-    /// stay the same nothing was appended (so nothing sealed) and nothing deleted, and an idle
-    /// topic's listing is not repeated every scan.
-    shape: Option<(usize, u64, u64)>,
+    /// The log's segment count, first and next position, and whether a sealed segment's index
+    /// was still being written, when `sealed` was listed: while they stay the same nothing
+    /// was appended (so nothing sealed), nothing deleted and no index landed (a segment is
+    /// listed only once its index is written), and an idle topic's listing is not repeated
+    /// every scan.
+    shape: Option<(usize, u64, u64, bool)>,
 }
 
 /// Why a segment was not uploaded.
@@ -218,6 +220,7 @@ async fn scan(
                 log.segment_count(),
                 log.first_position(),
                 log.next_position(),
+                log.index_writes_pending(),
             ));
             if shape == k.shape {
                 continue;
