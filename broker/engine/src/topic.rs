@@ -6,7 +6,7 @@
 //! the sync stage syncs by the relaxed thresholds.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -184,10 +184,11 @@ pub(crate) async fn publish_worker(
     };
     metrics.add(Counter::PublishWorkers, 1);
     let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+    let told = Arc::new(AtomicBool::new(false));
     // Its own task: a durable group's fdatasync blocks the sync stage's thread (see
     // [`sync_blocking`]), never the appends queued behind it.
-    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx));
-    append_stage(topic, store, set, rx, sync_tx).await;
+    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx, told.clone()));
+    append_stage(topic, store, set, rx, Handoff { tx: sync_tx, told }).await;
     let _ = syncing.await;
     metrics.sub(Counter::PublishWorkers, 1);
     metrics.add(Counter::PublishWorkersRetired, 1);
@@ -198,7 +199,7 @@ async fn append_stage(
     store: Arc<Store>,
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
-    sync_tx: mpsc::UnboundedSender<Appended>,
+    sync: Handoff,
 ) {
     let mut groups = Collector::new(
         rx,
@@ -283,10 +284,36 @@ async fn append_stage(
             }
         }
         if !appended.is_empty() {
-            let _ = sync_tx.send(Appended::AwaitSync(appended, returning, synced_traces));
+            let _ = sync
+                .tx
+                .send(Appended::AwaitSync(appended, returning, synced_traces));
         }
         if relaxed && relaxed_ok {
-            let _ = sync_tx.send(Appended::Relaxed);
+            sync.relaxed(&t, &set);
+        }
+    }
+}
+
+/// The append stage's side of the hand-over to the sync stage.
+struct Handoff {
+    tx: mpsc::UnboundedSender<Appended>,
+    /// Set once the sync stage was told of a relaxed append not yet synced; cleared by the sync
+    /// stage before each relaxed sync starts.
+    told: Arc<AtomicBool>,
+}
+
+impl Handoff {
+    /// Tells the sync stage of a relaxed append when it needs to know: the first one since its
+    /// last sync (that starts the interval), and any that reaches a message or byte threshold.
+    /// A relaxed group costs no wake-up of the sync stage otherwise.
+    fn relaxed(&self, t: &Topic, set: &GroupSettings) {
+        let first = !self.told.swap(true, Ordering::SeqCst);
+        let due = first || {
+            let (msgs, bytes) = lock(&t.log).unsynced();
+            msgs >= set.sync_messages || bytes >= set.sync_bytes
+        };
+        if due {
+            let _ = self.tx.send(Appended::Relaxed);
         }
     }
 }
@@ -311,6 +338,7 @@ async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
     mut rx: mpsc::UnboundedReceiver<Appended>,
+    told: Arc<AtomicBool>,
 ) {
     let mut unsynced_since: Option<Instant> = None;
     let mut open = true;
@@ -370,6 +398,9 @@ async fn sync_stage(
             m.add(Counter::GroupRequests, answered as u64);
             m.raise(Counter::GroupMaxRequests, answered as u64);
         }
+        // A relaxed append from here on may not be covered by this sync: the next one tells us
+        // (a durable group's sync also covers the relaxed appends before it).
+        told.store(false, Ordering::SeqCst);
         let t2 = t.clone();
         let sync_began = Instant::now();
         let result = if answered > 0 {
