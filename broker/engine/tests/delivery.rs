@@ -422,14 +422,12 @@ async fn every_lone_relaxed_append_is_synced_on_the_interval_after_earlier_syncs
         .unwrap();
         for n in 1..=4u64 {
             e.publish("t", vec![b("m")], None).await.unwrap();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while e.stats(None, None).topics[0].last_durable_position < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "{mode:?}: append {n} synced on the interval"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            wait_for(
+                5,
+                &format!("{mode:?}: append {n} synced on the interval"),
+                || e.stats(None, None).topics[0].last_durable_position >= n,
+            )
+            .await;
             assert_eq!(e.stats(None, None).topics[0].unsynced_messages, 0);
         }
     }
@@ -467,15 +465,10 @@ async fn relaxed_modes_sync_on_their_interval_not_after_every_append() {
     // And the tail is synced on the interval: at least one fsync fell due during the 400 ms
     // and one more for what followed it. Counted once they complete, however long the disk
     // takes (an fdatasync under CI's parallel lanes took over 300 ms, and this once read 0).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fsyncs() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the tail is synced on the interval ({} fsyncs)",
-            fsyncs()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(10, "the tail is synced on the interval (2 fsyncs)", || {
+        fsyncs() >= 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
