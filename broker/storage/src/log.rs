@@ -243,6 +243,13 @@ impl Segment {
         matches!(self.file, Stored::Remote(_))
     }
 
+    /// Whether its index is on disk (always, unless a deferred write is still running):
+    /// only then may anything that needs the `.rqidx` file (upload, scrub, GC, eviction) take
+    /// the segment.
+    fn index_on_disk(&self) -> bool {
+        self.unwritten_index.is_none()
+    }
+
     /// Truncates the zeros written ahead of the tail (not synced): the file is its records.
     fn cut_zeros(&mut self) -> std::io::Result<()> {
         if self.zeroed > self.len {
@@ -654,7 +661,7 @@ impl TopicLog {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
-            .filter(|s| !s.is_remote() && s.unwritten_index.is_none())
+            .filter(|s| !s.is_remote() && s.index_on_disk())
             .filter_map(|s| {
                 Some(LocalSealed {
                     base: s.base,
@@ -712,7 +719,7 @@ impl TopicLog {
         // A segment whose index is still being written waits for the next round: the write
         // would otherwise leave an index behind the deleted segment.
         while self.segments.len() > 1
-            && self.segments[0].unwritten_index.is_none()
+            && self.segments[0].index_on_disk()
             && self.segments[0].last_position.is_none_or(|p| p < floor)
         {
             let seg = self.segments.remove(0);
@@ -748,7 +755,7 @@ impl TopicLog {
         self.segments[..n]
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.unwritten_index.is_none())
+            .filter(|(_, s)| s.index_on_disk())
             .filter_map(|(i, s)| Some((i, s, s.local().ok()?.clone())))
             .map(|(i, s, file)| scrub::SealedSegment {
                 path: s.path.clone(),
@@ -776,7 +783,7 @@ impl TopicLog {
         let n = self.segments.len().saturating_sub(1);
         self.segments[..n]
             .iter()
-            .filter(|s| s.summary.is_some() && s.unwritten_index.is_none() && !s.is_remote())
+            .filter(|s| s.summary.is_some() && s.index_on_disk() && !s.is_remote())
             .map(|s| SealedFiles {
                 base: s.base,
                 log_path: s.path.clone(),
@@ -829,7 +836,7 @@ impl TopicLog {
 
     /// Whether a sealed segment's index is still being written.
     pub fn index_writes_pending(&self) -> bool {
-        self.segments.iter().any(|s| s.unwritten_index.is_some())
+        self.segments.iter().any(|s| !s.index_on_disk())
     }
 
     /// Records how writing the index of segment `base` went: written, its pages are read
@@ -849,13 +856,6 @@ impl TopicLog {
 
 impl Drop for TopicLog {
     fn drop(&mut self) {
-        // Indexes sealed but never handed out are written now (a crash would have left them
-        // to the next open's scan); never once storage is isolated.
-        for w in std::mem::take(&mut self.index_writes) {
-            if self.fault.check().is_ok() {
-                let _ = w.run();
-            }
-        }
         // A clean close leaves the active segment exactly its records, as older builds expect
         // (not synced here: that would also sync records nobody asked to; a crash before the
         // kernel writes it leaves zeros, which the next open cuts). Never a write once storage

@@ -57,7 +57,7 @@ impl TopicLog {
         }
         let seg = self.segments.first()?;
         // Not while its index is being written: that write would outlive the deletion.
-        if seg.unwritten_index.is_some() {
+        if !seg.index_on_disk() {
             return None;
         }
         let summary = seg.summary.as_ref()?;
@@ -79,7 +79,7 @@ impl TopicLog {
             || self
                 .segments
                 .first()
-                .is_none_or(|s| s.base != base || s.unwritten_index.is_some())
+                .is_none_or(|s| s.base != base || !s.index_on_disk())
         {
             return Ok(0);
         }

@@ -159,12 +159,13 @@ impl TopicLog {
     ) -> Result<Vec<Entry>, StorageError> {
         let path = segment_path(&self.dir, seg.base, "rqidx");
         if let Some(bytes) = &seg.unwritten_index {
-            return index::page_in(bytes, summary, seg.base, k).ok_or_else(|| {
-                StorageError::Corrupt {
-                    file: path.clone(),
-                    offset: summary.page_offset(k),
-                    detail: format!("index page {k}, not yet written, does not match its CRC"),
-                }
+            // Encoded a moment ago from the entries in memory: a page that does not decode is
+            // a fault of this process, not damage on disk, so it isolates storage (`page`)
+            // rather than rebuilding an index whose write is still running.
+            return index::page_in(bytes, summary, seg.base, k).ok_or_else(|| StorageError::Io {
+                op: "decode index page not yet written",
+                file: path.clone(),
+                source: std::io::Error::other(format!("page {k} does not match its CRC")),
             });
         }
         let file = self
