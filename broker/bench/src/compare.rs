@@ -445,6 +445,36 @@ pub fn cases(s: &Settings) -> Vec<Case> {
         .collect()
 }
 
+/// Refuses case or profile names the comparison does not have (a typo would otherwise run
+/// nothing, or less than asked, and write results that look complete), naming the valid ones.
+pub fn check_names(s: &Settings) -> Result<(), String> {
+    let every = Settings {
+        cases: vec![],
+        sweeps: true,
+        ..s.clone()
+    };
+    let case_names: Vec<String> = cases(&every).into_iter().map(|c| c.name).collect();
+    let profile_names: Vec<String> = broker::profiles().into_iter().map(|p| p.name).collect();
+    let unknown = |asked: &[String], known: &[String], what: &str| {
+        let bad: Vec<&str> = asked
+            .iter()
+            .filter(|n| !known.contains(n))
+            .map(String::as_str)
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "unknown {what} {}; the {what}s are: {}",
+                bad.join(", "),
+                known.join(", ")
+            ))
+        }
+    };
+    unknown(&s.cases, &case_names, "case")?;
+    unknown(&s.profiles, &profile_names, "profile")
+}
+
 /// One profile's attempt at one case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaseRun {
@@ -842,6 +872,28 @@ mod tests {
             tiered_messages: 3000,
             sweeps: false,
         }
+    }
+
+    #[test]
+    fn unknown_case_or_profile_names_are_refused_with_the_valid_ones() {
+        let mut s = settings();
+        s.cases = vec!["pub_fin".into(), "sweep_size_1048576".into()];
+        s.profiles = vec!["nsqd-default".into(), "rustqueue-durable".into()];
+        assert_eq!(check_names(&s), Ok(()));
+        s.cases.push("pubfin".into());
+        let e = check_names(&s).unwrap_err();
+        assert!(
+            e.starts_with("unknown case pubfin; the cases are: disk, mpub_publish"),
+            "{e}"
+        );
+        s.cases.pop();
+        s.profiles.push("all".into());
+        let e = check_names(&s).unwrap_err();
+        assert!(
+            e.starts_with("unknown profile all; the profiles are: "),
+            "{e}"
+        );
+        assert!(e.contains("rustqueue-nsq_relaxed"), "{e}");
     }
 
     #[test]

@@ -261,6 +261,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         idle_topics: a.idle_topics.max(1),
         sweeps: a.sweeps,
     };
+    compare::check_names(&settings).map_err(anyhow::Error::msg)?;
     let bins = Binaries {
         nsqd: a.nsqd,
         rustqueued: a.rustqueued,
