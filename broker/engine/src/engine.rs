@@ -264,14 +264,14 @@ impl Engine {
             .try_publish(total, bodies.len())
             .ok_or(PublishError::Throttled)?;
         let t = inner.registry.get_or_create_topic(topic)?;
-        t.publish(
-            bodies,
-            now_ms() + defer.as_millis() as i64,
-            false,
-            returning,
-            trace,
-        )
-        .await
+        let available_at_ms = now_ms() + defer.as_millis() as i64;
+        let bodies =
+            match t.try_publish_inline(&inner.store, bodies, available_at_ms, trace.as_deref()) {
+                Ok(r) => return r,
+                Err(bodies) => bodies,
+            };
+        t.publish(bodies, available_at_ms, false, returning, trace)
+            .await
     }
 
     /// Creates a topic if absent.

@@ -17,7 +17,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::lock::{lock, read, write};
 use crate::metrics::EngineMetrics;
-use crate::topic::{GroupSettings, Topic, publish_worker};
+use crate::topic::{GroupSettings, Handoff, Topic, publish_worker};
 use crate::types::{is_ephemeral, now_ns, valid_name};
 
 /// Ephemeral topics live in memory; small segments let GC free it promptly.
@@ -121,6 +121,9 @@ impl Registry {
             log.defer_index_writes();
         }
         let (tx, rx) = mpsc::channel(1_024);
+        let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+        let told = Arc::new(AtomicBool::new(false));
+        let settings = self.group_settings();
         let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
             log.next_position() - 1
         } else {
@@ -137,14 +140,21 @@ impl Registry {
             visible: watch::channel(visible).0,
             pub_tx: tx,
             ack_mode: self.cfg.ack_mode,
+            settings,
+            handoff: Handoff {
+                tx: sync_tx,
+                told: told.clone(),
+            },
             metrics: self.metrics.clone(),
             index_jobs: Mutex::new(Vec::new()),
         });
         tokio::spawn(publish_worker(
             Arc::downgrade(&t),
             self.store.clone(),
-            self.group_settings(),
+            settings,
             rx,
+            sync_rx,
+            told,
         ));
         t
     }

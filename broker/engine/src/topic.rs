@@ -59,6 +59,11 @@ pub(crate) struct Topic {
     pub visible: watch::Sender<u64>,
     pub pub_tx: mpsc::Sender<PubReq>,
     pub ack_mode: AckMode,
+    /// The commit pipeline's settings, which the inline append (see
+    /// [`Topic::try_publish_inline`]) follows too.
+    pub settings: GroupSettings,
+    /// Where appends tell the sync stage what waits for an fsync.
+    pub(crate) handoff: Handoff,
     pub metrics: Arc<EngineMetrics>,
     /// Index writes of segments appends sealed, still running or not yet awaited (see
     /// [`write_indexes`]).
@@ -109,6 +114,67 @@ impl Topic {
         rx.await.map_err(|_| PublishError::ShuttingDown)?
     }
 
+    /// Appends a publish on the caller's task when nothing needs waiting for: `write_ack` mode
+    /// (answered after the append), no publish queued for the commit pipeline, and an append
+    /// that writes only the page cache (no segment to seal, ids already reserved). It is the
+    /// append stage's work for a group of one, without the two task hand-offs (to the stage
+    /// and back) that otherwise cost a thread wake-up each on a loaded runtime. `Err` gives the
+    /// bodies back for the pipeline ([`Topic::publish`]).
+    ///
+    /// Not in `nsq_relaxed` (nor on ephemeral topics): there every append is visible at once,
+    /// and consumers woken by each lone append take one message per look instead of the
+    /// pipeline's few (docs/benchmarks.md, the tenth sitting's notes); in `write_ack` consumers
+    /// see appends only after their fdatasync, in batches either way.
+    ///
+    /// Ordering is unchanged: a publisher waits for each answer before its next publish, and
+    /// publishes of different publishers were never ordered.
+    pub(crate) fn try_publish_inline(
+        self: &Arc<Self>,
+        store: &Store,
+        bodies: Vec<Bytes>,
+        available_at_ms: i64,
+        trace: Option<&CommitTrace>,
+    ) -> Result<Result<(), PublishError>, Vec<Bytes>> {
+        if self.settings.ack_mode != AckMode::WriteAck
+            || self.ephemeral
+            || self.pub_tx.capacity() < self.pub_tx.max_capacity()
+        {
+            return Err(bodies);
+        }
+        let bytes = rustqueue_storage::payload_len(bodies.iter().map(Bytes::len)) + 48;
+        let ids = bodies.len() as u64;
+        let m = &self.metrics;
+        let waited = Instant::now();
+        let mut log = lock(&self.log);
+        if log.append_needs_io(bytes) || !store.ids_reserved(ids) {
+            return Err(bodies);
+        }
+        let held = Instant::now();
+        m.observe(Timer::PublishLockWait, held - waited);
+        let reqs = [(bodies, available_at_ms)];
+        let result = append_locked(store, &mut log, &reqs)
+            .pop()
+            .unwrap_or(Err(PublishError::ShuttingDown));
+        let sealed = log.take_index_writes();
+        drop(log);
+        m.since(Timer::PublishLockHold, held);
+        write_indexes(self, sealed);
+        let appended_at = Instant::now();
+        self.publish_visibility();
+        m.observe(Timer::GroupCommitWait, Duration::ZERO);
+        if result.is_ok() {
+            m.add(Counter::GroupCommits, 1);
+            m.add(Counter::GroupRequests, 1);
+            m.raise(Counter::GroupMaxRequests, 1);
+            m.add(Counter::InlineAppends, 1);
+            self.handoff.relaxed(self, &self.settings);
+        }
+        if let Some(trace) = trace {
+            trace.appended(waited, appended_at, 1);
+        }
+        Ok(result)
+    }
+
     pub fn visible_through(&self) -> u64 {
         *self.visible.borrow()
     }
@@ -156,7 +222,7 @@ pub(crate) struct GroupSettings {
 type Reply = crate::group::Reply<PublishError>;
 
 /// What the append stage hands the sync stage.
-enum Appended {
+pub(crate) enum Appended {
     /// Appended requests answered only once an fsync that started after their append is done,
     /// how many of them are from returning publishers, and the commit records of the traced
     /// ones (empty, so never allocated, while nothing is traced).
@@ -178,17 +244,17 @@ pub(crate) async fn publish_worker(
     store: Arc<Store>,
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
+    sync_rx: mpsc::UnboundedReceiver<Appended>,
+    told: Arc<AtomicBool>,
 ) {
     let Some(metrics) = topic.upgrade().map(|t| t.metrics.clone()) else {
         return;
     };
     metrics.add(Counter::PublishWorkers, 1);
-    let (sync_tx, sync_rx) = mpsc::unbounded_channel();
-    let told = Arc::new(AtomicBool::new(false));
     // Its own task: a durable group's fdatasync blocks the sync stage's thread (see
     // [`sync_blocking`]), never the appends queued behind it.
-    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx, told.clone()));
-    append_stage(topic, store, set, rx, Handoff { tx: sync_tx, told }).await;
+    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx, told));
+    append_stage(topic, store, set, rx).await;
     let _ = syncing.await;
     metrics.sub(Counter::PublishWorkers, 1);
     metrics.add(Counter::PublishWorkersRetired, 1);
@@ -199,7 +265,6 @@ async fn append_stage(
     store: Arc<Store>,
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
-    sync: Handoff,
 ) {
     let mut groups = Collector::new(
         rx,
@@ -284,22 +349,24 @@ async fn append_stage(
             }
         }
         if !appended.is_empty() {
-            let _ = sync
+            let _ = t
+                .handoff
                 .tx
                 .send(Appended::AwaitSync(appended, returning, synced_traces));
         }
         if relaxed && relaxed_ok {
-            sync.relaxed(&t, &set);
+            t.handoff.relaxed(&t, &set);
         }
     }
 }
 
-/// The append stage's side of the hand-over to the sync stage.
-struct Handoff {
-    tx: mpsc::UnboundedSender<Appended>,
+/// The appenders' side of the hand-over to the sync stage (the append stage's and the inline
+/// appends'). The topic holds it, so the sync stage ends once the topic is gone.
+pub(crate) struct Handoff {
+    pub tx: mpsc::UnboundedSender<Appended>,
     /// Set once the sync stage was told of a relaxed append not yet synced; cleared by the sync
     /// stage before each relaxed sync starts.
-    told: Arc<AtomicBool>,
+    pub told: Arc<AtomicBool>,
 }
 
 impl Handoff {
@@ -506,6 +573,21 @@ fn append(
     let mut log = lock(&t.log);
     let held = Instant::now();
     m.observe(Timer::PublishLockWait, held - waited);
+    let results = append_locked(store, &mut log, reqs);
+    let sealed = log.take_index_writes();
+    drop(log);
+    m.since(Timer::PublishLockHold, held);
+    write_indexes(t, sealed);
+    results
+}
+
+/// [`append`]'s work under a log lock the caller holds: ids reserved, one write as far as the
+/// active segment reaches.
+fn append_locked(
+    store: &Store,
+    log: &mut TopicLog,
+    reqs: &[(Vec<Bytes>, i64)],
+) -> Vec<Result<(), PublishError>> {
     let timestamp_ns = now_ns();
     let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(reqs.len());
     let mut batches = Vec::with_capacity(reqs.len());
@@ -531,10 +613,6 @@ fn append(
             results[slot] = Err(PublishError::from(e));
         }
     }
-    let sealed = log.take_index_writes();
-    drop(log);
-    m.since(Timer::PublishLockHold, held);
-    write_indexes(t, sealed);
     results
 }
 

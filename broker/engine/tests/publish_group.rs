@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{CountingFs, cfg, wait_for};
-use rustqueue_engine::{AckMode, Bytes, ConsumerOptions, Engine, EngineConfig};
+use rustqueue_engine::{AckMode, Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() {
@@ -246,5 +246,128 @@ async fn relaxed_modes_sync_at_2500_unsynced_messages_or_8_mib_without_waiting_f
             t.unsynced_messages < 2_500 && t.unsynced_bytes < 8 << 20
         })
         .await;
+    }
+}
+
+/// `write_ack` publishes are appended on the publisher's own task (no hand-off to the commit
+/// pipeline) and still follow the mode's contract: answered after the append, seen by
+/// consumers only after the fdatasync the relaxed thresholds start, in order, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_their_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, syncs) = CountingFs::new(Duration::ZERO);
+    let e = Engine::open_with_fs(
+        EngineConfig {
+            ack_mode: AckMode::WriteAck,
+            // Only the message threshold (2,500) can start a sync here.
+            relaxed_sync_interval: Duration::from_secs(3_600),
+            ..cfg(dir.path())
+        },
+        fs,
+    )
+    .await
+    .unwrap();
+    e.create_channel("t", "c").unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(2_500);
+    let before = syncs.segment();
+    for i in 0..100 {
+        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+            .await
+            .unwrap();
+    }
+    let inline = e.counter(Counter::InlineAppends);
+    // The first append creates the active segment (a file to open): that one takes the pipeline.
+    assert!(
+        inline >= 99,
+        "{inline} of 100 lone write_ack publishes appended inline"
+    );
+    assert_eq!(
+        syncs.segment(),
+        before,
+        "no threshold reached, no fsync yet"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), c.next())
+            .await
+            .is_err(),
+        "a write_ack consumer was given an append before its fdatasync"
+    );
+    for i in 100..2_500 {
+        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+            .await
+            .unwrap();
+    }
+    for i in 0..2_500 {
+        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+            .await
+            .expect("the message threshold syncs the inline appends and shows them")
+            .unwrap();
+        assert_eq!(d.body, Bytes::from(format!("m{i}")));
+    }
+    assert!(syncs.segment() > before);
+}
+
+/// Only `write_ack` appends inline: durable publishes wait for their group's fdatasync, and
+/// `nsq_relaxed` appends stay in the pipeline (each is visible at once, and the pipeline's
+/// groups keep consumers' takes batched).
+#[tokio::test]
+async fn durable_and_nsq_relaxed_publishes_take_the_commit_pipeline() {
+    for mode in [AckMode::Durable, AckMode::NsqRelaxed] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig {
+            ack_mode: mode,
+            ..cfg(dir.path())
+        })
+        .await
+        .unwrap();
+        for i in 0..20 {
+            e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+                .await
+                .unwrap();
+        }
+        assert_eq!(e.counter(Counter::InlineAppends), 0, "{mode:?}");
+        assert_eq!(e.counter(Counter::GroupRequests), 20, "{mode:?}");
+    }
+}
+
+/// An inline append never rolls a segment on the publisher's task: a publish that would seal
+/// the active segment goes to the pipeline, which seals on the blocking pool; every message
+/// is delivered once, in order, across the rolls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_ack_publishes_that_roll_a_segment_take_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(EngineConfig {
+        ack_mode: AckMode::WriteAck,
+        max_segment_bytes: 64 << 10,
+        relaxed_sync_interval: Duration::from_millis(5),
+        ..cfg(dir.path())
+    })
+    .await
+    .unwrap();
+    e.create_channel("t", "c").unwrap();
+    let n = 300;
+    for i in 0..n {
+        let mut body = format!("m{i:04}").into_bytes();
+        body.resize(1_000, b'.');
+        e.publish("t", vec![Bytes::from(body)], None).await.unwrap();
+    }
+    let inline = e.counter(Counter::InlineAppends);
+    let segments = common::segment_files(dir.path()).len() as u64;
+    assert!(segments >= 4, "{segments} segments: the test needs rolls");
+    assert_eq!(
+        inline,
+        n - segments,
+        "{inline} inline appends of {n} with {segments} segments: the first append (no active \
+         segment yet) and each roll take the pipeline, nothing else does"
+    );
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1_000);
+    for i in 0..n {
+        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+            .await
+            .expect("every acknowledged publish is delivered")
+            .unwrap();
+        assert_eq!(&d.body[..5], format!("m{i:04}").as_bytes());
     }
 }

@@ -14,7 +14,7 @@ use rustqueue_engine::{Counter, Timer};
 use rustqueue_tier::test_server::{self, TestServer};
 
 /// Series that legitimately read 0 in this scenario, with the reason (never "no source").
-const MAY_BE_ZERO: [(&str, &str); 25] = [
+const MAY_BE_ZERO: [(&str, &str); 26] = [
     (
         "rustqueue_timed_out_messages_total",
         "needs an in-flight timeout; tests/console_observe.rs",
@@ -42,6 +42,10 @@ const MAY_BE_ZERO: [(&str, &str); 25] = [
     (
         "rustqueue_delivery_inflight_bytes",
         "instantaneous: body reads in progress right now",
+    ),
+    (
+        "rustqueue_publish_inline_appends_total",
+        "write_ack mode only; broker/engine/tests/publish_group.rs",
     ),
     (
         "rustqueue_publish_unsynced_messages",
