@@ -267,7 +267,13 @@ impl Engine {
         let available_at_ms = now_ms() + defer.as_millis() as i64;
         let bodies =
             match t.try_publish_inline(&inner.store, bodies, available_at_ms, trace.as_deref()) {
-                Ok(r) => return r,
+                Ok(r) => {
+                    // An inline append awaits nothing, so a caller publishing in a loop would
+                    // never give its thread to another task (the sync stage among them): it
+                    // counts against the task's cooperative budget, as a socket read does.
+                    tokio::task::consume_budget().await;
+                    return r;
+                }
                 Err(bodies) => bodies,
             };
         t.publish(bodies, available_at_ms, false, returning, trace)

@@ -62,7 +62,7 @@ counters! {
     GroupMaxRequests => "rustqueue_publish_group_max_requests", Gauge, "Largest publish group so far";
     PublishWorkers => "rustqueue_publish_workers", Gauge, "Running publish group-commit workers (one per topic)";
     PublishWorkersRetired => "rustqueue_publish_workers_retired_total", Counter, "Publish workers that ended";
-    InlineAppends => "rustqueue_publish_inline_appends_total", Counter, "Publishes appended on the publisher's own task, without the commit pipeline (write_ack mode, nothing queued, no segment roll)";
+    InlineAppends => "rustqueue_publish_inline_appends_total", Counter, "Publishes appended on the publisher's own task, without the commit pipeline (write_ack and nsq_relaxed, nothing queued, no segment roll)";
     ChannelGroupCommits => "rustqueue_channel_group_commits_total", Counter, "Channel WAL group commits";
     ChannelGroupRequests => "rustqueue_channel_group_requests_total", Counter, "FIN/REQ/control requests committed in channel groups";
     ChannelGroupMaxRequests => "rustqueue_channel_group_max_requests", Gauge, "Largest channel group so far";

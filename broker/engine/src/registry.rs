@@ -17,7 +17,7 @@ use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::lock::{lock, read, write};
 use crate::metrics::EngineMetrics;
-use crate::topic::{GroupSettings, Handoff, Topic, publish_worker};
+use crate::topic::{GroupSettings, Handoff, Topic, publish_worker, visibility_worker};
 use crate::types::{is_ephemeral, now_ns, valid_name};
 
 /// Ephemeral topics live in memory; small segments let GC free it promptly.
@@ -122,6 +122,7 @@ impl Registry {
         }
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
+        let (visibility_tx, visibility_rx) = mpsc::channel(1);
         let told = Arc::new(AtomicBool::new(false));
         let settings = self.group_settings();
         let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
@@ -145,6 +146,7 @@ impl Registry {
                 tx: sync_tx,
                 told: told.clone(),
             },
+            visibility_tx,
             metrics: self.metrics.clone(),
             index_jobs: Mutex::new(Vec::new()),
         });
@@ -156,6 +158,10 @@ impl Registry {
             sync_rx,
             told,
         ));
+        // Only `nsq_relaxed` appends inline ask it for anything; idle topics pay no task.
+        if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {
+            tokio::spawn(visibility_worker(Arc::downgrade(&t), visibility_rx));
+        }
         t
     }
 

@@ -64,6 +64,10 @@ pub(crate) struct Topic {
     pub settings: GroupSettings,
     /// Where appends tell the sync stage what waits for an fsync.
     pub(crate) handoff: Handoff,
+    /// Asks the topic's visibility task to move the visible position (capacity 1: a request
+    /// already pending covers every append made before that task runs; see
+    /// [`visibility_worker`]).
+    pub(crate) visibility_tx: mpsc::Sender<()>,
     pub metrics: Arc<EngineMetrics>,
     /// Index writes of segments appends sealed, still running or not yet awaited (see
     /// [`write_indexes`]).
@@ -114,17 +118,18 @@ impl Topic {
         rx.await.map_err(|_| PublishError::ShuttingDown)?
     }
 
-    /// Appends a publish on the caller's task when nothing needs waiting for: `write_ack` mode
-    /// (answered after the append), no publish queued for the commit pipeline, and an append
-    /// that writes only the page cache (no segment to seal, ids already reserved). It is the
-    /// append stage's work for a group of one, without the two task hand-offs (to the stage
-    /// and back) that otherwise cost a thread wake-up each on a loaded runtime. `Err` gives the
-    /// bodies back for the pipeline ([`Topic::publish`]).
+    /// Appends a publish on the caller's task when nothing needs waiting for: a relaxed mode
+    /// (`write_ack`, `nsq_relaxed`: answered after the append), no publish queued for the
+    /// commit pipeline, and an append that writes only the page cache (no segment to seal, ids
+    /// already reserved). It is the append stage's work for a group of one, without the two
+    /// task hand-offs (to the stage and back) that otherwise cost a thread wake-up each on a
+    /// loaded runtime. `Err` gives the bodies back for the pipeline ([`Topic::publish`]).
     ///
-    /// Not in `nsq_relaxed` (nor on ephemeral topics): there every append is visible at once,
-    /// and consumers woken by each lone append take one message per look instead of the
-    /// pipeline's few (docs/benchmarks.md, the tenth sitting's notes); in `write_ack` consumers
-    /// see appends only after their fdatasync, in batches either way.
+    /// What consumers see moves as before: in `write_ack` only after the fdatasync (the sync
+    /// stage moves it). In `nsq_relaxed` every append is visible, but moving the position here,
+    /// per append, would wake a consumer per message, each taking one message per look; the
+    /// topic's visibility task moves it instead, once for every append made before it runs
+    /// ([`visibility_worker`]). Ephemeral topics keep the pipeline.
     ///
     /// Ordering is unchanged: a publisher waits for each answer before its next publish, and
     /// publishes of different publishers were never ordered.
@@ -135,7 +140,7 @@ impl Topic {
         available_at_ms: i64,
         trace: Option<&CommitTrace>,
     ) -> Result<Result<(), PublishError>, Vec<Bytes>> {
-        if self.settings.ack_mode != AckMode::WriteAck
+        if self.settings.ack_mode == AckMode::Durable
             || self.ephemeral
             || self.pub_tx.capacity() < self.pub_tx.max_capacity()
         {
@@ -160,9 +165,19 @@ impl Topic {
         m.since(Timer::PublishLockHold, held);
         write_indexes(self, sealed);
         let appended_at = Instant::now();
-        self.publish_visibility();
         m.observe(Timer::GroupCommitWait, Duration::ZERO);
         if result.is_ok() {
+            if self.settings.ack_mode == AckMode::NsqRelaxed {
+                // Full: a request is pending, and it covers this append too.
+                let _ = self.visibility_tx.try_send(());
+            } else {
+                // `write_ack` shows only synced positions: this moves nothing unless a relaxed
+                // sync has just completed, which it then shows before the sync stage's task is
+                // back on a thread to do so. A build that left it to the sync stage (and read
+                // the sync thresholds under the append's lock hold) read 5-11 % less PUB+FIN
+                // `write_ack` throughput, three rounds alternating (docs/benchmarks.md, notes).
+                self.publish_visibility();
+            }
             m.add(Counter::GroupCommits, 1);
             m.add(Counter::GroupRequests, 1);
             m.raise(Counter::GroupMaxRequests, 1);
@@ -357,6 +372,20 @@ async fn append_stage(
         if relaxed && relaxed_ok {
             t.handoff.relaxed(&t, &set);
         }
+    }
+}
+
+/// Moves an `nsq_relaxed` topic's visible position for the inline appends
+/// ([`Topic::try_publish_inline`]), once per request however many appends it covers: under
+/// load, the appends made while this task waited its turn become visible together and the
+/// woken consumers take them in one look each. Ends with the topic (its sender is the topic's).
+pub(crate) async fn visibility_worker(topic: Weak<Topic>, mut rx: mpsc::Receiver<()>) {
+    while rx.recv().await.is_some() {
+        // Behind the tasks already runnable (under load, publishers about to append): the
+        // position then moves past their appends too, and a consumer takes them in one look.
+        tokio::task::yield_now().await;
+        let Some(t) = topic.upgrade() else { break };
+        t.publish_visibility();
     }
 }
 

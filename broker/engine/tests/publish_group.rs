@@ -308,12 +308,57 @@ async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_the
     assert!(syncs.segment() > before);
 }
 
-/// Only `write_ack` appends inline: durable publishes wait for their group's fdatasync, and
-/// `nsq_relaxed` appends stay in the pipeline (each is visible at once, and the pipeline's
-/// groups keep consumers' takes batched).
+/// `nsq_relaxed` publishes are appended inline too, and each is visible without waiting for a
+/// sync: the topic's visibility task moves the position after them, and consumers get every one,
+/// in order, with no fdatasync at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nsq_relaxed_inline_appends_are_delivered_before_any_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, syncs) = CountingFs::new(Duration::ZERO);
+    let e = Engine::open_with_fs(
+        EngineConfig {
+            ack_mode: AckMode::NsqRelaxed,
+            relaxed_sync_interval: Duration::from_secs(3_600),
+            ..cfg(dir.path())
+        },
+        fs,
+    )
+    .await
+    .unwrap();
+    e.create_channel("t", "c").unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(1_000);
+    let before = syncs.segment();
+    for i in 0..100 {
+        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+            .await
+            .unwrap();
+        if i % 10 == 9 {
+            // Every append so far is visible: none waits for a later one to be shown.
+            for k in i - 9..=i {
+                let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+                    .await
+                    .expect("an nsq_relaxed append is delivered without a sync")
+                    .unwrap();
+                assert_eq!(d.body, Bytes::from(format!("m{k}")));
+            }
+        }
+    }
+    let inline = e.counter(Counter::InlineAppends);
+    assert!(inline >= 99, "{inline} of 100 appended inline");
+    assert_eq!(syncs.segment(), before, "nothing was synced");
+}
+
+/// Durable publishes wait for their group's fdatasync, so they always take the pipeline; so
+/// do publishes to ephemeral topics (in memory, visible at once) in every mode.
 #[tokio::test]
-async fn durable_and_nsq_relaxed_publishes_take_the_commit_pipeline() {
-    for mode in [AckMode::Durable, AckMode::NsqRelaxed] {
+async fn durable_and_ephemeral_publishes_take_the_commit_pipeline() {
+    for (mode, topic) in [
+        (AckMode::Durable, "t"),
+        (AckMode::Durable, "t#ephemeral"),
+        (AckMode::WriteAck, "t#ephemeral"),
+        (AckMode::NsqRelaxed, "t#ephemeral"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let e = Engine::open(EngineConfig {
             ack_mode: mode,
@@ -322,12 +367,12 @@ async fn durable_and_nsq_relaxed_publishes_take_the_commit_pipeline() {
         .await
         .unwrap();
         for i in 0..20 {
-            e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+            e.publish(topic, vec![Bytes::from(format!("m{i}"))], None)
                 .await
                 .unwrap();
         }
-        assert_eq!(e.counter(Counter::InlineAppends), 0, "{mode:?}");
-        assert_eq!(e.counter(Counter::GroupRequests), 20, "{mode:?}");
+        assert_eq!(e.counter(Counter::InlineAppends), 0, "{mode:?} {topic}");
+        assert_eq!(e.counter(Counter::GroupRequests), 20, "{mode:?} {topic}");
     }
 }
 
