@@ -45,7 +45,7 @@ const MAY_BE_ZERO: [(&str, &str); 26] = [
     ),
     (
         "rustqueue_publish_inline_appends_total",
-        "write_ack mode only; broker/engine/tests/publish_group.rs",
+        "relaxed ack modes only (this broker is durable); broker/engine/tests/publish_group.rs",
     ),
     (
         "rustqueue_publish_unsynced_messages",
