@@ -123,7 +123,6 @@ impl Registry {
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
         let (visibility_tx, visibility_rx) = mpsc::channel(1);
-        let told = Arc::new(AtomicBool::new(false));
         let settings = self.group_settings();
         let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
             log.next_position() - 1
@@ -140,11 +139,10 @@ impl Registry {
             deleted: AtomicBool::new(false),
             visible: watch::channel(visible).0,
             pub_tx: tx,
-            ack_mode: self.cfg.ack_mode,
             settings,
             handoff: Handoff {
                 tx: sync_tx,
-                told: told.clone(),
+                told: AtomicBool::new(false),
             },
             visibility_tx,
             metrics: self.metrics.clone(),
@@ -156,7 +154,6 @@ impl Registry {
             settings,
             rx,
             sync_rx,
-            told,
         ));
         // Only `nsq_relaxed` appends inline ask it for anything; idle topics pay no task.
         if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {

@@ -43,8 +43,21 @@ pub(crate) struct PubReq {
 
 impl PubReq {
     fn bytes(&self) -> u64 {
-        rustqueue_storage::payload_len(self.bodies.iter().map(Bytes::len)) + 48
+        request_bytes(&self.bodies)
     }
+}
+
+/// What a publish of `bodies` counts against a group's byte limit and the active segment's
+/// room: its records and a request's fixed overhead.
+fn request_bytes(bodies: &[Bytes]) -> u64 {
+    rustqueue_storage::payload_len(bodies.iter().map(Bytes::len)) + 48
+}
+
+/// Counts a publish group of `answered` requests.
+fn count_group(m: &EngineMetrics, answered: u64) {
+    m.add(Counter::GroupCommits, 1);
+    m.add(Counter::GroupRequests, answered);
+    m.raise(Counter::GroupMaxRequests, answered);
 }
 
 pub(crate) struct Topic {
@@ -58,8 +71,7 @@ pub(crate) struct Topic {
     /// Highest position consumers may see.
     pub visible: watch::Sender<u64>,
     pub pub_tx: mpsc::Sender<PubReq>,
-    pub ack_mode: AckMode,
-    /// The commit pipeline's settings, which the inline append (see
+    /// The commit pipeline's settings (the ack mode among them), which the inline append (see
     /// [`Topic::try_publish_inline`]) follows too.
     pub settings: GroupSettings,
     /// Where appends tell the sync stage what waits for an fsync.
@@ -146,24 +158,18 @@ impl Topic {
         {
             return Err(bodies);
         }
-        let bytes = rustqueue_storage::payload_len(bodies.iter().map(Bytes::len)) + 48;
+        let bytes = request_bytes(&bodies);
         let ids = bodies.len() as u64;
-        let m = &self.metrics;
         let waited = Instant::now();
-        let mut log = lock(&self.log);
-        if log.append_needs_io(bytes) || !store.ids_reserved(ids) {
-            return Err(bodies);
-        }
-        let held = Instant::now();
-        m.observe(Timer::PublishLockWait, held - waited);
         let reqs = [(bodies, available_at_ms)];
-        let result = append_locked(store, &mut log, &reqs)
-            .pop()
-            .unwrap_or(Err(PublishError::ShuttingDown));
-        let sealed = log.take_index_writes();
-        drop(log);
-        m.since(Timer::PublishLockHold, held);
-        write_indexes(self, sealed);
+        let Some(mut results) = append_if(self, store, &reqs, |log| {
+            !log.append_needs_io(bytes) && store.ids_reserved(ids)
+        }) else {
+            let [(bodies, _)] = reqs;
+            return Err(bodies);
+        };
+        let result = results.pop().unwrap_or(Err(PublishError::ShuttingDown));
+        let m = &self.metrics;
         let appended_at = Instant::now();
         m.observe(Timer::GroupCommitWait, Duration::ZERO);
         if result.is_ok() {
@@ -178,9 +184,7 @@ impl Topic {
                 // `write_ack` throughput, three rounds alternating (docs/benchmarks.md, notes).
                 self.publish_visibility();
             }
-            m.add(Counter::GroupCommits, 1);
-            m.add(Counter::GroupRequests, 1);
-            m.raise(Counter::GroupMaxRequests, 1);
+            count_group(m, 1);
             m.add(Counter::InlineAppends, 1);
             self.handoff.relaxed(self, &self.settings);
         }
@@ -200,7 +204,7 @@ impl Topic {
             let log = lock(&self.log);
             (log.durable_position(), log.next_position() - 1)
         };
-        let v = if self.ack_mode == AckMode::NsqRelaxed || self.ephemeral {
+        let v = if self.settings.ack_mode == AckMode::NsqRelaxed || self.ephemeral {
             appended
         } else {
             durable
@@ -260,7 +264,6 @@ pub(crate) async fn publish_worker(
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
     sync_rx: mpsc::UnboundedReceiver<Appended>,
-    told: Arc<AtomicBool>,
 ) {
     let Some(metrics) = topic.upgrade().map(|t| t.metrics.clone()) else {
         return;
@@ -268,7 +271,7 @@ pub(crate) async fn publish_worker(
     metrics.add(Counter::PublishWorkers, 1);
     // Its own task: a durable group's fdatasync blocks the sync stage's thread (see
     // [`sync_blocking`]), never the appends queued behind it.
-    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx, told));
+    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx));
     append_stage(topic, store, set, rx).await;
     let _ = syncing.await;
     metrics.sub(Counter::PublishWorkers, 1);
@@ -341,9 +344,7 @@ async fn append_stage(
         t.publish_visibility();
         let answered = replies.iter().filter(|(_, after_sync)| !after_sync).count() as u64;
         if answered > 0 {
-            m.add(Counter::GroupCommits, 1);
-            m.add(Counter::GroupRequests, answered);
-            m.raise(Counter::GroupMaxRequests, answered);
+            count_group(m, answered);
         }
         let mut synced_traces = Vec::new();
         for (trace, after_sync) in traced {
@@ -395,7 +396,7 @@ pub(crate) struct Handoff {
     pub tx: mpsc::UnboundedSender<Appended>,
     /// Set once the sync stage was told of a relaxed append not yet synced; cleared by the sync
     /// stage before each relaxed sync starts.
-    pub told: Arc<AtomicBool>,
+    pub told: AtomicBool,
 }
 
 impl Handoff {
@@ -434,7 +435,6 @@ async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
     mut rx: mpsc::UnboundedReceiver<Appended>,
-    told: Arc<AtomicBool>,
 ) {
     let mut unsynced_since: Option<Instant> = None;
     let mut open = true;
@@ -490,13 +490,11 @@ async fn sync_stage(
         let m = &t.metrics;
         let answered = group.waiting.len();
         if answered > 0 {
-            m.add(Counter::GroupCommits, 1);
-            m.add(Counter::GroupRequests, answered as u64);
-            m.raise(Counter::GroupMaxRequests, answered as u64);
+            count_group(m, answered as u64);
         }
         // A relaxed append from here on may not be covered by this sync: the next one tells us
         // (a durable group's sync also covers the relaxed appends before it).
-        told.store(false, Ordering::SeqCst);
+        t.handoff.told.store(false, Ordering::SeqCst);
         let t2 = t.clone();
         let sync_began = Instant::now();
         let result = if answered > 0 {
@@ -597,26 +595,25 @@ fn append(
     store: &Store,
     reqs: &[(Vec<Bytes>, i64)],
 ) -> Vec<Result<(), PublishError>> {
+    append_if(t, store, reqs, |_| true).unwrap_or_default()
+}
+
+/// [`append`], if `ready` holds for the log in the same hold of its lock (`None`: nothing was
+/// appended).
+fn append_if(
+    t: &Arc<Topic>,
+    store: &Store,
+    reqs: &[(Vec<Bytes>, i64)],
+    ready: impl FnOnce(&TopicLog) -> bool,
+) -> Option<Vec<Result<(), PublishError>>> {
     let m = &t.metrics;
     let waited = Instant::now();
     let mut log = lock(&t.log);
+    if !ready(&log) {
+        return None;
+    }
     let held = Instant::now();
     m.observe(Timer::PublishLockWait, held - waited);
-    let results = append_locked(store, &mut log, reqs);
-    let sealed = log.take_index_writes();
-    drop(log);
-    m.since(Timer::PublishLockHold, held);
-    write_indexes(t, sealed);
-    results
-}
-
-/// [`append`]'s work under a log lock the caller holds: ids reserved, one write as far as the
-/// active segment reaches.
-fn append_locked(
-    store: &Store,
-    log: &mut TopicLog,
-    reqs: &[(Vec<Bytes>, i64)],
-) -> Vec<Result<(), PublishError>> {
     let timestamp_ns = now_ns();
     let mut results: Vec<Result<(), PublishError>> = Vec::with_capacity(reqs.len());
     let mut batches = Vec::with_capacity(reqs.len());
@@ -642,7 +639,11 @@ fn append_locked(
             results[slot] = Err(PublishError::from(e));
         }
     }
-    results
+    let sealed = log.take_index_writes();
+    drop(log);
+    m.since(Timer::PublishLockHold, held);
+    write_indexes(t, sealed);
+    Some(results)
 }
 
 /// Writes the indexes of the segments an append sealed on the blocking pool, after the log
