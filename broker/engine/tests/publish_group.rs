@@ -4,10 +4,28 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CountingFs, cfg, wait_for};
+use common::{CountingFs, Syncs, cfg, wait_for};
 use rustqueue_engine::{AckMode, Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
+
+/// An engine in a relaxed `mode` over a file system that counts fsyncs, whose sync interval
+/// (an hour) never fires during a test: only the message and byte thresholds start a sync.
+async fn without_interval_syncs(mode: AckMode, dir: &std::path::Path) -> (Engine, Arc<Syncs>) {
+    let (fs, syncs) = CountingFs::new(Duration::ZERO);
+    let e = Engine::open_with_fs(
+        EngineConfig {
+            ack_mode: mode,
+            relaxed_sync_interval: Duration::from_secs(3_600),
+            ..cfg(dir)
+        },
+        fs,
+    )
+    .await
+    .unwrap();
+    (e, syncs)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() {
@@ -217,23 +235,13 @@ async fn relaxed_modes_sync_at_2500_unsynced_messages_or_8_mib_without_waiting_f
         (AckMode::WriteAck, 10, 1 << 20),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let (fs, syncs) = CountingFs::new(Duration::ZERO);
         let defaults = EngineConfig::default();
         assert_eq!(
             (defaults.relaxed_sync_messages, defaults.relaxed_sync_bytes),
             (2_500, 8 << 20)
         );
-        let e = Engine::open_with_fs(
-            EngineConfig {
-                ack_mode: mode,
-                // Only the count and byte thresholds can trigger a sync in this test.
-                relaxed_sync_interval: Duration::from_secs(3_600),
-                ..cfg(dir.path())
-            },
-            fs,
-        )
-        .await
-        .unwrap();
+        // Only the count and byte thresholds can trigger a sync in this test.
+        let (e, syncs) = without_interval_syncs(mode, dir.path()).await;
         for i in 0..bodies {
             let mut body = format!("m{i}").into_bytes();
             body.resize(size, b'.');
@@ -255,18 +263,8 @@ async fn relaxed_modes_sync_at_2500_unsynced_messages_or_8_mib_without_waiting_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_their_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let (fs, syncs) = CountingFs::new(Duration::ZERO);
-    let e = Engine::open_with_fs(
-        EngineConfig {
-            ack_mode: AckMode::WriteAck,
-            // Only the message threshold (2,500) can start a sync here.
-            relaxed_sync_interval: Duration::from_secs(3_600),
-            ..cfg(dir.path())
-        },
-        fs,
-    )
-    .await
-    .unwrap();
+    // Only the message threshold (2,500) can start a sync here.
+    let (e, syncs) = without_interval_syncs(AckMode::WriteAck, dir.path()).await;
     e.create_channel("t", "c").unwrap();
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(2_500);
@@ -314,17 +312,7 @@ async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nsq_relaxed_inline_appends_are_delivered_before_any_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let (fs, syncs) = CountingFs::new(Duration::ZERO);
-    let e = Engine::open_with_fs(
-        EngineConfig {
-            ack_mode: AckMode::NsqRelaxed,
-            relaxed_sync_interval: Duration::from_secs(3_600),
-            ..cfg(dir.path())
-        },
-        fs,
-    )
-    .await
-    .unwrap();
+    let (e, syncs) = without_interval_syncs(AckMode::NsqRelaxed, dir.path()).await;
     e.create_channel("t", "c").unwrap();
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1_000);
