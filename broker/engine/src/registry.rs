@@ -122,7 +122,14 @@ impl Registry {
         }
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
-        let (visibility_tx, visibility_rx) = mpsc::channel(1);
+        // Only `nsq_relaxed` inline appends ask it for anything; idle topics pay no task.
+        let (visibility_tx, visibility_rx) =
+            if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {
+                let (tx, rx) = mpsc::channel(1);
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
         let settings = self.group_settings();
         let visible = if self.cfg.ack_mode == crate::AckMode::NsqRelaxed || ephemeral {
             log.next_position() - 1
@@ -155,9 +162,8 @@ impl Registry {
             rx,
             sync_rx,
         ));
-        // Only `nsq_relaxed` appends inline ask it for anything; idle topics pay no task.
-        if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {
-            tokio::spawn(visibility_worker(Arc::downgrade(&t), visibility_rx));
+        if let Some(rx) = visibility_rx {
+            tokio::spawn(visibility_worker(Arc::downgrade(&t), rx));
         }
         t
     }

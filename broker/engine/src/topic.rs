@@ -78,8 +78,8 @@ pub(crate) struct Topic {
     pub(crate) handoff: Handoff,
     /// Asks the topic's visibility task to move the visible position (capacity 1: a request
     /// already pending covers every append made before that task runs; see
-    /// [`visibility_worker`]).
-    pub(crate) visibility_tx: mpsc::Sender<()>,
+    /// [`visibility_worker`]). Only `nsq_relaxed` topics, the ones that ask, have the task.
+    pub(crate) visibility_tx: Option<mpsc::Sender<()>>,
     pub metrics: Arc<EngineMetrics>,
     /// Index writes of segments appends sealed, still running or not yet awaited (see
     /// [`write_indexes`]).
@@ -173,9 +173,9 @@ impl Topic {
         let appended_at = Instant::now();
         m.observe(Timer::GroupCommitWait, Duration::ZERO);
         if result.is_ok() {
-            if self.settings.ack_mode == AckMode::NsqRelaxed {
+            if let Some(tx) = &self.visibility_tx {
                 // Full: a request is pending, and it covers this append too.
-                let _ = self.visibility_tx.try_send(());
+                let _ = tx.try_send(());
             } else {
                 // `write_ack` shows only synced positions: this moves nothing unless a relaxed
                 // sync has just completed, which it then shows before the sync stage's task is
