@@ -42,7 +42,7 @@ mod tiered_deleted;
 mod wal;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 // The face the engine sees: everything else is private to this crate.
@@ -141,12 +141,18 @@ pub struct Fault(Arc<FaultState>);
 #[derive(Debug, Default)]
 struct FaultState {
     reason: Mutex<Option<String>>,
+    /// Set once `reason` is: every append and WAL write of the store checks the switch, and
+    /// reading a flag costs them no shared lock while it is untripped.
+    tripped: AtomicBool,
     errors: AtomicU64,
 }
 
 impl Fault {
     /// `Err(Isolated)` once tripped.
     pub fn check(&self) -> Result<(), StorageError> {
+        if !self.0.tripped.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.0.reason.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(why) => Err(StorageError::Isolated(why.clone())),
             None => Ok(()),
@@ -162,6 +168,7 @@ impl Fault {
         let mut g = self.0.reason.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             *g = Some(why);
+            self.0.tripped.store(true, Ordering::Release);
         }
     }
     /// Storage errors seen so far (`rustqueue_storage_errors_total`).
