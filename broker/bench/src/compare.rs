@@ -700,6 +700,7 @@ async fn run_cluster(
     config: ClusterConfig,
     mut out: CaseRun,
 ) -> CaseRun {
+    leave_realtime_scheduling();
     let (p, b) = (profile.clone(), bins.clone());
     let cluster = match tokio::task::spawn_blocking(move || Cluster::start(&p, &b, config)).await {
         Ok(Ok(c)) => c,
@@ -729,6 +730,44 @@ async fn run_cluster(
         .await
         .ok();
     out
+}
+
+/// Moves the compare (every thread) to normal scheduling before the first cluster case, if it
+/// runs at a real-time priority (`chrt -f`, as single-server sittings may): several nsqd
+/// inherit it, their idle Go threads spin before they park, and on a small host two of them
+/// starved the load generator for as long as the case ran (docs/benchmarks.md, notes). The
+/// servers it starts from then on inherit the normal policy. Said once on stderr.
+fn leave_realtime_scheduling() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        if !sched_policy(&stat).is_some_and(|p| p == 1 || p == 2) {
+            return;
+        }
+        let pid = std::process::id().to_string();
+        let moved = std::process::Command::new("chrt")
+            .args(["-a", "-o", "-p", "0", &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        if moved {
+            eprintln!(
+                "cluster cases: moved to normal scheduling (several nsqd at a real-time \
+                 priority starve everything else on a small host); the cases after run there too"
+            );
+        } else {
+            eprintln!(
+                "cluster cases: could not leave real-time scheduling (`chrt -a -o -p 0 {pid}` \
+                 failed); run the compare without `chrt -f` if the cluster cases stall"
+            );
+        }
+    });
+}
+
+/// The scheduling policy in a `/proc/<pid>/stat` line (field 41: 0 normal, 1 FIFO, 2 round
+/// robin), read after the command name, which may itself hold spaces and parentheses.
+fn sched_policy(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(41 - 3)?.parse().ok()
 }
 
 fn progress_line(run: &CaseRun) -> String {
@@ -855,6 +894,26 @@ mod tests {
         assert_eq!(utc_string(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_string(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(utc_string(1_796_002_261), "2026-11-30T01:31:01Z");
+    }
+
+    #[test]
+    fn reads_the_scheduling_policy_from_a_stat_line() {
+        let fields = |policy: &str| {
+            let mut f = vec!["0"; 50];
+            f[41 - 3] = policy;
+            f[40 - 3] = "10";
+            f.join(" ")
+        };
+        assert_eq!(sched_policy(&format!("12 (cat) {}", fields("1"))), Some(1));
+        assert_eq!(sched_policy(&format!("12 (a) b) {}", fields("0"))), Some(0));
+        assert_eq!(sched_policy(&format!("12 (x) {}", fields("2"))), Some(2));
+        assert_eq!(sched_policy("12 (cut) R 1 2"), None);
+        assert_eq!(sched_policy(""), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        assert!(
+            sched_policy(&own).is_some(),
+            "this process's own stat line: {own}"
+        );
     }
 
     fn settings() -> Settings {
