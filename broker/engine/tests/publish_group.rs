@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{CountingFs, Syncs, cfg, wait_for};
-use rustqueue_engine::{AckMode, Bytes, ConsumerOptions, Counter, Engine, EngineConfig};
+use rustqueue_engine::{AckMode, Bytes, Consumer, ConsumerOptions, Counter, Engine, EngineConfig};
 
 /// An engine in a relaxed `mode` over a file system that counts fsyncs, whose sync interval
 /// (an hour) never fires during a test: only the message and byte thresholds start a sync.
@@ -25,6 +25,24 @@ async fn without_interval_syncs(mode: AckMode, dir: &std::path::Path) -> (Engine
     .await
     .unwrap();
     (e, syncs)
+}
+
+/// Publishes `m{i}` to topic `t` for each `i`, one at a time.
+async fn publish_numbered(e: &Engine, range: std::ops::Range<usize>) {
+    for i in range {
+        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
+            .await
+            .unwrap();
+    }
+}
+
+/// Takes the next delivery (within 5 s, else fails with `why`) and checks it is `m{i}`.
+async fn expect_numbered(c: &mut Consumer, i: usize, why: &str) {
+    let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+        .await
+        .expect(why)
+        .unwrap();
+    assert_eq!(d.body, Bytes::from(format!("m{i}")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,11 +287,7 @@ async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_the
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(2_500);
     let before = syncs.segment();
-    for i in 0..100 {
-        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
-            .await
-            .unwrap();
-    }
+    publish_numbered(&e, 0..100).await;
     let inline = e.counter(Counter::InlineAppends);
     // The first append creates the active segment (a file to open): that one takes the pipeline.
     assert!(
@@ -291,17 +305,10 @@ async fn write_ack_publishes_append_inline_and_consumers_see_them_only_after_the
             .is_err(),
         "a write_ack consumer was given an append before its fdatasync"
     );
-    for i in 100..2_500 {
-        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
-            .await
-            .unwrap();
-    }
+    publish_numbered(&e, 100..2_500).await;
     for i in 0..2_500 {
-        let d = tokio::time::timeout(Duration::from_secs(5), c.next())
-            .await
-            .expect("the message threshold syncs the inline appends and shows them")
-            .unwrap();
-        assert_eq!(d.body, Bytes::from(format!("m{i}")));
+        let why = "the message threshold syncs the inline appends and shows them";
+        expect_numbered(&mut c, i, why).await;
     }
     assert!(syncs.segment() > before);
 }
@@ -317,19 +324,12 @@ async fn nsq_relaxed_inline_appends_are_delivered_before_any_sync() {
     let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
     c.set_ready(1_000);
     let before = syncs.segment();
-    for i in 0..100 {
-        e.publish("t", vec![Bytes::from(format!("m{i}"))], None)
-            .await
-            .unwrap();
-        if i % 10 == 9 {
-            // Every append so far is visible: none waits for a later one to be shown.
-            for k in i - 9..=i {
-                let d = tokio::time::timeout(Duration::from_secs(5), c.next())
-                    .await
-                    .expect("an nsq_relaxed append is delivered without a sync")
-                    .unwrap();
-                assert_eq!(d.body, Bytes::from(format!("m{k}")));
-            }
+    for tens in 0..10 {
+        publish_numbered(&e, tens * 10..tens * 10 + 10).await;
+        // Every append so far is visible: none waits for a later one to be shown.
+        for i in tens * 10..tens * 10 + 10 {
+            let why = "an nsq_relaxed append is delivered without a sync";
+            expect_numbered(&mut c, i, why).await;
         }
     }
     let inline = e.counter(Counter::InlineAppends);
