@@ -150,6 +150,7 @@ impl Registry {
             handoff: Handoff {
                 tx: sync_tx,
                 told: AtomicBool::new(false),
+                returns: Default::default(),
             },
             visibility_tx,
             metrics: self.metrics.clone(),

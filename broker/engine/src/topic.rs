@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -369,6 +369,10 @@ async fn append_stage(
                 .handoff
                 .tx
                 .send(Appended::AwaitSync(appended, returning, synced_traces));
+            if returning > 0 {
+                // After the send: once the sync stage sees the count, the requests are queued.
+                t.handoff.returns.handed(returning);
+            }
         }
         if relaxed && relaxed_ok {
             t.handoff.relaxed(&t, &set);
@@ -406,6 +410,67 @@ pub(crate) struct Handoff {
     /// Set once the sync stage was told of a relaxed append not yet synced; cleared by the sync
     /// stage before each relaxed sync starts.
     pub told: AtomicBool,
+    /// How many returning durable requests were handed over: what the sync stage's hold
+    /// sleeps on ([`sync_stage`]).
+    pub returns: Returns,
+}
+
+/// A running count of the returning durable requests the append stage has handed to the sync
+/// stage, which the sync stage sleeps on while it holds an fsync for them.
+///
+/// The hold used to spin on `yield_now` for up to [`RETURN_WINDOW`]: tokio's timers have
+/// millisecond grain, far coarser than the window, and the mpsc the requests come by has no
+/// deadline. A spinning stage kept a core busy for most of every durable cycle (about 530
+/// turns a hold on a loaded machine). A condition variable has both: the count that ends the
+/// hold wakes the stage at once, and the window ends it to the microsecond.
+#[derive(Default)]
+pub(crate) struct Returns {
+    state: Mutex<ReturnsState>,
+    reached: Condvar,
+}
+
+#[derive(Default)]
+struct ReturnsState {
+    handed: u64,
+    /// The count the sync stage sleeps until (`None`: it is not asleep).
+    goal: Option<u64>,
+}
+
+impl Returns {
+    /// Counts `n` returning requests the caller has just sent on the hand-over channel, and
+    /// wakes the sync stage if that reaches the count it sleeps until (only then: a wake-up is
+    /// a syscall).
+    fn handed(&self, n: usize) {
+        let mut st = lock(&self.state);
+        st.handed += n as u64;
+        if st.goal.is_some_and(|goal| st.handed >= goal) {
+            st.goal = None;
+            self.reached.notify_one();
+        }
+    }
+
+    /// Returning requests handed over so far.
+    fn count(&self) -> u64 {
+        lock(&self.state).handed
+    }
+
+    /// Blocks the calling thread until `goal` returning requests have been handed over, or
+    /// until `until`, whichever comes first.
+    fn wait(&self, goal: u64, until: Instant) {
+        let mut st = lock(&self.state);
+        while st.handed < goal {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st.goal = Some(goal);
+            st = match self.reached.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        st.goal = None;
+    }
 }
 
 impl Handoff {
@@ -440,6 +505,8 @@ pub(crate) const RETURN_WINDOW: Duration = Duration::from_micros(400);
 /// that answer at most) until as many returning requests have come back: the group then shares
 /// one fsync and stays in step. A request from a publisher that is not looping (a lone one at
 /// low load, a PUB now and then) never waits, and neither does anything once the window closed.
+/// The stage sleeps through the hold on its own thread ([`Returns::wait`]), woken by the
+/// append stage when the last of them is handed over.
 async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
@@ -449,13 +516,12 @@ async fn sync_stage(
     let mut open = true;
     // What arrived during the last fsync, taken into the next group.
     let mut carried = Group::default();
-    // When the last fsync that answered returning publishers finished, and how many it answered.
-    let mut expected: Option<(Instant, usize)> = None;
+    // When the last fsync that answered returning publishers finished, and the count of
+    // returning requests handed over (`Returns`) that their return brings the hold to.
+    let mut expected: Option<(Instant, u64)> = None;
     // Requests appended before the append stage ended are still synced and answered.
     while open || !carried.is_empty() {
         let mut group = std::mem::take(&mut carried);
-        // Returning requests counted from here on came back after the last answer.
-        group.returned = 0;
         if group.is_empty() {
             let first = match unsynced_since {
                 Some(at) => tokio::time::timeout_at((at + set.sync_interval).into(), rx.recv())
@@ -467,16 +533,18 @@ async fn sync_stage(
             group.absorb(first);
         }
         open = group.absorb_queued(&mut rx);
-        if let Some((answered_at, returning)) = expected
+        if let Some((answered_at, goal)) = expected
             && !group.waiting.is_empty()
+            && open
         {
             let until = answered_at + RETURN_WINDOW;
-            // Tokio's timers have millisecond grain, far coarser than the window: the stage
-            // yields to the publishers' tasks and looks again until the window closes.
-            while open && group.returned < returning && Instant::now() < until {
-                tokio::task::yield_now().await;
-                open = group.absorb_queued(&mut rx);
+            if let Some(t) = topic.upgrade()
+                && t.handoff.returns.count() < goal
+                && Instant::now() < until
+            {
+                let _ = sync_blocking(move || t.handoff.returns.wait(goal, until)).await;
             }
+            open = group.absorb_queued(&mut rx);
         }
         let Some(t) = topic.upgrade() else {
             for r in group.waiting {
@@ -521,7 +589,12 @@ async fn sync_stage(
         // What is still unsynced was appended after the fsync began.
         unsynced_since = (lock(&t.log).unsynced().0 > 0).then_some(sync_began);
         if answered > 0 {
-            expected = (group.returning > 0).then(|| (Instant::now(), group.returning));
+            // The hold waits for as many returning requests as this group answered, counted
+            // from here.
+            expected = (group.returning > 0).then(|| {
+                let handed = t.handoff.returns.count();
+                (Instant::now(), handed + group.returning as u64)
+            });
             open &= carried.absorb_queued(&mut rx);
         }
     }
@@ -560,8 +633,6 @@ struct Group {
     waiting: Vec<Reply>,
     /// How many of them are from returning publishers.
     returning: usize,
-    /// Of those, how many came back since the last answer.
-    returned: usize,
     /// A relaxed append awaits its sync.
     relaxed: bool,
     /// The commit records of its traced requests.
@@ -579,7 +650,6 @@ impl Group {
                 self.waiting.extend(r);
                 self.traced.extend(traced);
                 self.returning += returning;
-                self.returned += returning;
             }
             Appended::Relaxed => self.relaxed = true,
         }
@@ -693,4 +763,50 @@ pub(crate) async fn background_sync(t: &Arc<Topic>) {
     let t2 = t.clone();
     let _ = tokio::task::spawn_blocking(move || sync(&t2)).await;
     t.publish_visibility();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hold_ends_at_once_when_the_count_is_already_reached() {
+        let r = Returns::default();
+        r.handed(3);
+        let t0 = Instant::now();
+        r.wait(3, t0 + Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_hold_wakes_when_the_last_returning_request_is_handed_over() {
+        let r = Arc::new(Returns::default());
+        r.handed(1);
+        let r2 = r.clone();
+        let t0 = Instant::now();
+        let waiter =
+            std::thread::spawn(move || r2.wait(3, Instant::now() + Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(20));
+        r.handed(1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "woken before the count was reached");
+        r.handed(1);
+        waiter.join().unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "slept to the deadline instead of waking at the count"
+        );
+        assert_eq!(lock(&r.state).goal, None);
+    }
+
+    #[test]
+    fn the_hold_ends_at_its_deadline_when_a_publisher_does_not_return() {
+        let r = Returns::default();
+        let t0 = Instant::now();
+        r.wait(1, t0 + Duration::from_millis(30));
+        let slept = t0.elapsed();
+        assert!(slept >= Duration::from_millis(30), "ended early: {slept:?}");
+        assert!(slept < Duration::from_secs(2), "overslept: {slept:?}");
+        assert_eq!(lock(&r.state).goal, None);
+    }
 }
