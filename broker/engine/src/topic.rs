@@ -464,10 +464,12 @@ impl Returns {
                 break;
             }
             st.goal = Some(goal);
-            st = match self.reached.wait_timeout(st, left) {
-                Ok((st, _)) => st,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
+            // A poisoned lock is used as is, as `lock` does.
+            st = self
+                .reached
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         st.goal = None;
     }
@@ -533,25 +535,23 @@ async fn sync_stage(
             group.absorb(first);
         }
         open = group.absorb_queued(&mut rx);
-        if let Some((answered_at, goal)) = expected
-            && !group.waiting.is_empty()
-            && open
-        {
-            let until = answered_at + RETURN_WINDOW;
-            if let Some(t) = topic.upgrade()
-                && t.handoff.returns.count() < goal
-                && Instant::now() < until
-            {
-                let _ = sync_blocking(move || t.handoff.returns.wait(goal, until)).await;
-            }
-            open = group.absorb_queued(&mut rx);
-        }
         let Some(t) = topic.upgrade() else {
             for r in group.waiting {
                 let _ = r.send(Err(PublishError::ShuttingDown));
             }
             break;
         };
+        if let Some((answered_at, goal)) = expected
+            && !group.waiting.is_empty()
+            && open
+        {
+            let until = answered_at + RETURN_WINDOW;
+            if t.handoff.returns.count() < goal && Instant::now() < until {
+                let t2 = t.clone();
+                let _ = sync_blocking(move || t2.handoff.returns.wait(goal, until)).await;
+            }
+            open = group.absorb_queued(&mut rx);
+        }
         let relaxed_due = group.relaxed && {
             let (msgs, bytes) = lock(&t.log).unsynced();
             msgs >= set.sync_messages
@@ -605,8 +605,8 @@ async fn sync_stage(
     }
 }
 
-/// Runs a durable group's fdatasync, which its publishers are waiting for, on the sync stage's
-/// own thread.
+/// Runs a blocking step that a durable group's publishers are waiting for (its fdatasync, or
+/// the hold before it: [`Returns::wait`]) on the sync stage's own thread.
 ///
 /// On the multi-threaded runtime this is `block_in_place`: the thread hands its run queue to
 /// another one and blocks in the fdatasync, so the runtime goes on serving every other task,
