@@ -449,13 +449,18 @@ async fn relaxed_modes_sync_on_their_interval_not_after_every_append() {
     .await
     .unwrap();
     let fsyncs = || e.metrics().histogram(Timer::PublishFsync).count;
+    // The first publish creates the topic: its segment, its directory and the id block are
+    // fsynced first, which under CI's parallel lanes once took the whole window (one publish
+    // in 400 ms). The window counts the appends and syncs that follow, from here.
+    e.publish("t", vec![b("m")], None).await.unwrap();
+    let before = fsyncs();
     let started = Instant::now();
     let mut published = 0u64;
     while started.elapsed() < Duration::from_millis(400) {
         e.publish("t", vec![b("m")], None).await.unwrap();
         published += 1;
     }
-    let synced = fsyncs();
+    let synced = fsyncs() - before;
     let allowed = (started.elapsed().as_millis() / interval.as_millis()) as u64 + 2;
     assert!(published > 100, "only {published} publishes");
     assert!(
@@ -466,7 +471,7 @@ async fn relaxed_modes_sync_on_their_interval_not_after_every_append() {
     // and one more for what followed it. Counted once they complete, however long the disk
     // takes (an fdatasync under CI's parallel lanes took over 300 ms, and this once read 0).
     wait_for(10, "the tail is synced on the interval (2 fsyncs)", || {
-        fsyncs() >= 2
+        fsyncs() - before >= 2
     })
     .await;
 }
