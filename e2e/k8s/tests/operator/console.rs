@@ -712,16 +712,33 @@ pub async fn a_console_killed_mid_operation_finishes_it_exactly_once(c: &Cluster
     })
     .await;
     brokers_report(c, &two, "crash", None, "paused", Value::Bool(true)).await;
+    // The console records the Event after the status write that clears the operation (two
+    // API calls later), so it is waited for; on a loaded cold CI run the test once listed the
+    // Events before it arrived. A second finish would be recorded as soon after, so the count
+    // is read again once that has had time to show.
+    eventually("the ConsoleManagementSucceeded Event", LONG, || async {
+        match succeeded_events(c, &id) {
+            0 => Poll::Saw(0),
+            n => Poll::Done(n),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let done = succeeded_events(c, &id);
+    assert_eq!(done, 1, "operation {id} must succeed exactly once");
+}
+
+/// How many `ConsoleManagementSucceeded` Events name operation `id`.
+fn succeeded_events(c: &Cluster, id: &str) -> usize {
     let out = kubectl_ok(c.kubeconfig(), &["get", "events", "-n", NS, "-o", "json"]);
     let events: Value = serde_json::from_str(&out).expect("events JSON");
-    let done = events["items"]
+    events["items"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|e| e["reason"] == "ConsoleManagementSucceeded")
-        .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(&id)))
-        .count();
-    assert_eq!(done, 1, "operation {id} must succeed exactly once");
+        .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(id)))
+        .count()
 }
 
 /// The name of the console's running Pod (not terminating).
