@@ -311,6 +311,14 @@ impl Broker {
         }
     }
 
+    /// The error for a broker whose process has exited, with its log; `None` while it runs.
+    pub fn exited(&mut self, name: &str) -> Option<BrokerError> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(self.not_ready(name, format!("exited with {status}"))),
+            _ => None,
+        }
+    }
+
     /// SIGKILL (no shutdown at all) and wait for the exit.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -330,7 +338,13 @@ impl Broker {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(self.not_ready(name, format!("exited with {status}")));
             }
-            if TcpStream::connect(&self.tcp).is_ok() {
+            // A connect alone is not enough: the port may belong to another process that took
+            // it between our probe and the broker's bind (the broker then exits, possibly after
+            // binding its TCP port), so the live child must hold both listening sockets itself.
+            if TcpStream::connect(&self.tcp).is_ok()
+                && listens_on(self.child.id(), &[&self.tcp, &self.http])
+                && matches!(self.child.try_wait(), Ok(None))
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -406,6 +420,57 @@ fn free_address() -> std::io::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
+/// Whether process `pid` holds a listening TCP socket on every one of `addresses`
+/// (`host:port`; the ports are compared), read from `/proc/<pid>/net/tcp{,6}` and the
+/// process's descriptors.
+fn listens_on(pid: u32, addresses: &[&str]) -> bool {
+    let ports: Vec<u16> = addresses
+        .iter()
+        .filter_map(|a| a.rsplit_once(':')?.1.parse().ok())
+        .collect();
+    if ports.len() != addresses.len() {
+        return false;
+    }
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        inodes.extend(listening_inodes(&text, &ports));
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let owned: Vec<u64> = fds
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.ok()?.path()).ok()?;
+            let link = link.to_str()?;
+            link.strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ports.iter().all(|port| {
+        inodes
+            .iter()
+            .any(|(p, inode)| p == port && owned.contains(inode))
+    })
+}
+
+/// `(port, inode)` of every LISTEN row of a `/proc/net/tcp` table whose local port is in `ports`.
+fn listening_inodes(table: &str, ports: &[u16]) -> Vec<(u16, u64)> {
+    const LISTEN: &str = "0A";
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port = u16::from_str_radix(f.get(1)?.rsplit_once(':')?.1, 16).ok()?;
+            let inode = f.get(9)?.parse().ok()?;
+            (*f.get(3)? == LISTEN && ports.contains(&port)).then_some((port, inode))
+        })
+        .collect()
+}
+
 fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -425,6 +490,31 @@ mod tests {
         }
         assert!(p.iter().any(|p| p.name == BASELINE));
         assert!(p.iter().all(|p| !p.durability.is_empty()));
+    }
+
+    #[test]
+    fn listening_rows_of_the_wanted_ports_are_found_by_port_and_state() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1
+   2: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0 100 0 0 10 0
+";
+        assert_eq!(listening_inodes(table, &[8080]), vec![(8080, 111)]);
+        assert_eq!(
+            listening_inodes(table, &[8080, 8081]),
+            vec![(8080, 111), (8081, 333)]
+        );
+        assert!(listening_inodes(table, &[9]).is_empty());
+    }
+
+    #[test]
+    fn this_process_is_seen_on_its_own_listener_and_not_on_a_free_port() {
+        let mine = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mine = mine.local_addr().unwrap().to_string();
+        let free = free_address().unwrap();
+        assert!(listens_on(std::process::id(), &[&mine]));
+        assert!(!listens_on(std::process::id(), &[&mine, &free]));
+        assert!(!listens_on(std::process::id(), &["no port"]));
     }
 
     #[test]

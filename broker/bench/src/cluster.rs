@@ -168,6 +168,11 @@ impl Cluster {
                     return Err(h.not_ready(format!("exited with {status}")));
                 }
             }
+            for b in &mut self.brokers {
+                if let Some(e) = b.exited("cluster broker") {
+                    return Err(e);
+                }
+            }
             let gateway = &self.helpers[1];
             let last = match crate::http::get(&gateway.http, "/v1/health") {
                 Ok(r) => {
@@ -180,8 +185,22 @@ impl Cluster {
                 Err(e) => format!("/v1/health: {e}"),
             };
             if started.elapsed() > ROUTED_WITHIN {
+                // what discovery saw decides what the gateway routes to
+                let discovery = &self.helpers[0];
+                let lookup = crate::http::get(&discovery.http, "/nodes").map_or_else(
+                    |e| format!("/nodes: {e}"),
+                    |r| {
+                        format!(
+                            "/nodes {}: {}",
+                            r.status,
+                            String::from_utf8_lossy(&r.body).trim()
+                        )
+                    },
+                );
                 return Err(gateway.not_ready(format!(
-                    "not routing to {n} broker(s) after {ROUTED_WITHIN:?} (last {last})"
+                    "not routing to {n} broker(s) after {ROUTED_WITHIN:?} (last {last}; \
+                     discovery {lookup}; discovery log: {})",
+                    discovery.log_tail()
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -256,13 +275,18 @@ impl Helper {
     }
 
     fn not_ready(&self, reason: String) -> BrokerError {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
         BrokerError::NotReady {
             name: self.name.to_owned(),
             reason,
-            log: lines[lines.len().saturating_sub(20)..].join("\n"),
+            log: self.log_tail(),
         }
+    }
+
+    /// The last 20 lines of the helper's log.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 }
 
