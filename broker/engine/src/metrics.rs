@@ -60,6 +60,7 @@ counters! {
     GroupCommits => "rustqueue_publish_group_commits_total", Counter, "Publish groups answered together (one fdatasync in durable mode, one append otherwise)";
     GroupRequests => "rustqueue_publish_group_requests_total", Counter, "Publish requests committed in groups";
     GroupMaxRequests => "rustqueue_publish_group_max_requests", Gauge, "Largest publish group so far";
+    SyncHolds => "rustqueue_publish_sync_holds_total", Counter, "Durable fdatasyncs held back (at most 400 µs) for the publishers the previous one answered, so that they share it (docs/architecture.md, step 4)";
     PublishWorkers => "rustqueue_publish_workers", Gauge, "Running publish group-commit workers (one per topic)";
     PublishWorkersRetired => "rustqueue_publish_workers_retired_total", Counter, "Publish workers that ended";
     InlineAppends => "rustqueue_publish_inline_appends_total", Counter, "Publishes appended on the publisher's own task, without the commit pipeline (write_ack and nsq_relaxed, nothing queued, no segment roll)";

@@ -497,6 +497,15 @@ impl Handoff {
 /// next request's way in and its append, on a loaded machine.
 pub(crate) const RETURN_WINDOW: Duration = Duration::from_micros(400);
 
+/// The sync stage holds an fdatasync for returning publishers only while syncs carry less than
+/// this on average ([`TopicLog::sync_group_bytes`]). The hold saves an fdatasync's fixed cost
+/// (its flush and journal commit, 130-250 µs on the benchmark hosts) by letting the disk idle
+/// while the stragglers come back. Above about a quarter of a MiB the data itself takes as long
+/// to write as that fixed cost (250 µs at 1 GiB/s), and two groups in turn (one syncing, the
+/// other being received and appended) keep the disk busier than one held group: 16 publishers
+/// of MPUB 64 x 1 KiB durable read 8 % more with it (docs/benchmarks.md, notes).
+const HOLD_MAX_GROUP_BYTES: u64 = 256 * 1024;
+
 /// The per-topic sync stage: one fdatasync for every durable request appended before it began,
 /// and the relaxed syncs by their thresholds.
 ///
@@ -507,7 +516,8 @@ pub(crate) const RETURN_WINDOW: Duration = Duration::from_micros(400);
 /// that answer at most) until as many returning requests have come back: the group then shares
 /// one fsync and stays in step. A request from a publisher that is not looping (a lone one at
 /// low load, a PUB now and then) never waits, and neither does anything once the window closed.
-/// The stage sleeps through the hold on its own thread ([`Returns::wait`]), woken by the
+/// Large groups are not held ([`HOLD_MAX_GROUP_BYTES`]): there two groups in turn keep the disk
+/// busier than one. The stage sleeps through the hold on its own thread ([`Returns::wait`]), woken by the
 /// append stage when the last of them is handed over.
 async fn sync_stage(
     topic: Weak<Topic>,
@@ -547,6 +557,7 @@ async fn sync_stage(
         {
             let until = answered_at + RETURN_WINDOW;
             if t.handoff.returns.count() < goal && Instant::now() < until {
+                t.metrics.add(Counter::SyncHolds, 1);
                 let t2 = t.clone();
                 let _ = sync_blocking(move || t2.handoff.returns.wait(goal, until)).await;
             }
@@ -587,11 +598,16 @@ async fn sync_stage(
         t.publish_visibility();
         answer(group.waiting, &result);
         // What is still unsynced was appended after the fsync began.
-        unsynced_since = (lock(&t.log).unsynced().0 > 0).then_some(sync_began);
+        let (unsynced, group_bytes) = {
+            let log = lock(&t.log);
+            (log.unsynced().0, log.sync_group_bytes())
+        };
+        unsynced_since = (unsynced > 0).then_some(sync_began);
         if answered > 0 {
             // The hold waits for as many returning requests as this group answered, counted
-            // from here.
-            expected = (group.returning > 0).then(|| {
+            // from here; groups whose data dominates their fdatasync are not held.
+            let hold = group.returning > 0 && group_bytes < HOLD_MAX_GROUP_BYTES;
+            expected = hold.then(|| {
                 let handed = t.handoff.returns.count();
                 (Instant::now(), handed + group.returning as u64)
             });

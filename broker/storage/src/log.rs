@@ -346,7 +346,8 @@ pub struct TopicLog {
     /// exact even when appends go on while an fsync runs.
     appended_bytes: u64,
     durable_bytes: u64,
-    /// Record bytes per sync, a moving average (decides [`ZERO_AHEAD_MAX_GROUP`]).
+    /// Record bytes per sync, a moving average (decides [`ZERO_AHEAD_MAX_GROUP`], and the
+    /// engine's hold of an fdatasync for returning publishers).
     sync_group_bytes: u64,
     damage: DamageSink,
     /// Whether an append that seals a segment leaves its index for the caller to write
@@ -478,6 +479,11 @@ impl TopicLog {
                 appended_bytes: self.appended_bytes,
             },
         })
+    }
+
+    /// Record bytes per sync, a moving average over the last few syncs (about eight).
+    pub fn sync_group_bytes(&self) -> u64 {
+        self.sync_group_bytes
     }
 
     /// Records what a completed [`SyncHandle::sync`] made durable.
