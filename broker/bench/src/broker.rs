@@ -1,7 +1,7 @@
 //! The brokers under test and their durability profiles. Every run gets a fresh broker process
 //! on fresh loopback ports with a fresh temporary data directory, removed afterwards.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -335,20 +335,18 @@ impl Broker {
     fn wait_ready(&mut self, name: &str) -> Result<(), BrokerError> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(self.not_ready(name, format!("exited with {status}")));
+            if let Some(e) = self.exited(name) {
+                return Err(e);
             }
             // A connect alone is not enough: the port may belong to another process that took
             // it between our probe and the broker's bind (the broker then exits, possibly after
-            // binding its TCP port), so the live child must hold both listening sockets itself.
-            if TcpStream::connect(&self.tcp).is_ok()
-                && listens_on(self.child.id(), &[&self.tcp, &self.http])
-                && matches!(self.child.try_wait(), Ok(None))
-            {
+            // binding its TCP port), so the child must hold both listening sockets itself (an
+            // exited child holds none).
+            if listens_on(self.child.id(), &[&self.tcp, &self.http]) {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(self.not_ready(name, "no TCP listener after 30 s".to_owned()));
+                return Err(self.not_ready(name, "no TCP and HTTP listeners after 30 s".to_owned()));
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -471,7 +469,8 @@ fn listening_inodes(table: &str, ports: &[u16]) -> Vec<(u16, u64)> {
         .collect()
 }
 
-fn log_tail(path: &Path) -> String {
+/// The last 20 lines of the log at `path`.
+pub(crate) fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")

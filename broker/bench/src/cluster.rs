@@ -200,7 +200,7 @@ impl Cluster {
                 return Err(gateway.not_ready(format!(
                     "not routing to {n} broker(s) after {ROUTED_WITHIN:?} (last {last}; \
                      discovery {lookup}; discovery log: {})",
-                    discovery.log_tail()
+                    crate::broker::log_tail(&discovery.log)
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -278,15 +278,8 @@ impl Helper {
         BrokerError::NotReady {
             name: self.name.to_owned(),
             reason,
-            log: self.log_tail(),
+            log: crate::broker::log_tail(&self.log),
         }
-    }
-
-    /// The last 20 lines of the helper's log.
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 }
 

@@ -517,8 +517,8 @@ const HOLD_MAX_GROUP_BYTES: u64 = 256 * 1024;
 /// one fsync and stays in step. A request from a publisher that is not looping (a lone one at
 /// low load, a PUB now and then) never waits, and neither does anything once the window closed.
 /// Large groups are not held ([`HOLD_MAX_GROUP_BYTES`]): there two groups in turn keep the disk
-/// busier than one. The stage sleeps through the hold on its own thread ([`Returns::wait`]), woken by the
-/// append stage when the last of them is handed over.
+/// busier than one. The stage sleeps through the hold on its own thread ([`Returns::wait`]),
+/// woken by the append stage when the last of them is handed over.
 async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,

@@ -45,6 +45,31 @@ async fn expect_numbered(c: &mut Consumer, i: usize, why: &str) {
     assert_eq!(d.body, Bytes::from(format!("m{i}")));
 }
 
+/// Two publishers to topic `t`, each publishing `batch(publisher, i)` for `i` in `0..each` and
+/// sending the next as soon as the last is acknowledged, telling the engine when that was.
+async fn publish_looping(
+    e: &Engine,
+    each: u64,
+    batch: impl Fn(usize, u64) -> Vec<Bytes> + Clone + Send + 'static,
+) {
+    let mut tasks = Vec::new();
+    for p in 0..2 {
+        let (e, batch) = (e.clone(), batch.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut previous_ack = None;
+            for i in 0..each {
+                e.publish_from("t", batch(p, i), None, previous_ack)
+                    .await
+                    .expect("durable publish acknowledged");
+                previous_ack = Some(std::time::Instant::now());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,23 +136,7 @@ async fn two_publishers_that_publish_again_at_once_share_their_fsyncs() {
         .unwrap();
     let before = syncs.segment();
     let each = 100;
-    let mut tasks = Vec::new();
-    for p in 0..2 {
-        let e = e.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut previous_ack = None;
-            for i in 0..each {
-                let body = Bytes::from(format!("{p}-{i}"));
-                e.publish_from("t", vec![body], None, previous_ack)
-                    .await
-                    .expect("durable publish acknowledged");
-                previous_ack = Some(std::time::Instant::now());
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    publish_looping(&e, each, |p, i| vec![Bytes::from(format!("{p}-{i}"))]).await;
     let published = 2 * each;
     let fsyncs = syncs.segment() - before;
     println!(
@@ -171,22 +180,7 @@ async fn looping_publishers_of_large_batches_are_not_held_and_sync_in_turn() {
     let before = syncs.segment();
     let holds = e.counter(Counter::SyncHolds);
     let each = 20;
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let (e, batch) = (e.clone(), batch.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut previous_ack = None;
-            for _ in 0..each {
-                e.publish_from("t", batch.clone(), None, previous_ack)
-                    .await
-                    .expect("durable publish acknowledged");
-                previous_ack = Some(std::time::Instant::now());
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    publish_looping(&e, each, move |_, _| batch.clone()).await;
     let published = 2 * each;
     let fsyncs = syncs.segment() - before;
     let held = e.counter(Counter::SyncHolds) - holds;
