@@ -27,6 +27,15 @@ async fn without_interval_syncs(mode: AckMode, dir: &std::path::Path) -> (Engine
     (e, syncs)
 }
 
+/// A durable engine with topic `t` and channel `c`, over a file system whose every fsync
+/// takes 2 ms (counted): while one runs, publishers queue up behind it.
+async fn durable_with_slow_fsyncs(dir: &std::path::Path) -> (Engine, Arc<Syncs>) {
+    let (fs, syncs) = CountingFs::new(Duration::from_millis(2));
+    let e = Engine::open_with_fs(cfg(dir), fs).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    (e, syncs)
+}
+
 /// Publishes `m{i}` to topic `t` for each `i`, one at a time.
 async fn publish_numbered(e: &Engine, range: std::ops::Range<usize>) {
     for i in range {
@@ -73,10 +82,7 @@ async fn publish_looping(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_publishers_share_fsyncs_and_every_ack_is_readable() {
     let dir = tempfile::tempdir().unwrap();
-    // A 2 ms fsync: while one runs, the other publishers queue up behind it.
-    let (fs, syncs) = CountingFs::new(Duration::from_millis(2));
-    let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
-    e.create_channel("t", "c").unwrap();
+    let (e, syncs) = durable_with_slow_fsyncs(dir.path()).await;
     let before = syncs.segment();
     let (publishers, each) = (16, 25);
     let mut tasks = Vec::new();
@@ -128,9 +134,7 @@ async fn two_publishers_that_publish_again_at_once_share_their_fsyncs() {
     // fsync carries one publish); told when each was last answered, the sync stage holds the
     // next fsync for the returning one, and the two share nearly every fsync.
     let dir = tempfile::tempdir().unwrap();
-    let (fs, syncs) = CountingFs::new(Duration::from_millis(2));
-    let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
-    e.create_channel("t", "c").unwrap();
+    let (e, syncs) = durable_with_slow_fsyncs(dir.path()).await;
     e.publish("t", vec![Bytes::from_static(b"warm")], None)
         .await
         .unwrap();
@@ -168,9 +172,7 @@ async fn looping_publishers_of_large_batches_are_not_held_and_sync_in_turn() {
     // dominates each fsync, the stage holds no one, and the two mostly sync in turn (one
     // fsyncing while the other's next batch is appended).
     let dir = tempfile::tempdir().unwrap();
-    let (fs, syncs) = CountingFs::new(Duration::from_millis(2));
-    let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
-    e.create_channel("t", "c").unwrap();
+    let (e, syncs) = durable_with_slow_fsyncs(dir.path()).await;
     let body = Bytes::from(vec![7u8; 64 * 1024]);
     let batch = vec![body; 16];
     // Three syncs of 1 MiB bring the moving average of bytes per sync above the bound.
@@ -256,9 +258,7 @@ async fn a_lone_publish_on_an_idle_topic_waits_for_no_timer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_over_the_group_byte_limit_commits_alone_among_small_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let (fs, _) = CountingFs::new(Duration::from_millis(2));
-    let e = Engine::open_with_fs(cfg(dir.path()), fs).await.unwrap();
-    e.create_channel("t", "c").unwrap();
+    let (e, _) = durable_with_slow_fsyncs(dir.path()).await;
     let big = Bytes::from(vec![b'x'; 10 << 20]);
     let mut tasks = Vec::new();
     for p in 0..4 {
