@@ -54,9 +54,14 @@ fn sealed(b: &Broker) -> usize {
         .count()
 }
 
-/// Publishes at [`RATE`] until `stop`, counting into `published`; returns the slowest
-/// acknowledgement.
-async fn produce(mut p: Client, published: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> Duration {
+/// Publishes at [`RATE`] until `stop`, counting acknowledged messages into `published`, and
+/// sets `done` once the last one is acknowledged; returns the slowest acknowledgement.
+async fn produce(
+    mut p: Client,
+    published: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+) -> Duration {
     let start = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut i = 0u64;
@@ -69,14 +74,27 @@ async fn produce(mut p: Client, published: Arc<AtomicU64>, stop: Arc<AtomicBool>
         i += 1;
         published.store(i, Ordering::SeqCst);
     }
+    done.store(true, Ordering::SeqCst);
     slowest
 }
 
-/// Reads and FINs in order until the producer has stopped and everything it published has
-/// arrived; returns how many.
-async fn read(mut consumer: Client, published: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> u64 {
+/// Reads and FINs in order until the producer is done and everything it published has
+/// arrived; returns how many. It waits for a frame only when an acknowledged message is
+/// still owed, so it never waits on a message the producer did not send; a message sent
+/// but not yet acknowledged simply waits in the socket until its acknowledgement counts it.
+async fn read(mut consumer: Client, published: Arc<AtomicU64>, done: Arc<AtomicBool>) -> u64 {
     let mut next = 0u64;
-    while !(stop.load(Ordering::SeqCst) && next == published.load(Ordering::SeqCst)) {
+    loop {
+        // `done` is set after the last count, so once it reads true the count is final.
+        let finished = done.load(Ordering::SeqCst);
+        let owed = published.load(Ordering::SeqCst);
+        if next == owed {
+            if finished {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
         match consumer.answer().await {
             Some(Frame::Message { id, body: got, .. }) => {
                 assert!(
@@ -122,8 +140,14 @@ async fn a_minute_without_the_bucket_under_load_loses_nothing_and_uploads_catch_
     consumer.subscribe("t", "c", 200).await;
     let published = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn(produce(b.client().await, published.clone(), stop.clone()));
-    let reader = tokio::spawn(read(consumer, published.clone(), stop.clone()));
+    let done = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(
+        b.client().await,
+        published.clone(),
+        stop.clone(),
+        done.clone(),
+    ));
+    let reader = tokio::spawn(read(consumer, published.clone(), done));
 
     // Uploads work before the outage.
     common::eventually(async || counter(&b, "rustqueue_tiering_uploads_total").await >= 2.0).await;
