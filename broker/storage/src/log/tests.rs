@@ -621,34 +621,53 @@ fn sealing_cuts_the_zeros_so_a_sealed_segment_is_exactly_its_records() {
     assert_eq!(active.len().unwrap(), record, "a clean close cuts them too");
 }
 
+/// Appends `syncs` groups of two records of `body` bytes each, one sync per group; returns the
+/// next id.
+fn append_synced_pairs(log: &mut TopicLog, mut id: u64, body: &[u8], syncs: usize) -> u64 {
+    for _ in 0..syncs {
+        append(log, id, body);
+        append(log, id + 1, body);
+        id += 2;
+        log.sync().unwrap();
+    }
+    id
+}
+
 #[test]
 fn large_sync_groups_stop_the_zeros() {
     let fs = SimFs::new();
     let mut log = open_zeroing(&fs, 100 << 20);
-    let body = vec![3u8; 60 * 1024];
-    let mut id = 1;
-    for _ in 0..20 {
-        // Two 60 KiB records per sync: 120 KiB groups.
-        append(&mut log, id, &body);
-        append(&mut log, id + 1, &body);
-        id += 2;
-        log.sync().unwrap();
-    }
-    // The first zeros (1 MiB) were written before any sync; the average passes 64 KiB
-    // before the records reach their end.
+    // Two 150 KiB records per sync: 300 KiB groups, like many producers' MPUBs together.
+    let body = vec![3u8; 150 * 1024];
+    let id = append_synced_pairs(&mut log, 1, &body, 30);
+    // Zeros were written while the average was still climbing; it passes the bound before
+    // the records reach their end.
     assert_eq!(
         active_file_len(&fs),
-        40 * record_len(1, body.len()),
+        60 * record_len(1, body.len()),
         "once the average group is large the file grows by its records only"
     );
     // A little more, still large: no new zeros.
-    for _ in 0..10 {
-        append(&mut log, id, &body);
-        append(&mut log, id + 1, &body);
-        id += 2;
-        log.sync().unwrap();
-    }
-    assert_eq!(active_file_len(&fs), 60 * record_len(1, body.len()));
+    append_synced_pairs(&mut log, id, &body, 10);
+    assert_eq!(active_file_len(&fs), 80 * record_len(1, body.len()));
+}
+
+#[test]
+fn groups_of_two_64_kib_mpubs_keep_the_zeros() {
+    let fs = SimFs::new();
+    let mut log = open_zeroing(&fs, 100 << 20);
+    // Two 64 KiB records per sync: the `mixed` benchmark's two durable writers, whose syncs
+    // are faster over zeros than the zeros cost to write.
+    let body = vec![3u8; 64 * 1024];
+    let id = append_synced_pairs(&mut log, 1, &body, 60);
+    let records = 120 * record_len(1, body.len());
+    let len = active_file_len(&fs);
+    assert!(
+        len > records && len <= records + ZERO_AHEAD_BYTES as u64,
+        "zeros still ahead of the records: {len} bytes for {records} of records"
+    );
+    append_synced_pairs(&mut log, id, &body, 20);
+    assert!(active_file_len(&fs) > 160 * record_len(1, body.len()));
 }
 
 // --- reading runs of bodies -----------------------------------------------------------------
