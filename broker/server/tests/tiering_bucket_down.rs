@@ -8,13 +8,14 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Broker, Client, metric};
 use rustqueue_api::broker_config::TieringConfig;
 use rustqueue_protocol::Frame;
 use rustqueue_tier::test_server::{self, TestServer};
+use tokio::sync::watch;
 
 /// How long the bucket is down.
 const OUTAGE: Duration = Duration::from_secs(60);
@@ -54,14 +55,20 @@ fn sealed(b: &Broker) -> usize {
         .count()
 }
 
-/// Publishes at [`RATE`] until `stop`, counting acknowledged messages into `published`, and
-/// sets `done` once the last one is acknowledged; returns the slowest acknowledgement.
-async fn produce(
-    mut p: Client,
-    published: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicBool>,
-) -> Duration {
+/// What the producer has had acknowledged, and whether it has stopped publishing.
+#[derive(Clone, Copy, Default)]
+struct Acked {
+    count: u64,
+    done: bool,
+}
+
+/// The longest the reader waits for the producer's next acknowledgement: the consumer's
+/// patience, far above [`ACK_BOUND`].
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Publishes at [`RATE`] until `stop`, announcing each acknowledgement on `acked` and, after
+/// the last one, that it is done; returns the slowest acknowledgement.
+async fn produce(mut p: Client, acked: watch::Sender<Acked>, stop: Arc<AtomicBool>) -> Duration {
     let start = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut i = 0u64;
@@ -72,27 +79,31 @@ async fn produce(
         p.publish("t", &body(i)).await;
         slowest = slowest.max(sent.elapsed());
         i += 1;
-        published.store(i, Ordering::SeqCst);
+        acked.send_modify(|a| a.count = i);
     }
-    done.store(true, Ordering::SeqCst);
+    acked.send_modify(|a| a.done = true);
     slowest
 }
 
-/// Reads and FINs in order until the producer is done and everything it published has
-/// arrived; returns how many. It waits for a frame only when an acknowledged message is
-/// still owed, so it never waits on a message the producer did not send; a message sent
-/// but not yet acknowledged simply waits in the socket until its acknowledgement counts it.
-async fn read(mut consumer: Client, published: Arc<AtomicU64>, done: Arc<AtomicBool>) -> u64 {
+/// Reads and FINs in order until the producer is done and everything it had acknowledged has
+/// arrived; returns how many. It waits for a frame only while an acknowledged message is
+/// owed, and otherwise for the producer's next acknowledgement, so it never waits on a message
+/// the producer did not send; a message sent but not yet acknowledged waits in the socket
+/// until its acknowledgement is announced.
+async fn read(mut consumer: Client, mut acked: watch::Receiver<Acked>) -> u64 {
     let mut next = 0u64;
     loop {
-        // `done` is set after the last count, so once it reads true the count is final.
-        let finished = done.load(Ordering::SeqCst);
-        let owed = published.load(Ordering::SeqCst);
-        if next == owed {
-            if finished {
+        let Acked { count, done } = *acked.borrow_and_update();
+        if next == count {
+            if done {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::timeout(PATIENCE, acked.changed())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("no acknowledgement after message {next} within {PATIENCE:?}")
+                })
+                .expect("the producer announces that it is done before it ends");
             continue;
         }
         match consumer.answer().await {
@@ -138,16 +149,10 @@ async fn a_minute_without_the_bucket_under_load_loses_nothing_and_uploads_catch_
     // The consumer reads along from the first message.
     let mut consumer = b.client().await.with_patience(Duration::from_secs(30));
     consumer.subscribe("t", "c", 200).await;
-    let published = Arc::new(AtomicU64::new(0));
+    let (acked, published) = watch::channel(Acked::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn(produce(
-        b.client().await,
-        published.clone(),
-        stop.clone(),
-        done.clone(),
-    ));
-    let reader = tokio::spawn(read(consumer, published.clone(), done));
+    let producer = tokio::spawn(produce(b.client().await, acked, stop.clone()));
+    let reader = tokio::spawn(read(consumer, published.clone()));
 
     // Uploads work before the outage.
     common::eventually(async || counter(&b, "rustqueue_tiering_uploads_total").await >= 2.0).await;
@@ -155,9 +160,9 @@ async fn a_minute_without_the_bucket_under_load_loses_nothing_and_uploads_catch_
         + counter(&b, "rustqueue_tiering_upload_failures_total").await;
     server.pause();
     let down = Instant::now();
-    let at_pause = published.load(Ordering::SeqCst);
+    let at_pause = published.borrow().count;
     tokio::time::sleep(OUTAGE).await;
-    let during = published.load(Ordering::SeqCst) - at_pause;
+    let during = published.borrow().count - at_pause;
     let failures_during = counter(&b, "rustqueue_tiering_bucket_request_failures_total").await
         + counter(&b, "rustqueue_tiering_upload_failures_total").await;
     let backlog = counter(&b, "rustqueue_tiering_upload_backlog_segments").await;
@@ -193,7 +198,7 @@ async fn a_minute_without_the_bucket_under_load_loses_nothing_and_uploads_catch_
         slowest < ACK_BOUND,
         "no publish waited on the bucket: the slowest took {slowest:?}"
     );
-    let total = published.load(Ordering::SeqCst);
+    let total = published.borrow().count;
     let read = reader.await.unwrap();
     assert_eq!(read, total, "every acknowledged message delivered");
     b.stop().await;

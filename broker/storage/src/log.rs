@@ -267,10 +267,10 @@ pub const ZERO_AHEAD_BYTES: usize = 1 << 20;
 /// Zeros are written ahead only while syncs cover less than this on average. Zeros double the
 /// bytes written (about 0.8 ms per MiB at the benchmark disk's 1,285 MiB/s synced bandwidth)
 /// and save the inode write of each sync (80-165 µs there, more for larger groups), so they
-/// pay while a MiB takes more than about five syncs, groups of up to about 200 KiB. At 256 KiB the
-/// `mixed` case's durable writers (two MPUBs of 64 KiB, groups of 128-256 KiB on average)
-/// read 17 % more than at 64 KiB, four rounds alternating, and MPUB 64 x 1 KiB durable (about
-/// 400 KiB groups) is unchanged (docs/benchmarks.md, notes).
+/// pay while a MiB takes more than about five syncs, groups of up to about 200 KiB. At 256 KiB
+/// the `mixed` case's durable writers (two MPUBs of 64 KiB, groups of 128-256 KiB on average)
+/// read 13-17 % more than at 64 KiB (two A/B sets, rounds alternating), and MPUB 64 x 1 KiB
+/// durable (about 400 KiB groups) is unchanged (docs/benchmarks.md, notes).
 const ZERO_AHEAD_MAX_GROUP: u64 = 256 * 1024;
 static ZEROS: [u8; ZERO_AHEAD_BYTES] = [0; ZERO_AHEAD_BYTES];
 
