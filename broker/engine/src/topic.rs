@@ -162,7 +162,7 @@ impl Topic {
         let ids = bodies.len() as u64;
         let waited = Instant::now();
         let reqs = [(bodies, available_at_ms)];
-        let Some(mut results) = append_if(self, store, &reqs, |log| {
+        let Some((mut results, view)) = append_if(self, store, &reqs, |log| {
             !log.append_needs_io(bytes) && store.ids_reserved(ids)
         }) else {
             let [(bodies, _)] = reqs;
@@ -179,14 +179,14 @@ impl Topic {
             } else {
                 // `write_ack` shows only synced positions: this moves nothing unless a relaxed
                 // sync has just completed, which it then shows before the sync stage's task is
-                // back on a thread to do so. A build that left it to the sync stage (and read
-                // the sync thresholds under the append's lock hold) read 5-11 % less PUB+FIN
-                // `write_ack` throughput, three rounds alternating (docs/benchmarks.md, notes).
-                self.publish_visibility();
+                // back on a thread to do so. A build that left it to the sync stage read 5-11 %
+                // less PUB+FIN `write_ack` throughput, three rounds alternating
+                // (docs/benchmarks.md, notes).
+                self.show(view);
             }
             count_group(m, 1);
             m.add(Counter::InlineAppends, 1);
-            self.handoff.relaxed(self, &self.settings);
+            self.handoff.relaxed(&view, &self.settings);
         }
         if let Some(trace) = trace {
             trace.appended(waited, appended_at, 1);
@@ -200,14 +200,18 @@ impl Topic {
 
     /// Recomputes what consumers may see and wakes them if it moved.
     pub fn publish_visibility(&self) {
-        let (durable, appended) = {
-            let log = lock(&self.log);
-            (log.durable_position(), log.next_position() - 1)
-        };
+        let view = LogView::of(&lock(&self.log));
+        self.show(view);
+    }
+
+    /// [`Topic::publish_visibility`] from what an append already read of the log in its own
+    /// lock hold: the position only ever moves forward, and whatever moves the log later (a
+    /// later append, a sync) shows its own view.
+    fn show(&self, view: LogView) {
         let v = if self.settings.ack_mode == AckMode::NsqRelaxed || self.ephemeral {
-            appended
+            view.appended
         } else {
-            durable
+            view.durable
         };
         let mut moved_by = 0;
         self.visible.send_if_modified(|cur| {
@@ -327,21 +331,24 @@ async fn append_stage(
         // group. One that seals a segment or reserves more ids fsyncs: that goes to the
         // blocking pool.
         let ids: u64 = reqs.iter().map(|(b, _)| b.len() as u64).sum();
-        let needs_io = lock(&t.log).append_needs_io(bytes) || !store.ids_reserved(ids);
-        let results = if needs_io {
-            let t2 = t.clone();
-            let store2 = store.clone();
-            tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
-                .await
-                .unwrap_or_else(|e| {
-                    let e = PublishError::from(StorageFault::task("commit", &e));
-                    vec![Err(e); n]
-                })
-        } else {
-            append(&t, &store, &reqs)
+        let inline = append_if(&t, &store, &reqs, |log| {
+            !log.append_needs_io(bytes) && store.ids_reserved(ids)
+        });
+        let (results, view) = match inline {
+            Some(done) => done,
+            None => {
+                let t2 = t.clone();
+                let store2 = store.clone();
+                tokio::task::spawn_blocking(move || append(&t2, &store2, &reqs))
+                    .await
+                    .unwrap_or_else(|e| {
+                        let e = PublishError::from(StorageFault::task("commit", &e));
+                        (vec![Err(e); n], LogView::of(&lock(&t.log)))
+                    })
+            }
         };
         let appended_at = Instant::now();
-        t.publish_visibility();
+        t.show(view);
         let answered = replies.iter().filter(|(_, after_sync)| !after_sync).count() as u64;
         if answered > 0 {
             count_group(m, answered);
@@ -375,7 +382,7 @@ async fn append_stage(
             }
         }
         if relaxed && relaxed_ok {
-            t.handoff.relaxed(&t, &set);
+            t.handoff.relaxed(&view, &set);
         }
     }
 }
@@ -479,10 +486,14 @@ impl Handoff {
     /// Tells the sync stage of a relaxed append when it needs to know: the first one since its
     /// last sync (that starts the interval), and any that reaches a message or byte threshold.
     /// A relaxed group costs no wake-up of the sync stage otherwise.
-    fn relaxed(&self, t: &Topic, set: &GroupSettings) {
+    ///
+    /// The thresholds are read from the append's own view of the log, not under a second hold
+    /// of its lock: an append that crosses one sees it crossed, and so does every append after
+    /// it until the sync stage syncs (which reads them again itself before it does).
+    fn relaxed(&self, view: &LogView, set: &GroupSettings) {
         let first = !self.told.swap(true, Ordering::SeqCst);
         let due = first || {
-            let (msgs, bytes) = lock(&t.log).unsynced();
+            let (msgs, bytes) = view.unsynced;
             msgs >= set.sync_messages || bytes >= set.sync_bytes
         };
         if due {
@@ -595,13 +606,14 @@ async fn sync_stage(
         for trace in &group.traced {
             trace.synced(sync_began, synced_at, answered);
         }
-        t.publish_visibility();
+        let (view, group_bytes) = {
+            let log = lock(&t.log);
+            (LogView::of(&log), log.sync_group_bytes())
+        };
+        t.show(view);
         answer(group.waiting, &result);
         // What is still unsynced was appended after the fsync began.
-        let (unsynced, group_bytes) = {
-            let log = lock(&t.log);
-            (log.unsynced().0, log.sync_group_bytes())
-        };
+        let unsynced = view.unsynced.0;
         unsynced_since = (unsynced > 0).then_some(sync_began);
         if answered > 0 {
             // The hold waits for as many returning requests as this group answered, counted
@@ -683,14 +695,39 @@ impl Group {
     }
 }
 
+/// What an append leaves the log at, read at the end of its lock hold: what the steps after
+/// the append need (what consumers may see, the relaxed sync thresholds) without taking the
+/// lock again. Each extra hold per publish was a chance to meet another worker's append on
+/// the lock, and a futex sleep and wake-up when it did (docs/benchmarks.md, notes).
+#[derive(Clone, Copy)]
+pub(crate) struct LogView {
+    /// Highest position on stable storage.
+    durable: u64,
+    /// Highest position appended.
+    appended: u64,
+    /// Appended-but-unsynced messages and record bytes.
+    unsynced: (u64, u64),
+}
+
+impl LogView {
+    fn of(log: &TopicLog) -> Self {
+        LogView {
+            durable: log.durable_position(),
+            appended: log.next_position() - 1,
+            unsynced: log.unsynced(),
+        }
+    }
+}
+
 /// Appends every request (ids reserved first) in one hold of the log lock and, as far as the
 /// active segment reaches, one write; no fsync.
 fn append(
     t: &Arc<Topic>,
     store: &Store,
     reqs: &[(Vec<Bytes>, i64)],
-) -> Vec<Result<(), PublishError>> {
-    append_if(t, store, reqs, |_| true).unwrap_or_default()
+) -> (Vec<Result<(), PublishError>>, LogView) {
+    let waited = Instant::now();
+    append_held(t, store, reqs, lock(&t.log), waited)
 }
 
 /// [`append`], if `ready` holds for the log in the same hold of its lock (`None`: nothing was
@@ -700,13 +737,24 @@ fn append_if(
     store: &Store,
     reqs: &[(Vec<Bytes>, i64)],
     ready: impl FnOnce(&TopicLog) -> bool,
-) -> Option<Vec<Result<(), PublishError>>> {
-    let m = &t.metrics;
+) -> Option<(Vec<Result<(), PublishError>>, LogView)> {
     let waited = Instant::now();
-    let mut log = lock(&t.log);
+    let log = lock(&t.log);
     if !ready(&log) {
         return None;
     }
+    Some(append_held(t, store, reqs, log, waited))
+}
+
+/// [`append`] under a hold of the log lock taken at `waited`; releases it.
+fn append_held(
+    t: &Arc<Topic>,
+    store: &Store,
+    reqs: &[(Vec<Bytes>, i64)],
+    mut log: std::sync::MutexGuard<'_, TopicLog>,
+    waited: Instant,
+) -> (Vec<Result<(), PublishError>>, LogView) {
+    let m = &t.metrics;
     let held = Instant::now();
     m.observe(Timer::PublishLockWait, held - waited);
     let timestamp_ns = now_ns();
@@ -735,10 +783,11 @@ fn append_if(
         }
     }
     let sealed = log.take_index_writes();
+    let view = LogView::of(&log);
     drop(log);
     m.since(Timer::PublishLockHold, held);
     write_indexes(t, sealed);
-    Some(results)
+    (results, view)
 }
 
 /// Writes the indexes of the segments an append sealed on the blocking pool, after the log
