@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -179,8 +179,9 @@ impl Topic {
             } else {
                 // `write_ack` shows only synced positions: this moves nothing unless a relaxed
                 // sync has just completed, which it then shows before the sync stage's task is
-                // back on a thread to do so. A build that left it to the sync stage read 5-11 %
-                // less PUB+FIN `write_ack` throughput, three rounds alternating
+                // back on a thread to do so. A build that left it to the sync stage (and read
+                // the sync thresholds under the append's lock hold, as every append now does)
+                // read 5-11 % less PUB+FIN `write_ack` throughput, three rounds alternating
                 // (docs/benchmarks.md, notes).
                 self.show(view);
             }
@@ -204,9 +205,9 @@ impl Topic {
         self.show(view);
     }
 
-    /// [`Topic::publish_visibility`] from what an append already read of the log in its own
-    /// lock hold: the position only ever moves forward, and whatever moves the log later (a
-    /// later append, a sync) shows its own view.
+    /// [`Topic::publish_visibility`] from a view of the log already read in a hold of its lock
+    /// (an append's, a sync's): the position only ever moves forward, and whatever moves the
+    /// log later (a later append, a sync) shows its own view.
     fn show(&self, view: LogView) {
         let v = if self.settings.ack_mode == AckMode::NsqRelaxed || self.ephemeral {
             view.appended
@@ -700,7 +701,7 @@ impl Group {
 /// lock again. Each extra hold per publish was a chance to meet another worker's append on
 /// the lock, and a futex sleep and wake-up when it did (docs/benchmarks.md, notes).
 #[derive(Clone, Copy)]
-pub(crate) struct LogView {
+struct LogView {
     /// Highest position on stable storage.
     durable: u64,
     /// Highest position appended.
@@ -751,7 +752,7 @@ fn append_held(
     t: &Arc<Topic>,
     store: &Store,
     reqs: &[(Vec<Bytes>, i64)],
-    mut log: std::sync::MutexGuard<'_, TopicLog>,
+    mut log: MutexGuard<'_, TopicLog>,
     waited: Instant,
 ) -> (Vec<Result<(), PublishError>>, LogView) {
     let m = &t.metrics;
