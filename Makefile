@@ -107,10 +107,10 @@ trace-test: deps-otelcol ## rustqueued's publish and delivery spans at a real Op
 crash: ## crash tests alone: 1,200 simulated storage crash points + real SIGKILL failpoints in storage and console management (unit runs them too)
 	$(CARGO_TEST) --test crash_sim --test crash_sigkill --test console_manage_sigkill
 
-# cargo-deny (pinned in scripts/versions.env, built into the cache once: about 5 min of CPU)
-# checks Cargo.lock's licences, bans and sources against deny.toml in about 2 s. `advisories`
+# cargo-deny (pinned in scripts/versions.env, built into the cache once, unoptimised: under 2 min of CPU)
+# checks Cargo.lock's licences, bans and sources against deny.toml in about 3 s. `advisories`
 # is not run: its database cannot be fetched here (deny.toml).
-CARGO_DENY = $(RUSTQUEUE_CACHE)/cargo-deny-$(shell . scripts/versions.env && echo $$CARGO_DENY_VERSION)/bin/cargo-deny
+CARGO_DENY = $(RUSTQUEUE_CACHE)/cargo-deny-$(shell . scripts/versions.env && echo $$CARGO_DENY_VERSION)-debug/bin/cargo-deny
 .PHONY: deny
 deny: ## cargo deny check licenses bans sources (deny.toml); builds the pinned cargo-deny once
 	scripts/deps.sh cargo-deny

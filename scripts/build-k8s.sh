@@ -20,6 +20,7 @@
 # Usage: scripts/build-k8s.sh [--force]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+go_tools_without_dwarf
 
 name="k8s-$K8S_VERSION-$K8S_BUILD"
 dest="$RUSTQUEUE_CACHE/$name"
