@@ -14,7 +14,8 @@
 #
 # Env: RUSTQUEUED_BIN (default $CARGO_TARGET_DIR/debug/rustqueued, else target/debug),
 #      COMPAT_RESULTS_DIR (copy of each suite's output, for docs/compatibility.md),
-#      COMPAT_KEEP=1 (keep the temp dir with logs), COMPAT_RUN=<regexp> (scenario filter).
+#      COMPAT_KEEP=1 (keep the temp dir with logs), COMPAT_RUN=<regexp> (scenario filter),
+#      RUST_LOG (rustqueued's log filter; default: warnings, and why each connection was closed).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/../../scripts/lib.sh"
@@ -126,6 +127,10 @@ EOF
     { cat "$WORK/check-$(basename "$file").log" >&2; die "rustqueued rejects $file"; }
 }
 
+# The brokers log warnings, and why each connection they closed was closed (info from the
+# session module): a failed scenario prints its broker's log.
+RQ_LOG="${RUST_LOG:-warn,rustqueue_server::tcp::session=info}"
+
 start_rustqueued() {
   # The plain broker takes its addresses and data path from the environment overrides
   # (docs/configuration.md, "Environment variables") on top of a file that names other ones;
@@ -135,11 +140,11 @@ start_rustqueued() {
   rustqueued_config "$WORK/plain.toml" "127.0.0.1:1" "127.0.0.1:2" "$WORK/wrong-data" 0
   sed -i "s/^advertised_tcp_port = .*/advertised_tcp_port = ${PLAIN_TCP##*:}/; s/^advertised_http_port = .*/advertised_http_port = ${PLAIN_HTTP##*:}/" "$WORK/plain.toml"
   start plain env RUSTQUEUE_TCP_ADDRESS="$PLAIN_TCP" RUSTQUEUE_HTTP_ADDRESS="$PLAIN_HTTP" \
-    RUSTQUEUE_DATA_PATH="$WORK/data-plain" RUST_LOG="${RUST_LOG:-warn}" \
+    RUSTQUEUE_DATA_PATH="$WORK/data-plain" RUST_LOG="$RQ_LOG" \
     "$RUSTQUEUED_BIN" --config "$WORK/plain.toml"
   SECURE_TCP="127.0.0.1:$(free_port)" SECURE_HTTP="127.0.0.1:$(free_port)" SECURE_LOOKUP="$SECURE_HTTP"
   rustqueued_config "$WORK/secure.toml" "$SECURE_TCP" "$SECURE_HTTP" "$WORK/data-secure" 1
-  start secure env RUST_LOG="${RUST_LOG:-warn}" "$RUSTQUEUED_BIN" --config "$WORK/secure.toml"
+  start secure env RUST_LOG="$RQ_LOG" "$RUSTQUEUED_BIN" --config "$WORK/secure.toml"
 }
 
 # count OUT: sets pass/fail from a suite's PASS/FAIL lines; a suite that passed nothing fails.
@@ -190,6 +195,10 @@ main() {
       if [ "$rc" != 0 ] && ! grep -q "^FAIL $mode/" "$out"; then
         echo "FAIL $mode/suite: the $client suite exited $rc without a failing scenario" | tee -a "$out"
         tail -n 20 "$WORK/$client-$mode.stderr" | sed 's/^/    | /'
+      fi
+      if grep -q "^FAIL $mode/" "$out"; then
+        echo "    the $mode $target's log, last 30 lines ($WORK/$mode.log):"
+        tail -n 30 "$WORK/$mode.log" | sed 's/^/    | /'
       fi
     done
     count "$out"

@@ -138,8 +138,15 @@ impl Session {
         }
         self.command_started = Some(Instant::now());
         let result = self.main_loop(handshake).await;
-        if let Err(e) = result {
-            tracing::debug!(peer = %self.peer, "session ended: {e}");
+        // Why a connection ended is logged at info, but not a client's own close (EOF, with or
+        // without TLS close_notify): a client library that dies on a broker-side close is then
+        // traceable to its cause.
+        match result {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(peer = %self.peer, "connection closed by the client: {e}");
+            }
+            Err(e) => tracing::info!(peer = %self.peer, "connection closed: {e}"),
+            Ok(()) => {}
         }
         self.conn.shutdown().await;
         if self.closed_on_error {
@@ -264,7 +271,12 @@ impl Session {
                 return Ok(Next::Continue);
             };
             if self.last_recv.elapsed() >= 2 * hb {
-                tracing::debug!(peer = %self.peer, "client timed out after {:?}", self.last_recv.elapsed());
+                tracing::warn!(
+                    peer = %self.peer,
+                    "closing the connection: nothing received for {:?}, twice the {hb:?} \
+                     heartbeat interval (the client must answer heartbeats with NOP)",
+                    self.last_recv.elapsed()
+                );
                 return Ok(Next::Close);
             }
             self.conn.response(frame::HEARTBEAT);
@@ -277,6 +289,7 @@ impl Session {
                 self.conn
                     .error(&ProtocolError::invalid("command read timed out"));
             }
+            tracing::info!(peer = %self.peer, "closing the connection: command read timed out");
             return Ok(Next::Close);
         }
         Ok(Next::Continue)
@@ -459,6 +472,7 @@ impl Session {
 
     /// Queues a fatal error; the session closes next and lingers so the client can read it.
     fn fatal(&mut self, err: &ProtocolError) {
+        tracing::info!(peer = %self.peer, "closing the connection after {err}");
         self.closed_on_error = true;
         self.conn.error(err);
     }
@@ -471,6 +485,7 @@ impl Session {
             ErrorCode::Throttled | ErrorCode::Draining | ErrorCode::PubRetry
         );
         if retriable && self.shared.cfg.limits.disconnect_on_retriable_publish_error {
+            tracing::info!(peer = %self.peer, "closing the connection instead of sending {err}");
             return Ok(Next::Close);
         }
         let fatal = err.is_fatal();
