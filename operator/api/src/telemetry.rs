@@ -2,6 +2,8 @@
 //! one `--log-format text|json` switch (environment `RUSTQUEUE_LOG_FORMAT`) with the field names
 //! a log pipeline expects, and the `rustqueue_build_info` and `process_*` series.
 
+use std::io::IsTerminal;
+
 use prometheus::{IntGauge, Opts, Registry};
 use tracing_subscriber::EnvFilter;
 
@@ -20,8 +22,10 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Colours only on a terminal: a log file or `kubectl logs` would show the escape codes.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder
