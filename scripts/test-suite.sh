@@ -26,11 +26,11 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 # - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
 #   build, which waits for them: one cargo directory, whose lock the longest chain gets first.
 #   Clippy (its own target dir) and the external tools compile beside it. Clippy is the
-#   longest build on a cold machine (niced, ~40 min beside the scenario builds), so nothing
+#   longest build on a cold machine (niced, ~38 min beside the scenario builds), so nothing
 #   waits behind it in its lane: the fuzz smoke has a lane of its own.
 #   scripts/deps.sh locks each external tool, so two stages never build one twice.
 # - cargo-deny (the `deny` stage) has a lane of its own, niced like the other builds off the
-#   longest chain: its one-time build (about 5 min of CPU, cached afterwards) uses what the
+#   longest chain: its one-time build (under 2 min of CPU, cached afterwards) uses what the
 #   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
