@@ -72,12 +72,12 @@ deps_crane() {
 # Builds the command PKG of Go module MODULE at VERSION into $RUSTQUEUE_CACHE/NAME-VERSION/bin/NAME,
 # inside the downloaded module with its own go.mod (static, trimmed), once. Extra arguments are
 # environment assignments for the build (GOWORK=off ...); GO_LDFLAGS adds to the linker flags,
-# GO_TAGS sets build tags, GO_BUILD (naming those choices) is added to the cache entry's name
-# (NAME-VERSION-BUILD), and GO_TOOL_CHECK, when set, is the flag the new binary is run with once.
+# GO_TAGS sets build tags and names the cache entry with them (NAME-VERSION-TAGS), and
+# GO_TOOL_CHECK, when set, is the flag the new binary is run with once (--version).
 go_module_tool() {
   local tool=$1 version=$2 module=$3 pkg=$4
   shift 4
-  local name="$tool-$version${GO_BUILD:+-$GO_BUILD}"
+  local name="$tool-$version${GO_TAGS:+-$GO_TAGS}"
   cached "$name" && [ -x "$RUSTQUEUE_CACHE/$name/bin/$tool" ] && return 0
   log "building $tool $version (one time)"
   local src start=$SECONDS
@@ -206,7 +206,7 @@ deps_openssl() {
 # pull in were more than half of the build (cold: 4.1 CPU-minutes with the tag, 9.2 without).
 deps_promtool() {
   # The module ships a go.work naming folders its zip leaves out: build with the go.mod alone.
-  GO_TOOL_CHECK=--version GO_TAGS=remove_all_sd GO_BUILD="$PROMTOOL_BUILD" \
+  GO_TOOL_CHECK=--version GO_TAGS="$PROMTOOL_TAGS" \
     go_module_tool promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus ./cmd/promtool GOWORK=off
 }
 

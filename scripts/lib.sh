@@ -18,8 +18,11 @@ finish() { touch "$RUSTQUEUE_CACHE/$1/.done"; }
 # go_tools_without_dwarf: the one-time builds of external Go tools (scripts/deps.sh,
 # scripts/build-k8s.sh) strip their binaries or never read their debug info, so the compiler
 # need not write DWARF for every package only for the linker to drop it: about 10 % less CPU
-# on a cold machine (promtool: 3.7 CPU-minutes against 4.2). Keeps the GOFLAGS `go env` has.
+# on a cold machine (promtool: 3.7 CPU-minutes against 4.2). Keeps the GOFLAGS `go env` has;
+# a script started by one that already set it (build-k8s.sh from deps.sh) adds nothing.
 go_tools_without_dwarf() {
-  GOFLAGS="$(go env GOFLAGS 2>/dev/null) -gcflags=all=-dwarf=false"
+  local dwarf=-gcflags=all=-dwarf=false
+  case " ${GOFLAGS:-} " in *" $dwarf "*) return 0 ;; esac
+  GOFLAGS="$(go env GOFLAGS 2>/dev/null) $dwarf"
   export GOFLAGS
 }

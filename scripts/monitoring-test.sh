@@ -26,7 +26,7 @@ done
 [ -n "$bin_dir" ] || die "--bin-dir DIR is required (the debug build of rustqueued, rustqueue-discovery and rustqueue-gateway)"
 
 "$ROOT/scripts/deps.sh" promtool argocd-health
-promtool="$RUSTQUEUE_CACHE/promtool-$PROMTOOL_VERSION-$PROMTOOL_BUILD/bin/promtool"
+promtool="$RUSTQUEUE_CACHE/promtool-$PROMTOOL_VERSION-$PROMTOOL_TAGS/bin/promtool"
 start=$SECONDS
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
