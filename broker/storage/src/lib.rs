@@ -175,8 +175,12 @@ impl Fault {
     pub fn errors(&self) -> u64 {
         self.0.errors.load(Ordering::Relaxed)
     }
-    /// The reason, if tripped.
+    /// The reason, if tripped. Every publish asks first: while untripped that is a read of
+    /// the flag, not a hold of the lock all of the store's writers share.
     pub fn reason(&self) -> Option<String> {
+        if !self.0.tripped.load(Ordering::Acquire) {
+            return None;
+        }
         self.0
             .reason
             .lock()
@@ -194,5 +198,24 @@ impl Fault {
             self.trip(e.to_string());
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_reports_the_first_reason_once_tripped() {
+        let f = Fault::default();
+        assert_eq!(f.reason(), None);
+        assert!(f.check().is_ok());
+        f.trip("disk gone".into());
+        f.close("shutting down".into());
+        assert_eq!(f.reason().as_deref(), Some("disk gone"));
+        assert!(matches!(f.check(), Err(StorageError::Isolated(why)) if why == "disk gone"));
+        assert_eq!(f.errors(), 1);
+        // A clone shares the switch.
+        assert_eq!(f.clone().reason().as_deref(), Some("disk gone"));
     }
 }
