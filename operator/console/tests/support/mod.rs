@@ -94,14 +94,17 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Starts broker `ordinal` at `ip:http_port`, with console management as asked.
+    /// Starts broker `ordinal` at `ip:http_port`, with console management as asked. `Err`:
+    /// one of its ports was taken between [`free_port`] finding it free and the broker's bind
+    /// (other suites' processes bind ports too, some on every address); the caller picks new
+    /// ones. Any other early exit fails the test with the broker's stderr.
     async fn start(
         ordinal: u32,
         ip: IpAddr,
         http_port: u16,
         tokens: &std::path::Path,
         management: bool,
-    ) -> Broker {
+    ) -> Result<Broker, PortTaken> {
         let data = tempfile::tempdir().unwrap();
         let config = data.path().join("broker.toml");
         let toml = format!(
@@ -114,6 +117,8 @@ impl Broker {
         std::fs::create_dir_all(&data_dir).unwrap();
         let tcp: SocketAddr = (ip, free_port(ip)).into();
         let http: SocketAddr = (ip, http_port).into();
+        let stderr_path = data.path().join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
         let child = Command::new(rustqueued())
             .env("RUSTQUEUE_CONFIG", &config)
             .env("RUSTQUEUE_DATA_PATH", &data_dir)
@@ -122,6 +127,7 @@ impl Broker {
             .env("RUSTQUEUE_HTTP_ADDRESS", http.to_string())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut b = Broker {
@@ -134,12 +140,29 @@ impl Broker {
         };
         let ping = b.url("/ping");
         let start = Instant::now();
-        while !rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
+        loop {
+            // The exit first: a port someone else holds may accept the probe and never answer.
             if let Some(status) = b.child.try_wait().unwrap() {
-                panic!("broker {} exited at startup: {status}", b.name);
+                let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                if err.contains("Address already in use") {
+                    eprintln!(
+                        "broker {} found a port taken ({tcp} or {http}); retrying",
+                        b.name
+                    );
+                    return Err(PortTaken);
+                }
+                panic!("broker {} exited at startup: {status}\n{err}", b.name);
+            }
+            let probe = tokio::time::timeout(
+                Duration::from_secs(1),
+                rustqueue_api::http_client::get(&ping),
+            );
+            if probe
+                .await
+                .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
+                && b.child.try_wait().unwrap().is_none()
+            {
+                break;
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
@@ -148,7 +171,7 @@ impl Broker {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        b
+        Ok(b)
     }
 
     /// `http://<ip>:<port><path>`.
@@ -235,6 +258,10 @@ impl Broker {
     }
 }
 
+/// A broker's port was bound by someone else before the broker bound it.
+#[derive(Debug)]
+pub struct PortTaken;
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -273,11 +300,27 @@ impl Cluster {
         let ips: Vec<IpAddr> = (0..n)
             .map(|_| loopback(NEXT_IP.fetch_add(1, Ordering::SeqCst)))
             .collect();
-        let http_port = free_port(ips[0]);
-        let mut brokers = Vec::new();
-        for (i, ip) in ips.into_iter().enumerate() {
-            brokers.push(Broker::start(i as u32, ip, http_port, &token_file, management).await);
-        }
+        // Ports are found free, then bound by the brokers: another process may take one in
+        // between. Then every broker starts again on new ones (they share the HTTP port).
+        let mut attempts = 0;
+        let (brokers, http_port) = 'start: loop {
+            attempts += 1;
+            let http_port = free_port(ips[0]);
+            let mut brokers = Vec::new();
+            for (i, ip) in ips.iter().enumerate() {
+                match Broker::start(i as u32, *ip, http_port, &token_file, management).await {
+                    Ok(b) => brokers.push(b),
+                    Err(PortTaken) => {
+                        assert!(
+                            attempts < 5,
+                            "brokers' ports taken {attempts} times in a row"
+                        );
+                        continue 'start;
+                    }
+                }
+            }
+            break (brokers, http_port);
+        };
         let mem = MemoryCluster::new(rustqueue_console::fixtures::rustqueue(n as i32));
         mem.set_pods(brokers.iter().map(Broker::pod).collect());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
