@@ -90,7 +90,7 @@ pub struct Broker {
     /// HTTP address.
     pub http: SocketAddr,
     child: Child,
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
 }
 
 impl Broker {
@@ -136,7 +136,7 @@ impl Broker {
             tcp,
             http,
             child,
-            _data: data,
+            data,
         };
         let ping = b.url("/ping");
         let start = Instant::now();
@@ -266,6 +266,11 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Its stderr goes to a file (startup reads it); a failing test still shows it.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.data.path().join("stderr.log"));
+            eprintln!("broker {} stderr:\n{}", self.name, log.unwrap_or_default());
+        }
     }
 }
 
