@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 const CONSOLE: &str = "console-secret";
 
 struct Proc {
-    child: common::KillOnDrop,
+    b: common::Spawned,
     http: String,
     _config: tempfile::TempDir,
 }
@@ -35,30 +35,19 @@ async fn spawn(data: &Path, failpoint: Option<&str>) -> Proc {
     );
     let file = config.path().join("rustqueued.toml");
     std::fs::write(&file, toml).unwrap();
-    let (tcp, http) = (common::free_port(), common::free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     cmd.env("RUSTQUEUE_CONFIG", &file)
         .env("RUSTQUEUE_DATA_PATH", data)
-        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     if let Some(fp) = failpoint {
         cmd.env("RUSTQUEUE_CRASH_FAILPOINT", fp)
             .env("RUSTQUEUE_CRASH_MARKER", data.join("failpoint.marker"));
     }
-    let child = common::KillOnDrop(cmd.spawn().unwrap());
-    let http = format!("http://127.0.0.1:{http}");
-    let ping = format!("{http}/ping");
-    common::eventually(async || {
-        rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let b = common::spawn_broker(&mut cmd, "/ping", common::T).await;
     Proc {
-        child,
-        http,
+        http: format!("http://{}", b.http),
+        b,
         _config: config,
     }
 }
@@ -130,7 +119,7 @@ impl Proc {
         let deadline = tokio::time::Instant::now() + common::T;
         while !marker.exists() {
             assert!(
-                self.child.try_wait().unwrap().is_none(),
+                self.b.child.try_wait().unwrap().is_none(),
                 "rustqueued exited before its failpoint"
             );
             assert!(
@@ -139,8 +128,8 @@ impl Proc {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.b.child.kill().unwrap();
+        self.b.child.wait().unwrap();
         request.abort();
         std::fs::remove_file(marker).unwrap();
     }

@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,11 +13,9 @@ use rustqueue_api::contract::BinaryCapabilities;
 use rustqueue_protocol::Frame;
 use rustqueue_server::MAX_STORAGE_FEATURE_LEVEL;
 
-fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::TempDir) {
+fn command(data: &std::path::Path) -> (Command, tempfile::TempDir) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     c.env("RUSTQUEUE_DATA_PATH", data)
-        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     let guard = common::with_disk_guard(&mut c);
@@ -26,28 +23,15 @@ fn command(data: &std::path::Path, tcp: u16, http: u16) -> (Command, tempfile::T
 }
 
 struct Proc {
-    child: common::KillOnDrop,
+    b: common::Spawned,
     _config: tempfile::TempDir,
-    tcp: SocketAddr,
-    http: u16,
 }
 
 async fn spawn(data: &std::path::Path) -> Proc {
-    let (tcp, http) = (common::free_port(), common::free_port());
-    let (mut cmd, config) = command(data, tcp, http);
-    let child = cmd.spawn().unwrap();
-    let url = format!("http://127.0.0.1:{http}/v1/health");
-    common::eventually(async || {
-        rustqueue_api::http_client::get(&url)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    })
-    .await;
+    let (mut cmd, config) = command(data);
     Proc {
-        child: common::KillOnDrop(child),
+        b: common::spawn_broker(&mut cmd, "/v1/health", common::T).await,
         _config: config,
-        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
-        http,
     }
 }
 
@@ -84,8 +68,14 @@ fn a_data_directory_behind_the_reader_fence_is_refused() {
         ),
     )
     .unwrap();
-    let (mut cmd, _config) = command(dir.path(), common::free_port(), common::free_port());
-    let out = cmd.stderr(Stdio::piped()).output().unwrap();
+    let (mut cmd, _config) = command(dir.path());
+    // Port 0: the broker binds before it reads the fence, and no port can be taken from it.
+    let out = cmd
+        .env("RUSTQUEUE_TCP_ADDRESS", "127.0.0.1:0")
+        .env("RUSTQUEUE_HTTP_ADDRESS", "127.0.0.1:0")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("rollback fence"), "{stderr}");
@@ -132,8 +122,8 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     let broker = spawn(dir.path()).await;
     let r = rustqueue_api::http_client::client()
         .post(format!(
-            "http://127.0.0.1:{}/channel/create?topic=ledger&channel=audit",
-            broker.http
+            "http://{}/channel/create?topic=ledger&channel=audit",
+            broker.b.http
         ))
         .send()
         .await
@@ -144,7 +134,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     let mut producers = Vec::new();
     for p in 0..3 {
         let acked = acked.clone();
-        let addr = broker.tcp;
+        let addr = broker.b.tcp;
         producers.push(tokio::spawn(async move {
             let mut c = common::connect(addr).await;
             for i in 0.. {
@@ -159,13 +149,13 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     common::eventually(async || acked.lock().unwrap().len() >= 300).await;
     let mut broker = broker;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(broker.child.id() as i32),
+        nix::unistd::Pid::from_raw(broker.b.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(s) = broker.child.try_wait().unwrap() {
+        if let Some(s) = broker.b.child.try_wait().unwrap() {
             break s;
         }
         assert!(
@@ -185,7 +175,7 @@ async fn sigterm_under_load_loses_no_acknowledged_message() {
     drop(broker);
 
     let again = spawn(dir.path()).await;
-    let mut consumer = common::connect(again.tcp).await;
+    let mut consumer = common::connect(again.b.tcp).await;
     consumer.subscribe("ledger", "audit", 2_500).await;
     let mut seen = HashSet::new();
     while !acked.is_subset(&seen) {

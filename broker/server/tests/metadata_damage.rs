@@ -15,45 +15,39 @@ use std::time::{Duration, Instant};
 const NODE: &str = "7";
 
 struct Proc {
-    _child: common::KillOnDrop,
-    tcp: std::net::SocketAddr,
+    b: common::Spawned,
     _config: tempfile::TempDir,
 }
 
-fn command(data: &Path) -> (Command, tempfile::TempDir, u16, u16) {
-    let (tcp, http) = (common::free_port(), common::free_port());
+fn command(data: &Path) -> (Command, tempfile::TempDir) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     let config = common::with_disk_guard(&mut cmd);
     cmd.env("RUSTQUEUE_DATA_PATH", data)
         .env("RUSTQUEUE_NODE_ID", NODE)
-        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
-    (cmd, config, tcp, http)
+    (cmd, config)
 }
 
 async fn start(data: &Path) -> Proc {
-    let (mut cmd, config, tcp, http) = command(data);
-    let child = common::KillOnDrop(cmd.spawn().unwrap());
-    let ping = format!("http://127.0.0.1:{http}/ping");
-    common::eventually(async || {
-        rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    })
-    .await;
+    let (mut cmd, config) = command(data);
     Proc {
-        _child: child,
-        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+        b: common::spawn_broker(&mut cmd, "/ping", common::T).await,
         _config: config,
     }
 }
 
-/// Starts the broker and expects it to refuse: returns its stderr.
+/// Starts the broker and expects it to refuse: returns its stderr. On port 0: it binds before
+/// it opens the data directory, and no port can be taken from it.
 fn refused_start(data: &Path) -> String {
-    let (mut cmd, _config, _, _) = command(data);
-    let mut child = common::KillOnDrop(cmd.stderr(Stdio::piped()).spawn().unwrap());
+    let (mut cmd, _config) = command(data);
+    let mut child = common::KillOnDrop(
+        cmd.env("RUSTQUEUE_TCP_ADDRESS", "127.0.0.1:0")
+            .env("RUSTQUEUE_HTTP_ADDRESS", "127.0.0.1:0")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -94,7 +88,7 @@ fn flip(file: &Path) {
 }
 
 async fn drain(p: &Proc, n: usize) -> Vec<u64> {
-    let mut c = common::connect(p.tcp).await;
+    let mut c = common::connect(p.b.tcp).await;
     c.subscribe("meta", "c", 100).await;
     let mut ids = Vec::new();
     for _ in 0..n {
@@ -112,9 +106,9 @@ async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repai
     let dir = data.path();
     {
         let p = start(dir).await;
-        let mut c = common::connect(p.tcp).await;
+        let mut c = common::connect(p.b.tcp).await;
         c.subscribe("meta", "c", 0).await;
-        let mut pubc = common::connect(p.tcp).await;
+        let mut pubc = common::connect(p.b.tcp).await;
         for i in 0..50 {
             pubc.publish("meta", format!("message {i}").as_bytes())
                 .await;
@@ -209,7 +203,7 @@ async fn damaged_metadata_is_rewritten_when_derivable_and_refused_with_the_repai
     // Everything is served, and new ids are above every stored one.
     let p = start(dir).await;
     let old = drain(&p, 50).await;
-    let mut c = common::connect(p.tcp).await;
+    let mut c = common::connect(p.b.tcp).await;
     c.publish("meta", b"message new").await;
     let new = drain(&p, 1).await;
     assert!(new[0] > *old.iter().max().unwrap(), "{new:x?} vs {old:x?}");

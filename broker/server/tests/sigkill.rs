@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -12,33 +11,18 @@ use rustqueue_protocol::Frame;
 use rustqueue_protocol::command::encode_mpub_body;
 
 struct Proc {
-    child: common::KillOnDrop,
-    tcp: SocketAddr,
+    b: common::Spawned,
     _config: tempfile::TempDir,
 }
 
 async fn spawn(data: &std::path::Path) -> Proc {
-    let (tcp, http) = (common::free_port(), common::free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
     let config = common::with_disk_guard(&mut cmd);
-    let child = cmd
-        .env("RUSTQUEUE_DATA_PATH", data)
-        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
+    cmd.env("RUSTQUEUE_DATA_PATH", data)
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ping = format!("http://127.0.0.1:{http}/ping");
-    common::eventually(async || {
-        rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    })
-    .await;
+        .stdout(Stdio::null());
     Proc {
-        child: common::KillOnDrop(child),
-        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+        b: common::spawn_broker(&mut cmd, "/ping", common::T).await,
         _config: config,
     }
 }
@@ -48,14 +32,14 @@ async fn every_acknowledged_publish_survives_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let proc = spawn(dir.path()).await;
     // The audit channel exists before any publish, so it must see every acknowledged message.
-    let mut audit = common::connect(proc.tcp).await;
+    let mut audit = common::connect(proc.b.tcp).await;
     audit.subscribe("ledger", "audit", 0).await;
 
     let ledger = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut publishers = Vec::new();
     for p in 0..4 {
         let ledger = ledger.clone();
-        let addr = proc.tcp;
+        let addr = proc.b.tcp;
         publishers.push(tokio::spawn(async move {
             let mut c = common::connect(addr).await;
             for i in 0.. {
@@ -84,7 +68,7 @@ async fn every_acknowledged_publish_survives_sigkill() {
         }));
     }
     // A consumer on another channel that FINs, REQs and TOUCHes makes the load mixed.
-    let addr = proc.tcp;
+    let addr = proc.b.tcp;
     let consumer = tokio::spawn(async move {
         let mut c = common::connect(addr).await;
         c.subscribe("ledger", "work", 50).await;
@@ -101,8 +85,8 @@ async fn every_acknowledged_publish_survives_sigkill() {
     });
     common::eventually(async || ledger.lock().unwrap().len() >= 300).await;
     let mut proc = proc;
-    proc.child.kill().unwrap(); // SIGKILL
-    proc.child.wait().unwrap();
+    proc.b.child.kill().unwrap(); // SIGKILL
+    proc.b.child.wait().unwrap();
     for p in publishers {
         p.await.unwrap();
     }
@@ -111,7 +95,7 @@ async fn every_acknowledged_publish_survives_sigkill() {
     let acked: HashSet<String> = ledger.lock().unwrap().iter().cloned().collect();
 
     let proc = spawn(dir.path()).await;
-    let mut c = common::connect(proc.tcp).await;
+    let mut c = common::connect(proc.b.tcp).await;
     c.subscribe("ledger", "audit", 500).await;
     let mut seen = HashSet::new();
     while !acked.is_subset(&seen) {

@@ -32,75 +32,33 @@ const EXIT_WITHIN: Duration = Duration::from_secs(5);
 const STAYS_UP_HOLD: Duration = Duration::from_secs(1);
 
 /// A `rustqueued` process whose stderr goes to a file the test reads afterwards.
-struct Proc {
-    child: common::KillOnDrop,
-    tcp: SocketAddr,
-    http: SocketAddr,
-    log: PathBuf,
+type Proc = common::Spawned;
+
+/// Starts `rustqueued` on `data` (its config file in `work`) and waits until `/ping` answers.
+async fn start(data: &Path, work: &Path) -> Proc {
+    let config = work.join("rustqueue.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
+    cmd.env("RUSTQUEUE_CONFIG", &config)
+        .env("RUSTQUEUE_DATA_PATH", data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    common::spawn_broker(&mut cmd, "/ping", common::T).await
 }
 
-impl Proc {
-    fn spawn(data: &Path, work: &Path, run: &str) -> Proc {
-        let (tcp, http) = (common::free_port(), common::free_port());
-        let config = work.join("rustqueue.toml");
-        std::fs::write(&config, CONFIG).unwrap();
-        let log = work.join(format!("{run}.stderr"));
-        let child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
-            .env("RUSTQUEUE_CONFIG", &config)
-            .env("RUSTQUEUE_DATA_PATH", data)
-            .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-            .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Proc {
-            child: common::KillOnDrop(child),
-            tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
-            http: format!("127.0.0.1:{http}").parse().unwrap(),
-            log,
+/// Waits for the process to exit on its own.
+async fn exit_within(p: &mut Proc, limit: Duration) -> ExitStatus {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            return status;
         }
-    }
-
-    /// Spawns and waits until `/ping` answers.
-    async fn start(data: &Path, work: &Path, run: &str) -> Proc {
-        let mut p = Proc::spawn(data, work, run);
-        let ping = p.url("/ping");
-        common::eventually(async || {
-            if let Some(status) = p.child.try_wait().unwrap() {
-                panic!("rustqueued exited at start ({status}): {}", p.stderr());
-            }
-            rustqueue_api::http_client::get(&ping)
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await;
-        p
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.http)
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the process to exit on its own.
-    async fn exit_within(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "rustqueued still running {limit:?} after the fault; stderr:\n{}",
-                self.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rustqueued still running {limit:?} after the fault; stderr:\n{}",
+            p.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
@@ -214,7 +172,7 @@ fn grow_sealed_segment(segment: &Path) {
 async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restart() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let mut p = Proc::start(data.path(), work.path(), "first").await;
+    let mut p = start(data.path(), work.path()).await;
     publish_large(p.tcp, "t", 8).await;
     let sealed = sealed_segments(data.path(), "t");
     assert!(sealed.len() >= 2, "publishes sealed segments: {sealed:?}");
@@ -238,7 +196,7 @@ async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restar
         assert_eq!(health["reason"], "storage_fault", "{health}");
     }
 
-    let exit = p.exit_within(EXIT_WITHIN).await;
+    let exit = exit_within(&mut p, EXIT_WITHIN).await;
     assert_eq!(exit.code(), Some(3), "exit {exit}; stderr:\n{}", p.stderr());
     let log = p.stderr();
     assert!(log.contains("storage isolated: "), "{log}");
@@ -247,7 +205,7 @@ async fn a_sealed_segment_that_changed_length_makes_rustqueued_exit_for_a_restar
 
     // The restart no longer trusts that segment's index: it scans it, quarantines the bytes
     // that are not a record (no message was in them) and serves every message.
-    let p = Proc::start(data.path(), work.path(), "second").await;
+    let p = start(data.path(), work.path()).await;
     let health: serde_json::Value = rustqueue_api::http_client::get(p.url("/v1/health"))
         .await
         .unwrap()
@@ -320,7 +278,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     let mut rand = seed() | 1;
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let mut p = Proc::start(data.path(), work.path(), "first").await;
+    let mut p = start(data.path(), work.path()).await;
     const N: usize = 3_000;
     let mut c = common::connect(p.tcp).await;
     for chunk in (0..N).collect::<Vec<_>>().chunks(300) {
@@ -335,7 +293,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
     // Stopped gracefully, then damaged at rest.
     let pid = p.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let exit = p.exit_within(Duration::from_secs(20)).await;
+    let exit = exit_within(&mut p, Duration::from_secs(20)).await;
     assert_eq!(exit.code(), Some(0), "stderr:\n{}", p.stderr());
     let sealed = sealed_segments(data.path(), "issue");
     assert!(sealed.len() >= 3, "{sealed:?}");
@@ -346,7 +304,7 @@ async fn one_flipped_bit_in_a_sealed_segment_costs_one_reported_message_and_no_r
         segment.display()
     );
 
-    let mut p = Proc::start(data.path(), work.path(), "second").await;
+    let mut p = start(data.path(), work.path()).await;
     let mut c = common::connect(p.tcp).await;
     c.subscribe("issue", "consumer", 200).await;
     let mut seen = vec![false; N];
@@ -431,7 +389,7 @@ async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
     let mut rand = seed() | 1;
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let mut p = Proc::start(data.path(), work.path(), "writer").await;
+    let mut p = start(data.path(), work.path()).await;
     let mut c = common::connect(p.tcp).await;
     // 800 records of 172 bytes: at least one sealed 64 KiB segment.
     for i in 0..800 {
@@ -442,7 +400,10 @@ async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
     }
     let pid = p.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert_eq!(p.exit_within(Duration::from_secs(20)).await.code(), Some(0));
+    assert_eq!(
+        exit_within(&mut p, Duration::from_secs(20)).await.code(),
+        Some(0)
+    );
     let sealed = sealed_segments(data.path(), "tools");
     let (lost, _) = flip_a_body_bit(&sealed[0], &mut rand);
 
@@ -485,7 +446,7 @@ async fn storage_verify_reports_damage_and_repair_quarantines_it_offline() {
     assert!(text.contains("quarantined"), "{text}");
 
     // The broker starts on the repaired directory and serves the other 799.
-    let p = Proc::start(data.path(), work.path(), "reader").await;
+    let p = start(data.path(), work.path()).await;
     let mut c = common::connect(p.tcp).await;
     c.subscribe("tools", "c", 100).await;
     for _ in 0..799 {

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use rustqueue_server::{Config, ConfigFile};
 
@@ -138,6 +139,131 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A `rustqueued` started by [`spawn_broker`]: killed and reaped when dropped. Its stderr goes
+/// to a file (startup reads it); while the test is panicking, the drop prints it.
+pub struct Spawned {
+    pub child: KillOnDrop,
+    pub tcp: SocketAddr,
+    pub http: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+/// One of a spawned broker's ports was bound by someone else before the broker bound it.
+#[derive(Debug)]
+pub struct PortTaken;
+
+/// How many times [`spawn_broker`] starts a broker on new ports before the test fails.
+const PORT_ATTEMPTS: u32 = 5;
+
+/// Spawns `rustqueued` as `cmd` describes it (data, config, logging), on free loopback ports it
+/// sets (`RUSTQUEUE_TCP_ADDRESS`, `RUSTQUEUE_HTTP_ADDRESS`), and waits up to `within` for
+/// `GET <ready>` to succeed. Ports are found free, then bound by the child: a process of a
+/// suite running beside this one may take one in between. Then the broker is started again on
+/// new ones, up to [`PORT_ATTEMPTS`] times; any other early exit fails the test with the
+/// broker's stderr.
+pub async fn spawn_broker(cmd: &mut Command, ready: &str, within: Duration) -> Spawned {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match try_spawn_broker(cmd, ready, within).await {
+            Ok(b) => return b,
+            Err(PortTaken) => assert!(
+                attempts < PORT_ATTEMPTS,
+                "rustqueued's ports taken {attempts} times in a row"
+            ),
+        }
+    }
+}
+
+/// One start of [`spawn_broker`]: `Err` when a port was taken.
+async fn try_spawn_broker(
+    cmd: &mut Command,
+    ready: &str,
+    within: Duration,
+) -> Result<Spawned, PortTaken> {
+    let tcp: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let dir = tempfile::tempdir().unwrap();
+    let child = cmd
+        .env("RUSTQUEUE_TCP_ADDRESS", tcp.to_string())
+        .env("RUSTQUEUE_HTTP_ADDRESS", http.to_string())
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut b = Spawned {
+        child: KillOnDrop(child),
+        tcp,
+        http,
+        dir,
+    };
+    let start = Instant::now();
+    loop {
+        // The exit first: a port someone else holds may accept the probe and never answer.
+        if let Some(status) = b.child.try_wait().unwrap() {
+            let err = b.stderr();
+            if err.contains("Address already in use") {
+                eprintln!("rustqueued found a port taken ({tcp} or {http}); retrying on others");
+                return Err(PortTaken);
+            }
+            panic!("rustqueued exited at startup: {status}\n{err}");
+        }
+        // Someone else's broker on the HTTP port answers too, but names its own TCP port.
+        if b.answers(ready).await && b.answers_as_itself().await {
+            return Ok(b);
+        }
+        assert!(
+            start.elapsed() < within,
+            "rustqueued did not answer GET {ready} within {within:?}; stderr:\n{}",
+            b.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Spawned {
+    /// `http://<http address><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    /// What the broker wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    /// `GET path` succeeds within a second.
+    async fn answers(&self, path: &str) -> bool {
+        let get = rustqueue_api::http_client::get(self.url(path));
+        tokio::time::timeout(Duration::from_secs(1), get)
+            .await
+            .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
+    }
+
+    /// `/info` names this broker's TCP port.
+    async fn answers_as_itself(&self) -> bool {
+        let info = async {
+            let r = rustqueue_api::http_client::get(self.url("/info"))
+                .await
+                .ok()?;
+            r.json::<serde_json::Value>().await.ok()
+        };
+        let Ok(Some(info)) = tokio::time::timeout(Duration::from_secs(1), info).await else {
+            return false;
+        };
+        info["tcp_port"].as_u64() == Some(u64::from(self.tcp.port()))
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("rustqueued ({}) stderr:\n{}", self.http, self.stderr());
+        }
+    }
 }
 
 /// A spawned process that is killed and reaped when dropped, also when a test fails.
