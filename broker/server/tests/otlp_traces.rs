@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{KillOnDrop, connect, free_port};
+use common::{KillOnDrop, PortTaken, connect, free_port};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -49,13 +49,35 @@ fn otelcol_bin() -> PathBuf {
 
 /// One collector on a free loopback port, writing every span it receives to a file.
 struct Collector {
-    _child: KillOnDrop,
+    child: KillOnDrop,
     dir: tempfile::TempDir,
     port: u16,
 }
 
+/// How many times [`Collector::start`] starts a collector on a new port before the test fails.
+const PORT_ATTEMPTS: u32 = 5;
+
 impl Collector {
+    /// Starts a collector and waits until it is ready. Its port is found free, then bound by
+    /// the collector: a process of a suite running beside this one may take it in between.
+    /// Then it is started again on another, up to [`PORT_ATTEMPTS`] times; any other early
+    /// exit fails the test with the collector's log.
     fn start() -> Collector {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match Self::try_start() {
+                Ok(c) => return c,
+                Err(PortTaken) => assert!(
+                    attempts < PORT_ATTEMPTS,
+                    "the collector's port taken {attempts} times in a row"
+                ),
+            }
+        }
+    }
+
+    /// One start of [`Collector::start`]: `Err` when its port was taken.
+    fn try_start() -> Result<Collector, PortTaken> {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = dir.path().join("otelcol.yaml");
@@ -78,13 +100,28 @@ impl Collector {
             .stderr(std::fs::File::create(dir.path().join("otelcol.log")).unwrap())
             .spawn()
             .unwrap();
-        let collector = Collector {
-            _child: KillOnDrop(child),
+        let mut collector = Collector {
+            child: KillOnDrop(child),
             dir,
             port,
         };
         let deadline = std::time::Instant::now() + ARRIVAL;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            // The exit first: a port someone else holds accepts connections too.
+            if let Some(status) = collector.child.try_wait().unwrap() {
+                let log = collector.log();
+                if log.contains("address already in use") {
+                    eprintln!("the collector found port {port} taken; retrying on another");
+                    return Err(PortTaken);
+                }
+                panic!("the collector exited at startup: {status}\n{log}");
+            }
+            // It logs this once its receiver listens, so the listener is its own.
+            if collector.log().contains("Everything is ready")
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                return Ok(collector);
+            }
             assert!(
                 std::time::Instant::now() < deadline,
                 "the collector did not listen on {port}: {}",
@@ -92,7 +129,6 @@ impl Collector {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        collector
     }
 
     fn endpoint(&self) -> String {
@@ -200,19 +236,15 @@ fn spans_of(export: &Value) -> Vec<Span> {
 
 /// A spawned rustqueued sending its spans to `collector`, with `env` added.
 struct Broker {
-    child: KillOnDrop,
-    tcp: std::net::SocketAddr,
+    b: common::Spawned,
     _dir: tempfile::TempDir,
 }
 
 impl Broker {
     async fn spawn(collector: &Collector, env: &[(&str, &str)]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
-        let (tcp, http) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
         cmd.env("RUSTQUEUE_DATA_PATH", dir.path().join("data"))
-            .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-            .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
             .env("RUST_LOG", "warn")
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
             // the batch processor's export interval: spans arrive within a test's patience
@@ -232,25 +264,16 @@ impl Broker {
         let guard = dir.path().join("disk-guard.toml");
         std::fs::write(&guard, common::DISK_GUARD_TOML).unwrap();
         cmd.env("RUSTQUEUE_CONFIG", guard);
-        let child = KillOnDrop(cmd.spawn().unwrap());
-        let ping = format!("http://127.0.0.1:{http}/ping");
-        common::eventually_within(ARRIVAL, async || {
-            rustqueue_api::http_client::get(&ping)
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
         Broker {
-            child,
-            tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+            b: common::spawn_broker(&mut cmd, "/ping", ARRIVAL).await,
             _dir: dir,
         }
     }
 
     /// SIGTERM, and wait for the graceful exit (which exports the spans still buffered).
     fn stop(mut self) {
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
-        let status = self.child.wait().unwrap();
+        kill(Pid::from_raw(self.b.child.id() as i32), Signal::SIGTERM).unwrap();
+        let status = self.b.child.wait().unwrap();
         assert!(status.success(), "rustqueued exited with {status}");
     }
 }
@@ -292,11 +315,11 @@ async fn a_publish_and_its_deliveries_arrive_at_the_collector_with_their_steps()
     let bodies: Vec<String> = (0..3)
         .map(|i| format!("secret body {i} {}", std::process::id()))
         .collect();
-    let mut producer = connect(broker.tcp).await;
+    let mut producer = connect(broker.b.tcp).await;
     for b in &bodies {
         producer.publish("traced", b.as_bytes()).await;
     }
-    let mut consumer = connect(broker.tcp).await;
+    let mut consumer = connect(broker.b.tcp).await;
     consumer
         .send_identify(r#"{"msg_timeout":1000,"heartbeat_interval":1000}"#)
         .await;
@@ -434,7 +457,7 @@ async fn the_sampler_variables_decide_what_is_exported() {
             ],
         )
         .await;
-        publish_and_finish(broker.tcp, "unsampled", b"not traced").await;
+        publish_and_finish(broker.b.tcp, "unsampled", b"not traced").await;
         // Its graceful exit exports whatever it still holds.
         broker.stop();
     }
@@ -452,7 +475,7 @@ async fn the_sampler_variables_decide_what_is_exported() {
         ],
     )
     .await;
-    publish_and_finish(control.tcp, "sampled", b"traced").await;
+    publish_and_finish(control.b.tcp, "sampled", b"traced").await;
     let spans = collector
         .spans_until("the control broker's publish and delivery", |spans| {
             spans.iter().any(|s| s.name == "publish")
