@@ -101,9 +101,7 @@ struct Ledger {
 }
 
 struct Broker {
-    child: common::KillOnDrop,
-    tcp: SocketAddr,
-    http: u16,
+    process: common::Spawned,
     _config: tempfile::TempDir,
 }
 
@@ -116,28 +114,12 @@ fn mount(fs: &LazyFs, at: &Path) -> Mounted {
     })
 }
 
-/// Starts `rustqueued` on the mount. Its stderr is echoed to the test's and kept, so a broker
-/// that exits names its reason in the panic (CI's summary shows the panic, not the whole log).
-/// Fresh ports are tried again only when the broker says another process took its port
-/// between the test picking it and the broker binding it; any other exit fails the test.
+/// Starts `rustqueued` on the mount. Its stderr goes to a file: a broker that exits at the
+/// start names its reason in the panic (CI's summary shows the panic, not the whole log), and
+/// one that dies later shows it when the test fails. Fresh ports are tried again only when the
+/// broker says another process took its port between the test picking it and the broker
+/// binding it (see [`common::spawn_broker`]); any other exit fails the test.
 async fn start(data: &Path, mode: &str) -> Broker {
-    const PORT_RACES: usize = 3;
-    for attempt in 1..=PORT_RACES {
-        match try_start(data, mode).await {
-            Ok(b) => return b,
-            Err(stderr) if stderr.contains("cannot listen on") && attempt < PORT_RACES => {
-                eprintln!("rustqueued lost a port race ({mode}), starting it on others: {stderr}");
-            }
-            Err(stderr) => {
-                panic!("rustqueued exited on the surviving state ({mode}); its stderr:\n{stderr}")
-            }
-        }
-    }
-    unreachable!("the last attempt returns or panics")
-}
-
-async fn try_start(data: &Path, mode: &str) -> Result<Broker, String> {
-    let (tcp, http) = (common::free_port(), common::free_port());
     let config = tempfile::tempdir().unwrap();
     let path = config.path().join("powercut.toml");
     std::fs::write(
@@ -150,58 +132,15 @@ async fn try_start(data: &Path, mode: &str) -> Result<Broker, String> {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rustqueued"))
-        .env("RUSTQUEUE_CONFIG", &path)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustqueued"));
+    cmd.env("RUSTQUEUE_CONFIG", &path)
         .env("RUSTQUEUE_DATA_PATH", data)
-        .env("RUSTQUEUE_TCP_ADDRESS", format!("127.0.0.1:{tcp}"))
-        .env("RUSTQUEUE_HTTP_ADDRESS", format!("127.0.0.1:{http}"))
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = echo_and_keep(child.stderr.take().unwrap());
-    let mut child = common::KillOnDrop(child);
-    let ping = format!("http://127.0.0.1:{http}/ping");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            // The echo thread ends with the pipe, so everything the broker wrote is kept.
-            let text = stderr.join().unwrap();
-            return Err(format!("{status}\n{text}"));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rustqueued did not come up ({mode})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(Broker {
-        child,
-        tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
-        http,
+        .stdout(Stdio::null());
+    Broker {
+        process: common::spawn_broker(&mut cmd, "/ping", Duration::from_secs(30)).await,
         _config: config,
-    })
-}
-
-/// Copies a child's stderr to ours line by line; the thread returns all of it at EOF.
-fn echo_and_keep(pipe: std::process::ChildStderr) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut kept = String::new();
-        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-            eprintln!("{line}");
-            kept.push_str(&line);
-            kept.push('\n');
-        }
-        kept
-    })
+    }
 }
 
 async fn send(c: &mut Client<TcpStream>, bytes: &[u8]) -> bool {
@@ -429,11 +368,17 @@ async fn verify(
     } = cut;
     let (cut_at, torn) = (*cut_at, *torn);
     let sentinel = format!("sentinel|{restart}");
-    let mut c = common::connect(b.tcp).await;
+    let mut c = common::connect(b.process.tcp).await;
     c.publish(TOPIC, sentinel.as_bytes()).await;
     let (audit, work) = tokio::join!(
-        drain(b.tcp, b.http, "audit", &sentinel, ids),
-        drain(b.tcp, b.http, "work", &sentinel, ids)
+        drain(
+            b.process.tcp,
+            b.process.http.port(),
+            "audit",
+            &sentinel,
+            ids
+        ),
+        drain(b.process.tcp, b.process.http.port(), "work", &sentinel, ids)
     );
     for seen in [&audit, &work] {
         for s in seen {
@@ -504,7 +449,7 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
         } else {
             // Both channels exist before the first publish, so each must see every message.
             for channel in ["audit", "work"] {
-                let mut c = common::connect(b.tcp).await;
+                let mut c = common::connect(b.process.tcp).await;
                 c.subscribe(TOPIC, channel, 0).await;
             }
         }
@@ -518,7 +463,7 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
         let mut tasks = Vec::new();
         for p in 0..PUBLISHERS {
             tasks.push(tokio::spawn(publish(
-                b.tcp,
+                b.process.tcp,
                 cycle,
                 p,
                 rng.next(),
@@ -526,7 +471,7 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
             )));
         }
         tasks.push(tokio::spawn(consume_work(
-            b.tcp,
+            b.process.tcp,
             ledger.clone(),
             ids.clone(),
         )));
@@ -551,8 +496,8 @@ async fn run_mode(mode: &str, cuts: usize, rng: &mut Rng) -> Figures {
         fs.cut();
         let cut_at = Instant::now();
         let mut b = b;
-        b.child.kill().unwrap();
-        b.child.wait().unwrap();
+        b.process.child.kill().unwrap();
+        b.process.child.wait().unwrap();
         for t in tasks {
             t.await.unwrap();
         }
