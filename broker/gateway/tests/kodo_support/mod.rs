@@ -62,25 +62,61 @@ pub struct Broker {
     config: tempfile::TempDir,
 }
 
+/// A broker's port was bound by someone else before the broker bound it.
+#[derive(Debug)]
+pub struct PortTaken;
+
+/// How many times [`Broker::start`] starts a broker on new ports before the test fails.
+const PORT_ATTEMPTS: u32 = 5;
+
 impl Broker {
+    /// Starts broker `node_id` on free loopback ports. They are found free, then bound by the
+    /// broker: a process of a suite running beside this one may take one in between. Then it
+    /// is started again on new ones, up to [`PORT_ATTEMPTS`] times; any other early exit fails
+    /// the test with the broker's stderr.
     pub async fn start(node_id: u32) -> Broker {
-        let data = tempfile::tempdir().unwrap();
-        let config = tempfile::tempdir().unwrap();
-        std::fs::write(config.path().join("broker.toml"), BROKER_TOML).unwrap();
-        let (tcp, http) = (free_port(), free_port());
-        let mut b = Broker {
-            node_id,
-            tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
-            http: format!("127.0.0.1:{http}").parse().unwrap(),
-            child: None,
-            data,
-            config,
-        };
-        b.spawn().await;
-        b
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let data = tempfile::tempdir().unwrap();
+            let config = tempfile::tempdir().unwrap();
+            std::fs::write(config.path().join("broker.toml"), BROKER_TOML).unwrap();
+            let (tcp, http) = (free_port(), free_port());
+            let mut b = Broker {
+                node_id,
+                tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
+                http: format!("127.0.0.1:{http}").parse().unwrap(),
+                child: None,
+                data,
+                config,
+            };
+            match b.spawn().await {
+                Ok(()) => return b,
+                Err(PortTaken) => {
+                    eprintln!(
+                        "broker {node_id} found a port taken ({} or {}); retrying on others",
+                        b.tcp, b.http
+                    );
+                    assert!(
+                        attempts < PORT_ATTEMPTS,
+                        "broker {node_id}'s ports taken {attempts} times in a row"
+                    );
+                }
+            }
+        }
     }
 
-    async fn spawn(&mut self) {
+    /// Spawns the process on this broker's data and ports and waits until it answers. Its
+    /// stderr is appended to `stderr.log` (startup reads what this run wrote; the drop prints
+    /// all of it while a test panics). `Err`: one of its ports was taken.
+    async fn spawn(&mut self) -> Result<(), PortTaken> {
+        let log = self.config.path().join("stderr.log");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let from = stderr.metadata().unwrap().len() as usize;
         let child = Command::new(rustqueued())
             .env("RUSTQUEUE_CONFIG", self.config.path().join("broker.toml"))
             .env("RUSTQUEUE_DATA_PATH", self.data.path())
@@ -89,17 +125,24 @@ impl Broker {
             .env("RUSTQUEUE_HTTP_ADDRESS", self.http.to_string())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let ping = self.url("/ping");
         let start = Instant::now();
-        while !rustqueue_api::http_client::get(&ping)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
+        loop {
+            // The exit first: a port someone else holds may accept the probe and never answer.
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!("broker {} exited at startup: {status}", self.node_id);
+                let all = std::fs::read_to_string(&log).unwrap_or_default();
+                let err = all.get(from..).unwrap_or_default();
+                if err.contains("Address already in use") {
+                    return Err(PortTaken);
+                }
+                panic!("broker {} exited at startup: {status}\n{err}", self.node_id);
+            }
+            // Someone else's broker on the HTTP port answers too, but names its own TCP port.
+            if self.answers("/ping").await.is_some() && self.answers_as_itself().await {
+                return Ok(());
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
@@ -108,6 +151,28 @@ impl Broker {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// The body of `GET path`, when it succeeds within a second.
+    async fn answers(&self, path: &str) -> Option<String> {
+        let get = async {
+            let r = rustqueue_api::http_client::get(self.url(path)).await.ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.text().await.ok()
+        };
+        tokio::time::timeout(Duration::from_secs(1), get)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// `/info` names this broker's TCP port.
+    async fn answers_as_itself(&self) -> bool {
+        let info = self.answers("/info").await;
+        let info: Option<Value> = info.and_then(|t| serde_json::from_str(&t).ok());
+        info.is_some_and(|i| i["tcp_port"].as_u64() == Some(u64::from(self.tcp.port())))
     }
 
     /// How the fake discovery lists it.
@@ -193,10 +258,16 @@ impl Broker {
         }
     }
 
-    /// Start again on the same data and ports (after [`Broker::kill`]).
+    /// Start again on the same data and ports (after [`Broker::kill`]). The fake discovery
+    /// lists those ports, so a port taken meanwhile fails the test: no new ones are picked.
     pub async fn restart(&mut self) {
         self.kill();
-        self.spawn().await;
+        if self.spawn().await.is_err() {
+            panic!(
+                "broker {} cannot restart: one of its ports ({} or {}) was taken",
+                self.node_id, self.tcp, self.http
+            );
+        }
     }
 
     pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
@@ -226,6 +297,15 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
+        // Its stderr goes to a file (startup reads it); a failing test still shows it.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.config.path().join("stderr.log"));
+            eprintln!(
+                "broker {} stderr:\n{}",
+                self.node_id,
+                log.unwrap_or_default()
+            );
+        }
     }
 }
 
