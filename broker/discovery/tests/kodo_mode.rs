@@ -18,11 +18,6 @@ use tokio::sync::watch;
 
 const GATEWAY: &str = "127.0.17.9";
 
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// One broker with fixed addresses, so a restart comes back where discovery polls.
 struct Broker {
     node_id: u32,
@@ -33,15 +28,20 @@ struct Broker {
 }
 
 impl Broker {
+    /// The first start binds ports of the kernel's choosing (port 0), so none can be taken
+    /// between finding them free and binding them; a restart binds the same ones again.
     async fn start(node_id: u32) -> Broker {
         let mut b = Broker {
             node_id,
-            tcp: free_addr(),
-            http: free_addr(),
+            tcp: "127.0.0.1:0".into(),
+            http: "127.0.0.1:0".into(),
             dir: tempfile::tempdir().unwrap(),
             running: None,
         };
         b.restart().await;
+        let running = b.running.as_ref().unwrap();
+        b.tcp = running.tcp_addr().to_string();
+        b.http = running.http_addr().to_string();
         b
     }
 
