@@ -29,6 +29,8 @@ pub const ACCESS_KEY: &str = "rustqueue-test-access";
 pub const SECRET_KEY: &str = "rustqueue-test-secret-key";
 /// How long a start may take before the test fails: generous, for a loaded 2-core machine.
 const START_DEADLINE: Duration = Duration::from_secs(60);
+/// How many times [`TestServer::start`] starts the server on a new port before the test fails.
+const PORT_ATTEMPTS: u32 = 5;
 
 /// The pinned versitygw version, from scripts/versions.env.
 pub fn versitygw_version() -> &'static str {
@@ -75,7 +77,10 @@ pub struct TestServer {
 
 impl TestServer {
     /// Starts versitygw on a free loopback port over a new temporary directory holding the
-    /// bucket [`BUCKET`], and waits until it accepts connections.
+    /// bucket [`BUCKET`], and waits until it accepts connections. The port is found free, then
+    /// bound by versitygw: a process of a suite running beside this one may take it in
+    /// between. Then it is started again on another, up to [`PORT_ATTEMPTS`] times; any other
+    /// early exit fails the test with its log.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir_all(dir.path().join("root").join(BUCKET))
@@ -89,7 +94,16 @@ impl TestServer {
             paused: false,
             starts: 0,
         };
-        server.spawn();
+        let mut attempts = 1;
+        while let Err(PortTaken) = server.spawn() {
+            assert!(
+                attempts < PORT_ATTEMPTS,
+                "versitygw's port taken {attempts} times in a row"
+            );
+            attempts += 1;
+            let taken = std::mem::replace(&mut server.addr, free_port());
+            eprintln!("versitygw found {taken} taken; retrying on {}", server.addr);
+        }
         server
     }
 
@@ -145,10 +159,13 @@ impl TestServer {
         self.paused = false;
     }
 
-    /// Starts the server again on the same port and directory, after [`Self::kill`].
+    /// Starts the server again on the same port and directory, after [`Self::kill`]. The
+    /// bucket configurations name that port, so a port taken meanwhile fails the test.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart after kill");
-        self.spawn();
+        if let Err(PortTaken) = self.spawn() {
+            panic!("versitygw cannot restart: its port {} was taken", self.addr);
+        }
     }
 
     /// SIGSTOPs the server: connections are accepted by the kernel but never answered.
@@ -189,7 +206,9 @@ impl TestServer {
         kill(pid, signal).expect("signal the server");
     }
 
-    fn spawn(&mut self) {
+    /// Spawns the server on [`Self::addr`] and waits until it listens. `Err`: the port was
+    /// taken by someone else first.
+    fn spawn(&mut self) -> Result<(), PortTaken> {
         self.starts += 1;
         let log_path = self
             .dir
@@ -207,10 +226,10 @@ impl TestServer {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", self.bin.display()));
         self.child = Some(child);
-        self.wait_ready(&log_path);
+        self.wait_ready(&log_path)
     }
 
-    fn wait_ready(&mut self, log: &Path) {
+    fn wait_ready(&mut self, log: &Path) -> Result<(), PortTaken> {
         let start = Instant::now();
         loop {
             if let Some(status) = self
@@ -218,14 +237,21 @@ impl TestServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
+                self.child = None;
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                if log.contains("address already in use") {
+                    return Err(PortTaken);
+                }
                 panic!(
-                    "versitygw exited with {status} before it listened on {}; its log:\n{}",
+                    "versitygw exited with {status} before it listened on {}; its log:\n{log}",
                     self.addr,
-                    std::fs::read_to_string(log).unwrap_or_default()
                 );
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)).is_ok() {
-                return;
+            // A port someone else holds accepts connections too: the listener must be its own.
+            if listens_on(self.pid(), self.addr.port())
+                && TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)).is_ok()
+            {
+                return Ok(());
             }
             assert!(
                 start.elapsed() < START_DEADLINE,
@@ -236,6 +262,38 @@ impl TestServer {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The server's port was bound by someone else before the server bound it.
+#[derive(Debug)]
+struct PortTaken;
+
+/// Whether process `pid` holds a TCP socket listening on `port`: the sockets among its open
+/// files (`/proc/<pid>/fd`) against the listening ones of `/proc/net/tcp` and `tcp6`. So
+/// `$RUSTQUEUE_VERSITYGW_BIN` must be the server itself (a wrapper script must `exec` it).
+fn listens_on(pid: u32, port: u16) -> bool {
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.ok()?.path()).ok()?;
+            let inode = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_owned())
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        text.lines().skip(1).any(|line| {
+            // `sl local_address rem_address st ... inode`: the local address is `ADDR:PORT`
+            // in hex, state 0A is LISTEN, the inode is the tenth field.
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1).and_then(|a| a.rsplit_once(':'));
+            local_port.and_then(|(_, p)| u16::from_str_radix(p, 16).ok()) == Some(port)
+                && f.get(3) == Some(&"0A")
+                && f.get(9)
+                    .is_some_and(|inode| sockets.iter().any(|s| s == inode))
+        })
+    })
 }
 
 impl Drop for TestServer {
