@@ -79,8 +79,8 @@ impl TestServer {
     /// Starts versitygw on a free loopback port over a new temporary directory holding the
     /// bucket [`BUCKET`], and waits until it accepts connections. The port is found free, then
     /// bound by versitygw: a process of a suite running beside this one may take it in
-    /// between. Then it is started again on another, up to [`PORT_ATTEMPTS`] times; any other
-    /// early exit fails the test with its log.
+    /// between. Then it is started again on another, up to five times; any other early exit
+    /// fails the test with its log.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir_all(dir.path().join("root").join(BUCKET))
