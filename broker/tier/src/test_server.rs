@@ -269,8 +269,9 @@ impl TestServer {
 struct PortTaken;
 
 /// Whether process `pid` holds a TCP socket listening on `port`: the sockets among its open
-/// files (`/proc/<pid>/fd`) against the listening ones of `/proc/net/tcp` and `tcp6`. So
-/// `$RUSTQUEUE_VERSITYGW_BIN` must be the server itself (a wrapper script must `exec` it).
+/// files (`/proc/<pid>/fd`) against the listening ones of its `/proc/<pid>/net/tcp` and
+/// `tcp6`. So `$RUSTQUEUE_VERSITYGW_BIN` must be the server itself (a wrapper script must
+/// `exec` it).
 fn listens_on(pid: u32, port: u16) -> bool {
     let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .into_iter()
@@ -281,8 +282,10 @@ fn listens_on(pid: u32, port: u16) -> bool {
             Some(inode.to_owned())
         })
         .collect();
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
+    // The server's own tables: `/proc/net` is the namespace of this process's first thread,
+    // and a test may run in a network namespace of its own (the e2e testbed's threads do).
+    ["tcp", "tcp6"].iter().any(|table| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
         text.lines().skip(1).any(|line| {
             // `sl local_address rem_address st ... inode`: the local address is `ADDR:PORT`
             // in hex, state 0A is LISTEN, the inode is the tenth field.
