@@ -16,6 +16,9 @@ pub enum Kind {
     Rustqueue,
     /// Official nsqd, configured through flags.
     Nsqd,
+    /// `rustqueue-bench floor` (this executable): the protocol's socket work and nothing else,
+    /// the floor under any broker's cost ([`crate::floor`]).
+    Floor,
 }
 
 /// A broker configuration under test, named and labelled with what an ack promises.
@@ -79,6 +82,30 @@ pub fn profiles() -> Vec<Profile> {
             "nsqd-sync-every-2500",
             &["--sync-every=2500"],
             "memory queue first, disk overflow fsynced every 2,500 messages or 2 s, ack before fsync",
+        ),
+    ]
+}
+
+/// The floor profiles (only when asked for by name: `--profiles floor,floor-append,...`), which
+/// run in the load cases only. See [`crate::floor`].
+pub fn floor_profiles() -> Vec<Profile> {
+    let floor = |name: &str, args: &[&str], durability: &str| Profile {
+        name: name.to_owned(),
+        kind: Kind::Floor,
+        durability: durability.to_owned(),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: vec![],
+    };
+    vec![
+        floor(
+            "floor",
+            &[],
+            "floor: the protocol's socket work only, bodies in memory; not a broker (a measuring instrument)",
+        ),
+        floor(
+            "floor-append",
+            &["--append"],
+            "floor, plus one page-cache write per publish before the ack, as a log append; not a broker",
         ),
     ]
 }
@@ -255,6 +282,14 @@ impl Broker {
                     .env("RUST_LOG", "warn");
                 cmd
             }
+            Kind::Floor => {
+                let mut cmd = Command::new(std::env::current_exe().map_err(io("own executable"))?);
+                cmd.arg("floor")
+                    .arg(format!("--tcp-address={tcp}"))
+                    .arg(format!("--http-address={http}"))
+                    .arg(format!("--data-path={}", store.display()));
+                cmd
+            }
         };
         cmd.args(&profile.args)
             .envs(profile.env.iter().map(|(k, v)| (k, v)))
@@ -289,7 +324,7 @@ impl Broker {
     /// (the operator's readinessProbe), `GET /ping` answering 200 for nsqd.
     pub fn is_ready(&self) -> bool {
         let path = match self.kind {
-            Kind::Rustqueue => "/v1/health",
+            Kind::Rustqueue | Kind::Floor => "/v1/health",
             Kind::Nsqd => "/ping",
         };
         crate::http::get(&self.http, path).is_ok_and(|r| r.status == 200)

@@ -454,7 +454,11 @@ pub fn check_names(s: &Settings) -> Result<(), String> {
         ..s.clone()
     };
     let case_names: Vec<String> = cases(&every).into_iter().map(|c| c.name).collect();
-    let profile_names: Vec<String> = broker::profiles().into_iter().map(|p| p.name).collect();
+    let profile_names: Vec<String> = broker::profiles()
+        .into_iter()
+        .chain(broker::floor_profiles())
+        .map(|p| p.name)
+        .collect();
     let unknown = |asked: &[String], known: &[String], what: &str| {
         let bad: Vec<&str> = asked
             .iter()
@@ -568,10 +572,18 @@ pub async fn compare(
     bins: Binaries,
     mut progress: impl FnMut(&str),
 ) -> Results {
+    // The floor profiles run only when named.
     let profiles: Vec<Profile> = broker::profiles()
         .into_iter()
-        .filter(|p| settings.profiles.is_empty() || settings.profiles.contains(&p.name))
-        .filter(|p| p.kind == Kind::Nsqd || bins.rustqueued.is_some())
+        .chain(broker::floor_profiles())
+        .filter(|p| {
+            if settings.profiles.is_empty() {
+                p.kind != Kind::Floor
+            } else {
+                settings.profiles.contains(&p.name)
+            }
+        })
+        .filter(|p| p.kind != Kind::Rustqueue || bins.rustqueued.is_some())
         .collect();
     let cases = cases(&settings);
     let mut results = Results {
@@ -597,6 +609,10 @@ pub async fn compare(
             }
             for profile in &profiles {
                 if case.skip.iter().any(|s| s.profile == profile.name) {
+                    continue;
+                }
+                // The floor serves producer/consumer loads only (no restart, no gateway).
+                if profile.kind == Kind::Floor && !matches!(case.kind, CaseKind::Load) {
                     continue;
                 }
                 let run = run_one(case, profile, &bins, round).await;

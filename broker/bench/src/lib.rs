@@ -11,6 +11,8 @@
 //! - [`disk`], [`restart`] and [`idle`]: the cases that are not producer/consumer loads (the
 //!   disk's own limits, restart time with a backlog, many idle topics); [`http`] is the small
 //!   HTTP client they use.
+//! - [`floor`]: a server doing only the protocol's socket work, run beside the brokers to show
+//!   the part of their cost the protocol and the host set.
 //! - [`sweep`] and [`cluster`]: the curves (one parameter swept at a time, drawn as SVG), and
 //!   the servers the brokers curve starts (several brokers behind the gateway, or several nsqd).
 
@@ -19,6 +21,7 @@ pub mod client;
 pub mod cluster;
 pub mod compare;
 pub mod disk;
+pub mod floor;
 pub mod http;
 pub mod idle;
 pub mod ledger;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use rustqueue_bench::broker::Binaries;
 use rustqueue_bench::compare::{self, Settings};
+use rustqueue_bench::floor::{FloorConfig, FloorServer};
 use rustqueue_bench::report;
 use rustqueue_bench::run::{self, RunConfig};
 use rustqueue_bench::sweep;
@@ -27,6 +28,24 @@ enum Command {
     Compare(CompareArgs),
     /// Render a results JSON as markdown.
     Report(ReportArgs),
+    /// Serve the floor: NSQ V2's socket work for the bench's loads and nothing else, to measure
+    /// what a broker costs above it (not a broker: see the `floor` module).
+    Floor(FloorArgs),
+}
+
+#[derive(Args)]
+struct FloorArgs {
+    #[arg(long, default_value = "127.0.0.1:4150")]
+    tcp_address: std::net::SocketAddr,
+    /// Answers every request 200 (readiness probes).
+    #[arg(long, default_value = "127.0.0.1:4151")]
+    http_address: std::net::SocketAddr,
+    /// Where `--append` writes one file per topic.
+    #[arg(long, default_value = "floor-data")]
+    data_path: PathBuf,
+    /// Write every published body to its topic's file (page cache, never synced) before `OK`.
+    #[arg(long)]
+    append: bool,
 }
 
 #[derive(Args)]
@@ -167,7 +186,18 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => runtime.block_on(run_command(args)),
         Command::Compare(args) => runtime.block_on(compare_command(args)),
         Command::Report(args) => report_command(args),
+        Command::Floor(args) => runtime.block_on(floor_command(args)),
     }
+}
+
+async fn floor_command(a: FloorArgs) -> anyhow::Result<()> {
+    let config = FloorConfig {
+        append_dir: a.append.then_some(a.data_path),
+    };
+    let server = FloorServer::bind(a.tcp_address, a.http_address, config)
+        .await
+        .with_context(|| format!("cannot listen on {} and {}", a.tcp_address, a.http_address))?;
+    server.serve().await.context("accepting connections")
 }
 
 async fn run_command(a: RunArgs) -> anyhow::Result<()> {

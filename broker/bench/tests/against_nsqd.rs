@@ -499,3 +499,57 @@ async fn the_tiered_cases_drain_from_the_volume_and_from_the_bucket() {
         "{md}"
     );
 }
+
+/// The floor profiles run only where named, beside nsqd, in load cases only, and drain clean.
+#[test]
+fn compare_runs_the_floor_beside_nsqd_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("floor.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
+        .args(["compare", "--rounds", "1", "--duration-seconds", "1"])
+        .args(["--warmup-seconds", "0", "--restart-messages", "1000"])
+        .args(["--cases", "pub_fin,restart"])
+        .args(["--profiles", "nsqd-default,floor,floor-append"])
+        .arg("--nsqd")
+        .arg(nsqd())
+        .arg("--output")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    let runs: Vec<(&str, &str)> = results["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["case"].as_str().unwrap(), r["profile"].as_str().unwrap()))
+        .collect();
+    // The restart case is not a load: the floor does not run it.
+    assert_eq!(
+        runs,
+        [
+            ("pub_fin", "nsqd-default"),
+            ("pub_fin", "floor"),
+            ("pub_fin", "floor-append"),
+            ("restart", "nsqd-default"),
+        ]
+    );
+    for run in &results["runs"].as_array().unwrap()[1..3] {
+        let report = &run["report"];
+        assert_eq!(report["complete"], true, "{run}");
+        assert_eq!(report["ledger"]["missing"], 0, "{run}");
+        assert!(
+            report["ledger"]["acknowledged"].as_u64().unwrap() > 0,
+            "{run}"
+        );
+        assert!(
+            report["broker"]["cpu_cores"].as_f64().unwrap() > 0.0,
+            "{run}"
+        );
+    }
+}
