@@ -138,7 +138,7 @@ impl Broker {
             child,
             data,
         };
-        let ping = b.url("/ping");
+        let (ping, info) = (b.url("/ping"), b.url("/info"));
         let start = Instant::now();
         loop {
             // The exit first: a port someone else holds may accept the probe and never answer.
@@ -153,14 +153,19 @@ impl Broker {
                 }
                 panic!("broker {} exited at startup: {status}\n{err}", b.name);
             }
-            let probe = tokio::time::timeout(
-                Duration::from_secs(1),
-                rustqueue_api::http_client::get(&ping),
-            );
-            if probe
-                .await
-                .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
-                && b.child.try_wait().unwrap().is_none()
+            // Healthy, and itself: someone else's broker on this HTTP port answers `/ping` too,
+            // but names its own TCP port in `/info`.
+            let probe = async {
+                let ping = rustqueue_api::http_client::get(&ping).await.ok()?;
+                if !ping.status().is_success() {
+                    return None;
+                }
+                let info = rustqueue_api::http_client::get(&info).await.ok()?;
+                info.json::<serde_json::Value>().await.ok()
+            };
+            let answered = tokio::time::timeout(Duration::from_secs(1), probe).await;
+            if let Ok(Some(answer)) = answered
+                && answer["tcp_port"].as_u64() == Some(u64::from(tcp.port()))
             {
                 break;
             }
