@@ -37,6 +37,18 @@ fn bins() -> Binaries {
     }
 }
 
+/// Runs `rustqueue-bench` as `cmd` describes; fails the test with its stderr unless it exits
+/// zero. Its stdout.
+fn bench_succeeds(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 fn profile(name: &str) -> Profile {
     broker::profiles()
         .into_iter()
@@ -164,31 +176,13 @@ async fn a_load_spread_over_topics_reaches_each_and_drains_every_one() {
 #[test]
 fn the_run_command_prints_json_and_exits_zero_on_a_clean_ledger() {
     let broker = Broker::start(&profile("nsqd-default"), &bins()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
-        .args([
-            "run",
-            "--address",
-            &broker.tcp,
-            "--json",
-            "--messages",
-            "5000",
-        ])
-        .args([
-            "--producers",
-            "2",
-            "--consumers",
-            "2",
-            "--message-bytes",
-            "200",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = bench_succeeds(
+        Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
+            .args(["run", "--address", &broker.tcp, "--json"])
+            .args(["--messages", "5000", "--producers", "2", "--consumers", "2"])
+            .args(["--message-bytes", "200"]),
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert_eq!(json["ledger"]["acknowledged"], 5000);
     assert_eq!(json["ledger"]["missing"], 0);
     assert_eq!(json["complete"], true);
@@ -505,21 +499,16 @@ async fn the_tiered_cases_drain_from_the_volume_and_from_the_bucket() {
 fn compare_runs_the_floor_beside_nsqd_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("floor.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
-        .args(["compare", "--rounds", "1", "--duration-seconds", "1"])
-        .args(["--warmup-seconds", "0", "--restart-messages", "1000"])
-        .args(["--cases", "pub_fin,restart"])
-        .args(["--profiles", "nsqd-default,floor,floor-append"])
-        .arg("--nsqd")
-        .arg(nsqd())
-        .arg("--output")
-        .arg(&output)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    bench_succeeds(
+        Command::new(env!("CARGO_BIN_EXE_rustqueue-bench"))
+            .args(["compare", "--rounds", "1", "--duration-seconds", "1"])
+            .args(["--warmup-seconds", "0", "--restart-messages", "1000"])
+            .args(["--cases", "pub_fin,restart"])
+            .args(["--profiles", "nsqd-default,floor,floor-append"])
+            .arg("--nsqd")
+            .arg(nsqd())
+            .arg("--output")
+            .arg(&output),
     );
     let results: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
