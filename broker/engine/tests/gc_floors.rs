@@ -25,11 +25,20 @@ fn kib(tag: &str) -> Bytes {
 }
 
 async fn next(c: &mut Consumer) -> Delivery {
-    tokio::time::timeout(Duration::from_secs(5), c.next())
+    next_within(c, Duration::from_secs(5)).await
+}
+
+async fn next_within(c: &mut Consumer, limit: Duration) -> Delivery {
+    tokio::time::timeout(limit, c.next())
         .await
-        .expect("a delivery within 5 s")
+        .unwrap_or_else(|_| panic!("a delivery within {limit:?}"))
         .expect("not closed")
 }
+
+/// How long the held message is deferred: it must stay deferred while 30 fillers are
+/// published, delivered and finished and three GC passes run. 1.5 s was not enough for a
+/// debug build beside the e2e stages of `make test` (the held message came due mid-fill).
+const HOLD: Duration = Duration::from_secs(5);
 
 /// Waits until `n` more GC passes have completed.
 async fn gc_passes(e: &Engine, n: u64) {
@@ -139,7 +148,7 @@ async fn deferred_pins_until_finished(e: &Engine, c: &mut Consumer, dir: &Path) 
         first,
         "the deferred message's segment is kept"
     );
-    let d = next(c).await;
+    let d = next_within(c, HOLD + Duration::from_secs(5)).await;
     assert!(d.body.starts_with(b"held"));
     c.finish(d.id).await.unwrap();
     wait_for(5, "segment collected after FIN", || {
@@ -155,9 +164,7 @@ async fn a_requeued_with_delay_message_pins_its_segment_until_it_is_finished() {
     let (e, mut c) = open_with_consumer(dir.path()).await;
     e.publish("t", vec![kib("held")], None).await.unwrap();
     let held = next(&mut c).await;
-    c.requeue(held.id, Duration::from_millis(1_500))
-        .await
-        .unwrap();
+    c.requeue(held.id, HOLD).await.unwrap();
     let again = deferred_pins_until_finished(&e, &mut c, dir.path()).await;
     assert_eq!((again.id, again.attempts), (held.id, 2));
 }
@@ -166,9 +173,7 @@ async fn a_requeued_with_delay_message_pins_its_segment_until_it_is_finished() {
 async fn a_deferred_publish_pins_its_segment_until_it_is_finished() {
     let dir = tempfile::tempdir().unwrap();
     let (e, mut c) = open_with_consumer(dir.path()).await;
-    e.publish("t", vec![kib("held")], Some(Duration::from_millis(1_500)))
-        .await
-        .unwrap();
+    e.publish("t", vec![kib("held")], Some(HOLD)).await.unwrap();
     deferred_pins_until_finished(&e, &mut c, dir.path()).await;
 }
 
