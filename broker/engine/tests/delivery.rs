@@ -675,3 +675,58 @@ async fn one_batch_takes_what_rdy_and_the_limit_allow_read_from_disk_in_order() 
     assert_eq!(m.get(Counter::FetchMessages), 9);
     assert_eq!(m.get(Counter::FetchBatches), 4, "one take per batch");
 }
+
+#[tokio::test]
+async fn a_batch_mixes_requeued_and_new_messages_each_with_its_own_body() {
+    // A batch's entries are read from the log in one short hold of its lock, from the
+    // channel's cursor on; a requeued message lies behind the cursor and is looked up on its
+    // own. Both kinds, from the segment file (after a restart) and from the recent appends,
+    // must come with their own bodies and attempt counts.
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    e.create_channel("t", "c").unwrap();
+    let bodies: Vec<Bytes> = (0..9).map(|i| b(&format!("body-{i}"))).collect();
+    e.publish("t", bodies[..6].to_vec(), None).await.unwrap();
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(20);
+    let limit = |messages| BatchLimit {
+        messages,
+        bytes: 1 << 20,
+    };
+    let first = next_batch(&mut c, limit(3)).await;
+    assert_eq!(
+        first.iter().map(|d| d.body.clone()).collect::<Vec<_>>(),
+        bodies[..3]
+    );
+    c.requeue(first[1].id, Duration::ZERO).await.unwrap();
+    c.finish(first[0].id).await.unwrap();
+    c.finish(first[2].id).await.unwrap();
+    // Read from the file: the requeued message first, then the rest from the cursor on.
+    let second = next_batch(&mut c, limit(2)).await;
+    let got: Vec<_> = second
+        .iter()
+        .map(|d| (d.body.clone(), d.attempts))
+        .collect();
+    assert_eq!(got, vec![(bodies[1].clone(), 2), (bodies[3].clone(), 1)]);
+    c.requeue(second[1].id, Duration::ZERO).await.unwrap();
+    c.finish(second[0].id).await.unwrap();
+    // New appends (recent bodies) behind a requeued message read from the file.
+    e.publish("t", bodies[6..].to_vec(), None).await.unwrap();
+    let mut rest = Vec::new();
+    while rest.len() < 6 {
+        rest.extend(
+            next_batch(&mut c, limit(100))
+                .await
+                .into_iter()
+                .map(|d| (d.body, d.attempts)),
+        );
+    }
+    let want: Vec<_> = [3, 4, 5, 6, 7, 8]
+        .iter()
+        .map(|&i| (bodies[i].clone(), if i == 3 { 2 } else { 1 }))
+        .collect();
+    assert_eq!(rest, want);
+    none_within(&mut c, 100).await;
+}

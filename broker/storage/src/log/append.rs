@@ -431,4 +431,28 @@ mod tests {
             Err(StorageError::Isolated(_))
         ));
     }
+
+    #[test]
+    fn entries_carry_each_body_checksum_and_recent_bodies_are_the_bytes_appended() {
+        let fs = SimFs::new();
+        let mut log = open(&fs, 1 << 22);
+        let small = bodies(3, 4);
+        let large = vec![vec![9u8; super::super::RECENT_BODY_MAX + 1]];
+        let results = log.append_group(&[batch(1, &small), batch(4, &large)]);
+        assert!(results.iter().all(Result::is_ok));
+        for (p, body) in small.iter().chain(&large).enumerate() {
+            let e = log.entry(p as u64 + 1).unwrap();
+            assert_eq!(e.body_crc, crc32c::crc32c(body), "position {}", p + 1);
+            assert_eq!(&log.read_body(&e).unwrap(), body);
+        }
+        // A body too large to keep ends the run of recent copies; the next ones start it again.
+        assert!(log.recent_body(&log.entry(1).unwrap()).is_none());
+        assert!(log.recent_body(&log.entry(4).unwrap()).is_none());
+        let again = bodies(2, 5);
+        log.append(&batch(5, &again)).unwrap();
+        for (k, body) in again.iter().enumerate() {
+            let e = log.entry(5 + k as u64).unwrap();
+            assert_eq!(log.recent_body(&e).as_deref(), Some(&body[..]));
+        }
+    }
 }
