@@ -7,6 +7,11 @@
 //! is a panic, and every wait for a frame is bounded by the client's patience (60 s unless
 //! [`Client::with_patience`] says otherwise), so a hung peer fails the test instead of
 //! hanging it.
+//!
+//! [`spawn`] starts a real `rustqueued` and waits until it is up (the tests of the broker,
+//! the gateway and the console start brokers that way).
+
+pub mod spawn;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,15 +3,16 @@
 //! the workspace's raw NSQ V2 test client (`rustqueue-test-client`).
 #![allow(dead_code, unused_imports)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rustqueue_gateway::Cli;
 use rustqueue_gateway::{KodoGateway, KodoSettings};
+use rustqueue_test_client::spawn::{self, KillOnDrop, PortTaken};
 use serde_json::Value;
 
 pub use crate::support::{FakeDiscovery, Listed, wait_until};
@@ -35,14 +36,6 @@ pub fn rustqueued() -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Broker settings for 100 MiB messages and 128 MiB batches, and a disk guard that never
 /// throttles (a host disk above 85 % must not fail the test).
 const BROKER_TOML: &str = "[storage]\ndisk_high_watermark_percent = 100\n\
@@ -57,122 +50,36 @@ pub struct Broker {
     pub node_id: u32,
     pub tcp: SocketAddr,
     pub http: SocketAddr,
-    child: Option<Child>,
+    child: Option<KillOnDrop>,
     data: tempfile::TempDir,
     config: tempfile::TempDir,
 }
 
-/// A broker's port was bound by someone else before the broker bound it.
-#[derive(Debug)]
-pub struct PortTaken;
-
-/// How many times [`Broker::start`] starts a broker on new ports before the test fails.
-const PORT_ATTEMPTS: u32 = 5;
-
 impl Broker {
     /// Starts broker `node_id` on free loopback ports. They are found free, then bound by the
     /// broker: a process of a suite running beside this one may take one in between. Then it
-    /// is started again on new ones, up to [`PORT_ATTEMPTS`] times; any other early exit fails
-    /// the test with the broker's stderr.
+    /// is started again on new ones, up to [`spawn::PORT_ATTEMPTS`] times; any other early exit
+    /// fails the test with the broker's stderr.
     pub async fn start(node_id: u32) -> Broker {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let data = tempfile::tempdir().unwrap();
-            let config = tempfile::tempdir().unwrap();
-            std::fs::write(config.path().join("broker.toml"), BROKER_TOML).unwrap();
-            let (tcp, http) = (free_port(), free_port());
-            let mut b = Broker {
-                node_id,
-                tcp: format!("127.0.0.1:{tcp}").parse().unwrap(),
-                http: format!("127.0.0.1:{http}").parse().unwrap(),
-                child: None,
-                data,
-                config,
-            };
-            match b.spawn().await {
-                Ok(()) => return b,
-                Err(PortTaken) => {
-                    eprintln!(
-                        "broker {node_id} found a port taken ({} or {}); retrying on others",
-                        b.tcp, b.http
-                    );
-                    assert!(
-                        attempts < PORT_ATTEMPTS,
-                        "broker {node_id}'s ports taken {attempts} times in a row"
-                    );
-                }
-            }
+        let data = tempfile::tempdir().unwrap();
+        let config = tempfile::tempdir().unwrap();
+        std::fs::write(config.path().join("broker.toml"), BROKER_TOML).unwrap();
+        let name = format!("broker {node_id}");
+        let mut cmd = command(node_id, &data, &config);
+        let log = config.path().join("stderr.log");
+        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let started = spawn::start(&mut cmd, &log, &startup(&name), || {
+            spawn::Ports::free(localhost)
+        })
+        .await;
+        Broker {
+            node_id,
+            tcp: started.ports.tcp,
+            http: started.ports.http,
+            child: Some(started.child),
+            data,
+            config,
         }
-    }
-
-    /// Spawns the process on this broker's data and ports and waits until it answers. Its
-    /// stderr is appended to `stderr.log` (startup reads what this run wrote; the drop prints
-    /// all of it while a test panics). `Err`: one of its ports was taken.
-    async fn spawn(&mut self) -> Result<(), PortTaken> {
-        let log = self.config.path().join("stderr.log");
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let from = stderr.metadata().unwrap().len() as usize;
-        let child = Command::new(rustqueued())
-            .env("RUSTQUEUE_CONFIG", self.config.path().join("broker.toml"))
-            .env("RUSTQUEUE_DATA_PATH", self.data.path())
-            .env("RUSTQUEUE_NODE_ID", self.node_id.to_string())
-            .env("RUSTQUEUE_TCP_ADDRESS", self.tcp.to_string())
-            .env("RUSTQUEUE_HTTP_ADDRESS", self.http.to_string())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let start = Instant::now();
-        loop {
-            // The exit first: a port someone else holds may accept the probe and never answer.
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                let all = std::fs::read_to_string(&log).unwrap_or_default();
-                let err = all.get(from..).unwrap_or_default();
-                if err.contains("Address already in use") {
-                    return Err(PortTaken);
-                }
-                panic!("broker {} exited at startup: {status}\n{err}", self.node_id);
-            }
-            // Someone else's broker on the HTTP port answers too, but names its own TCP port.
-            if self.answers("/ping").await.is_some() && self.answers_as_itself().await {
-                return Ok(());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "broker {} did not start",
-                self.node_id
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    /// The body of `GET path`, when it succeeds within a second.
-    async fn answers(&self, path: &str) -> Option<String> {
-        let get = async {
-            let r = rustqueue_api::http_client::get(self.url(path)).await.ok()?;
-            if !r.status().is_success() {
-                return None;
-            }
-            r.text().await.ok()
-        };
-        tokio::time::timeout(Duration::from_secs(1), get)
-            .await
-            .ok()
-            .flatten()
-    }
-
-    /// `/info` names this broker's TCP port.
-    async fn answers_as_itself(&self) -> bool {
-        let info = self.answers("/info").await;
-        let info: Option<Value> = info.and_then(|t| serde_json::from_str(&t).ok());
-        info.is_some_and(|i| i["tcp_port"].as_u64() == Some(u64::from(self.tcp.port())))
     }
 
     /// How the fake discovery lists it.
@@ -252,21 +159,29 @@ impl Broker {
 
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // The drop kills and reaps.
+        self.child = None;
     }
 
     /// Start again on the same data and ports (after [`Broker::kill`]). The fake discovery
     /// lists those ports, so a port taken meanwhile fails the test: no new ones are picked.
+    /// Its stderr is appended to the same file (startup reads what this run wrote; the drop
+    /// prints all of it while a test panics).
     pub async fn restart(&mut self) {
         self.kill();
-        if self.spawn().await.is_err() {
-            panic!(
+        let name = format!("broker {}", self.node_id);
+        let mut cmd = command(self.node_id, &self.data, &self.config);
+        let log = self.config.path().join("stderr.log");
+        let ports = spawn::Ports {
+            tcp: self.tcp,
+            http: self.http,
+        };
+        match spawn::start_once(&mut cmd, ports, &log, &startup(&name)).await {
+            Ok(started) => self.child = Some(started.child),
+            Err(PortTaken) => panic!(
                 "broker {} cannot restart: one of its ports ({} or {}) was taken",
                 self.node_id, self.tcp, self.http
-            );
+            ),
         }
     }
 
@@ -291,6 +206,28 @@ impl Broker {
     /// `message_count` of `topic` in this broker's `/stats` (0 when absent).
     pub async fn count(&self, topic: &str) -> u64 {
         topic_count(&self.stats().await, topic)
+    }
+}
+
+/// The command that runs broker `node_id` on `data` with `config`'s `broker.toml` (the ports
+/// are [`spawn`]'s to set).
+fn command(node_id: u32, data: &tempfile::TempDir, config: &tempfile::TempDir) -> Command {
+    let mut cmd = Command::new(rustqueued());
+    cmd.env("RUSTQUEUE_CONFIG", config.path().join("broker.toml"))
+        .env("RUSTQUEUE_DATA_PATH", data.path())
+        .env("RUSTQUEUE_NODE_ID", node_id.to_string())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// A broker is up when `/ping` answers and `/info` names its TCP port, within 20 s.
+fn startup(name: &str) -> spawn::Startup<'_> {
+    spawn::Startup {
+        name,
+        ready: "/ping",
+        within: Duration::from_secs(20),
+        poll: Duration::from_millis(25),
     }
 }
 

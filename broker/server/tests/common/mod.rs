@@ -5,13 +5,16 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustqueue_server::{Config, ConfigFile};
 
 pub mod tmpfs;
 
 pub use rustqueue_test_client::Client;
+#[allow(unused_imports, reason = "otlp_traces starts a collector of its own")]
+pub use rustqueue_test_client::spawn::PortTaken;
+pub use rustqueue_test_client::spawn::{self, KillOnDrop};
 
 /// A broker running inside the test process.
 pub struct Broker {
@@ -134,12 +137,10 @@ pub async fn connect(addr: SocketAddr) -> Client {
 
 /// A free loopback port: bound and released, for a spawned broker to take next.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    spawn::free_port(LOCALHOST)
 }
+
+const LOCALHOST: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 /// A `rustqueued` started by [`spawn_broker`]: killed and reaped when dropped. Its stderr goes
 /// to a file (startup reads it); while the test is panicking, the drop prints it.
@@ -147,78 +148,31 @@ pub struct Spawned {
     pub child: KillOnDrop,
     pub tcp: SocketAddr,
     pub http: SocketAddr,
+    stderr: spawn::StderrLog,
     dir: tempfile::TempDir,
 }
 
-/// One of a spawned broker's ports was bound by someone else before the broker bound it.
-#[derive(Debug)]
-pub struct PortTaken;
-
-/// How many times [`spawn_broker`] starts a broker on new ports before the test fails.
-const PORT_ATTEMPTS: u32 = 5;
-
-/// Spawns `rustqueued` as `cmd` describes it (data, config, logging), on free loopback ports it
-/// sets (`RUSTQUEUE_TCP_ADDRESS`, `RUSTQUEUE_HTTP_ADDRESS`), and waits up to `within` for
-/// `GET <ready>` to succeed. Ports are found free, then bound by the child: a process of a
-/// suite running beside this one may take one in between. Then the broker is started again on
-/// new ones, up to [`PORT_ATTEMPTS`] times; any other early exit fails the test with the
-/// broker's stderr.
+/// Spawns `rustqueued` as `cmd` describes it (data, config, logging), on free loopback ports
+/// (`RUSTQUEUE_TCP_ADDRESS`, `RUSTQUEUE_HTTP_ADDRESS`), and waits up to `within` for `GET
+/// <ready>` to succeed and `/info` to name its TCP port ([`spawn::start`]). A port taken
+/// between finding it free and the broker's bind starts it again on new ones, up to
+/// [`spawn::PORT_ATTEMPTS`] times; any other early exit fails the test with the broker's stderr.
 pub async fn spawn_broker(cmd: &mut Command, ready: &str, within: Duration) -> Spawned {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match try_spawn_broker(cmd, ready, within).await {
-            Ok(b) => return b,
-            Err(PortTaken) => assert!(
-                attempts < PORT_ATTEMPTS,
-                "rustqueued's ports taken {attempts} times in a row"
-            ),
-        }
-    }
-}
-
-/// One start of [`spawn_broker`]: `Err` when a port was taken.
-async fn try_spawn_broker(
-    cmd: &mut Command,
-    ready: &str,
-    within: Duration,
-) -> Result<Spawned, PortTaken> {
-    let tcp: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let dir = tempfile::tempdir().unwrap();
-    let child = cmd
-        .env("RUSTQUEUE_TCP_ADDRESS", tcp.to_string())
-        .env("RUSTQUEUE_HTTP_ADDRESS", http.to_string())
-        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut b = Spawned {
-        child: KillOnDrop(child),
-        tcp,
-        http,
-        dir,
+    let startup = spawn::Startup {
+        name: "rustqueued",
+        ready,
+        within,
+        poll: Duration::from_millis(20),
     };
-    let start = Instant::now();
-    loop {
-        // The exit first: a port someone else holds may accept the probe and never answer.
-        if let Some(status) = b.child.try_wait().unwrap() {
-            let err = b.stderr();
-            if err.contains("Address already in use") {
-                eprintln!("rustqueued found a port taken ({tcp} or {http}); retrying on others");
-                return Err(PortTaken);
-            }
-            panic!("rustqueued exited at startup: {status}\n{err}");
-        }
-        // Someone else's broker on the HTTP port answers too, but names its own TCP port.
-        if b.answers(ready).await && b.answers_as_itself().await {
-            return Ok(b);
-        }
-        assert!(
-            start.elapsed() < within,
-            "rustqueued did not answer GET {ready} within {within:?}; stderr:\n{}",
-            b.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let log = dir.path().join("stderr.log");
+    let started = spawn::start(cmd, &log, &startup, || spawn::Ports::free(LOCALHOST)).await;
+    Spawned {
+        child: started.child,
+        tcp: started.ports.tcp,
+        http: started.ports.http,
+        stderr: started.stderr,
+        dir,
     }
 }
 
@@ -228,31 +182,10 @@ impl Spawned {
         format!("http://{}{}", self.http, path)
     }
 
-    /// What the broker wrote to stderr so far.
+    /// What the broker wrote to stderr so far (this start's; not a start on ports that were
+    /// taken).
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    /// `GET path` succeeds within a second.
-    async fn answers(&self, path: &str) -> bool {
-        let get = rustqueue_api::http_client::get(self.url(path));
-        tokio::time::timeout(Duration::from_secs(1), get)
-            .await
-            .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
-    }
-
-    /// `/info` names this broker's TCP port.
-    async fn answers_as_itself(&self) -> bool {
-        let info = async {
-            let r = rustqueue_api::http_client::get(self.url("/info"))
-                .await
-                .ok()?;
-            r.json::<serde_json::Value>().await.ok()
-        };
-        let Ok(Some(info)) = tokio::time::timeout(Duration::from_secs(1), info).await else {
-            return false;
-        };
-        info["tcp_port"].as_u64() == Some(u64::from(self.tcp.port()))
+        self.stderr.this_run()
     }
 }
 
@@ -263,29 +196,6 @@ impl Drop for Spawned {
         if std::thread::panicking() {
             eprintln!("rustqueued ({}) stderr:\n{}", self.http, self.stderr());
         }
-    }
-}
-
-/// A spawned process that is killed and reaped when dropped, also when a test fails.
-pub struct KillOnDrop(pub std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for KillOnDrop {
-    type Target = std::process::Child;
-    fn deref(&self) -> &std::process::Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for KillOnDrop {
-    fn deref_mut(&mut self) -> &mut std::process::Child {
-        &mut self.0
     }
 }
 

@@ -15,7 +15,7 @@ pub use nsq::Consumer;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use rustqueue_console::Console;
 use rustqueue_console::cluster::BrokerPod;
 use rustqueue_console::config::Config;
 use rustqueue_console::memory::MemoryCluster;
+use rustqueue_test_client::spawn::{self, KillOnDrop, PortTaken};
 use serde_json::Value;
 
 /// The console token the brokers accept.
@@ -71,14 +72,6 @@ fn loopback(n: u32) -> IpAddr {
         .unwrap()
 }
 
-fn free_port(ip: IpAddr) -> u16 {
-    std::net::TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A real `rustqueued` process, killed when dropped.
 pub struct Broker {
     /// Pod name (`q-<ordinal>`).
@@ -89,15 +82,15 @@ pub struct Broker {
     pub tcp: SocketAddr,
     /// HTTP address.
     pub http: SocketAddr,
-    child: Child,
+    child: KillOnDrop,
     data: tempfile::TempDir,
 }
 
 impl Broker {
     /// Starts broker `ordinal` at `ip:http_port`, with console management as asked. `Err`:
-    /// one of its ports was taken between [`free_port`] finding it free and the broker's bind
-    /// (other suites' processes bind ports too, some on every address); the caller picks new
-    /// ones. Any other early exit fails the test with the broker's stderr.
+    /// one of its ports was taken between [`spawn::free_port`] finding it free and the
+    /// broker's bind (other suites' processes bind ports too, some on every address); the
+    /// caller picks new ones. Any other early exit fails the test with the broker's stderr.
     async fn start(
         ordinal: u32,
         ip: IpAddr,
@@ -115,68 +108,35 @@ impl Broker {
         std::fs::write(&config, toml).unwrap();
         let data_dir = data.path().join("data");
         std::fs::create_dir_all(&data_dir).unwrap();
-        let tcp: SocketAddr = (ip, free_port(ip)).into();
-        let http: SocketAddr = (ip, http_port).into();
-        let stderr_path = data.path().join("stderr.log");
-        let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let child = Command::new(rustqueued())
-            .env("RUSTQUEUE_CONFIG", &config)
+        let ports = spawn::Ports {
+            tcp: (ip, spawn::free_port(ip)).into(),
+            http: (ip, http_port).into(),
+        };
+        let mut cmd = Command::new(rustqueued());
+        cmd.env("RUSTQUEUE_CONFIG", &config)
             .env("RUSTQUEUE_DATA_PATH", &data_dir)
             .env("RUSTQUEUE_NODE_ID", (ordinal + 1).to_string())
-            .env("RUSTQUEUE_TCP_ADDRESS", tcp.to_string())
-            .env("RUSTQUEUE_HTTP_ADDRESS", http.to_string())
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut b = Broker {
-            name: format!("q-{ordinal}"),
-            ip,
-            tcp,
-            http,
-            child,
-            data,
+            .stdout(Stdio::null());
+        let name = format!("q-{ordinal}");
+        // Healthy, and itself: someone else's broker on this HTTP port answers `/ping` too,
+        // but names its own TCP port in `/info`.
+        let startup = spawn::Startup {
+            name: &format!("broker {name}"),
+            ready: "/ping",
+            within: Duration::from_secs(20),
+            poll: Duration::from_millis(25),
         };
-        let (ping, info) = (b.url("/ping"), b.url("/info"));
-        let start = Instant::now();
-        loop {
-            // The exit first: a port someone else holds may accept the probe and never answer.
-            if let Some(status) = b.child.try_wait().unwrap() {
-                let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-                if err.contains("Address already in use") {
-                    eprintln!(
-                        "broker {} found a port taken ({tcp} or {http}); retrying",
-                        b.name
-                    );
-                    return Err(PortTaken);
-                }
-                panic!("broker {} exited at startup: {status}\n{err}", b.name);
-            }
-            // Healthy, and itself: someone else's broker on this HTTP port answers `/ping` too,
-            // but names its own TCP port in `/info`.
-            let probe = async {
-                let ping = rustqueue_api::http_client::get(&ping).await.ok()?;
-                if !ping.status().is_success() {
-                    return None;
-                }
-                let info = rustqueue_api::http_client::get(&info).await.ok()?;
-                info.json::<serde_json::Value>().await.ok()
-            };
-            let answered = tokio::time::timeout(Duration::from_secs(1), probe).await;
-            if let Ok(Some(answer)) = answered
-                && answer["tcp_port"].as_u64() == Some(u64::from(tcp.port()))
-            {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "broker {} did not start",
-                b.name
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        Ok(b)
+        let log = data.path().join("stderr.log");
+        let started = spawn::start_once(&mut cmd, ports, &log, &startup).await?;
+        Ok(Broker {
+            name,
+            ip,
+            tcp: started.ports.tcp,
+            http: started.ports.http,
+            child: started.child,
+            data,
+        })
     }
 
     /// `http://<ip>:<port><path>`.
@@ -263,10 +223,6 @@ impl Broker {
     }
 }
 
-/// A broker's port was bound by someone else before the broker bound it.
-#[derive(Debug)]
-pub struct PortTaken;
-
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -315,16 +271,17 @@ impl Cluster {
         let mut attempts = 0;
         let (brokers, http_port) = 'start: loop {
             attempts += 1;
-            let http_port = free_port(ips[0]);
+            let http_port = spawn::free_port(ips[0]);
             let mut brokers = Vec::new();
             for (i, ip) in ips.iter().enumerate() {
                 match Broker::start(i as u32, *ip, http_port, &token_file, management).await {
                     Ok(b) => brokers.push(b),
                     Err(PortTaken) => {
                         assert!(
-                            attempts < 5,
+                            attempts < spawn::PORT_ATTEMPTS,
                             "brokers' ports taken {attempts} times in a row"
                         );
+                        eprintln!("starting the brokers again on new ports");
                         continue 'start;
                     }
                 }
