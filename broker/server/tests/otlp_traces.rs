@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{KillOnDrop, PortTaken, connect, free_port};
+use common::spawn::{PORT_ATTEMPTS, PortTaken};
+use common::{KillOnDrop, connect, free_port};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -53,9 +54,6 @@ struct Collector {
     dir: tempfile::TempDir,
     port: u16,
 }
-
-/// How many times [`Collector::start`] starts a collector on a new port before the test fails.
-const PORT_ATTEMPTS: u32 = 5;
 
 impl Collector {
     /// Starts a collector and waits until it is ready. Its port is found free, then bound by

@@ -12,8 +12,6 @@ use rustqueue_server::{Config, ConfigFile};
 pub mod tmpfs;
 
 pub use rustqueue_test_client::Client;
-#[allow(unused_imports, reason = "otlp_traces starts a collector of its own")]
-pub use rustqueue_test_client::spawn::PortTaken;
 pub use rustqueue_test_client::spawn::{self, KillOnDrop};
 
 /// A broker running inside the test process.
