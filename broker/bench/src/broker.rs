@@ -36,6 +36,19 @@ pub struct Profile {
     pub env: Vec<(String, String)>,
 }
 
+impl Profile {
+    /// A profile that differs from its server's defaults by command-line flags only.
+    fn flags(kind: Kind, name: &str, args: &[&str], durability: &str) -> Profile {
+        Profile {
+            name: name.to_owned(),
+            kind,
+            durability: durability.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: vec![],
+        }
+    }
+}
+
 /// The profile every ratio is taken against.
 pub const BASELINE: &str = "nsqd-default";
 
@@ -48,12 +61,8 @@ pub fn profiles() -> Vec<Profile> {
         args: vec![],
         env: vec![("RUSTQUEUE_PUBLISH_ACK_MODE".to_owned(), mode.to_owned())],
     };
-    let nsqd = |name: &str, args: &[&str], durability: &str| Profile {
-        name: name.to_owned(),
-        kind: Kind::Nsqd,
-        durability: durability.to_owned(),
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        env: vec![],
+    let nsqd = |name: &str, args: &[&str], durability: &str| {
+        Profile::flags(Kind::Nsqd, name, args, durability)
     };
     vec![
         rq(
@@ -89,12 +98,8 @@ pub fn profiles() -> Vec<Profile> {
 /// The floor profiles (only when asked for by name: `--profiles floor,floor-append,...`), which
 /// run in the load cases only. See [`crate::floor`].
 pub fn floor_profiles() -> Vec<Profile> {
-    let floor = |name: &str, args: &[&str], durability: &str| Profile {
-        name: name.to_owned(),
-        kind: Kind::Floor,
-        durability: durability.to_owned(),
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        env: vec![],
+    let floor = |name: &str, args: &[&str], durability: &str| {
+        Profile::flags(Kind::Floor, name, args, durability)
     };
     vec![
         floor(
