@@ -112,6 +112,21 @@ pub fn floor_profiles() -> Vec<Profile> {
             &["--append"],
             "floor, plus one page-cache write per publish before the ack, as a log append; not a broker",
         ),
+        floor(
+            "floor-nsq_relaxed",
+            &["--append", "--sync=nsq_relaxed"],
+            "floor-append, plus `nsq_relaxed`'s disk work: appends and finishes synced every 2,500 msgs / 8 MiB / 10 ms; not a broker",
+        ),
+        floor(
+            "floor-write_ack",
+            &["--append", "--sync=write_ack"],
+            "floor-nsq_relaxed, delivering a body only once synced, as `write_ack`; not a broker",
+        ),
+        floor(
+            "floor-durable",
+            &["--append", "--sync=durable"],
+            "floor-append, acking and delivering once synced (group commit), finishes synced every 10 ms, as `durable`; not a broker",
+        ),
     ]
 }
 

@@ -8,7 +8,14 @@
 //! - `PUB`/`MPUB`: copies each body into every channel's in-memory queue (or the topic's, until
 //!   a channel exists) and answers `OK`; with `append` set it first writes the bodies to one
 //!   file per topic with one positional write, under a mutex, as a log append would (the page
-//!   cache only; never synced).
+//!   cache only; never synced unless `sync` is set).
+//! - With `sync` set as well, an ack mode's disk work (docs/durability.md). A thread per topic
+//!   fdatasyncs the topic's file: in `nsq_relaxed` and `write_ack` at the first of 2,500
+//!   unsynced messages, 8 MiB or 10 ms after the first; in `durable` as soon as anything is
+//!   unsynced, so the appends made during one sync share the next (group commit). A second
+//!   thread writes the ids of the `FIN`s to a second file and fdatasyncs it at most 10 ms after
+//!   the first, as rustqueued's channel WAL groups its commits. `nsq_relaxed` delivers a body at
+//!   once, `write_ack` once a sync covers it; `durable` also holds the `OK` until then.
 //! - `SUB`, `RDY`, `FIN`, `NOP`, `CLS`, `IDENTIFY` (answered `OK`, no negotiation).
 //! - Deliveries are buffered the way rustqueued buffers them (docs/compatibility.md, "Output
 //!   buffering"): written at once with a response or at the RDY limit, when 16 KiB are waiting,
@@ -25,7 +32,7 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -46,12 +53,147 @@ const IDLE_CLIENT_LINGER: Duration = Duration::from_millis(1);
 /// The largest command body accepted; more closes the connection.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
+/// The relaxed modes' sync thresholds, rustqueued's defaults (`relaxed_sync_messages`,
+/// `relaxed_sync_bytes`, `relaxed_sync_interval_ms`; docs/configuration.md).
+const SYNC_MESSAGES: u64 = 2_500;
+const SYNC_BYTES: u64 = 8 * 1024 * 1024;
+const SYNC_INTERVAL: Duration = Duration::from_millis(10);
+
 /// How the floor server runs.
 #[derive(Debug, Clone, Default)]
 pub struct FloorConfig {
     /// Write every published body into a per-topic file here before answering; `None`: memory
     /// only.
     pub append_dir: Option<PathBuf>,
+    /// With `append_dir`: do the disk work of this ack mode as well (see the module's notes);
+    /// `None`: never sync.
+    pub sync: Option<SyncMode>,
+}
+
+/// The ack mode whose disk work the floor does ([`FloorConfig::sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[clap(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// `OK` after the page-cache write, delivered at once, synced by the thresholds.
+    NsqRelaxed,
+    /// `OK` after the page-cache write, delivered once synced, synced by the thresholds.
+    WriteAck,
+    /// `OK` and delivery once synced; a sync starts as soon as the last one ends (group commit).
+    Durable,
+}
+
+/// What a sync thread has to sync, and the thread's wake-up.
+#[derive(Default)]
+struct Syncer {
+    state: Mutex<Unsynced>,
+    due: Condvar,
+    /// Sync whenever anything is pending (durable group commit), not at the thresholds.
+    at_once: bool,
+}
+
+/// What the next sync covers.
+#[derive(Default)]
+struct Unsynced {
+    messages: u64,
+    bytes: u64,
+    /// When the oldest unsynced append or finish was made; `None`: nothing to sync.
+    since: Option<std::time::Instant>,
+    /// The end of the appends counted so far (every byte before it is written).
+    end: u64,
+    /// The ids of the finishes received since the last sync, to write and sync.
+    fins: Vec<u8>,
+    /// Bodies appended and not yet synced, shown to consumers after the sync (`write_ack`,
+    /// `durable`).
+    held: Vec<Bytes>,
+}
+
+impl Syncer {
+    fn new(at_once: bool) -> Self {
+        Syncer {
+            at_once,
+            ..Syncer::default()
+        }
+    }
+
+    /// Counts what `add` adds and wakes the sync thread if it now has something to wait for or
+    /// a sync became due (only then: a wake-up is a syscall).
+    fn add(&self, add: impl FnOnce(&mut Unsynced)) {
+        let mut st = lock(&self.state);
+        add(&mut st);
+        let first = st.since.is_none();
+        if first {
+            st.since = Some(std::time::Instant::now());
+        }
+        if first || st.messages >= SYNC_MESSAGES || st.bytes >= SYNC_BYTES {
+            self.due.notify_one();
+        }
+    }
+
+    /// Waits until a sync is due, then takes what it covers.
+    fn next(&self) -> Unsynced {
+        let mut st = lock(&self.state);
+        loop {
+            match st.since {
+                None => st = self.due.wait(st).unwrap_or_else(|p| p.into_inner()),
+                Some(since) => {
+                    let age = since.elapsed();
+                    if self.at_once
+                        || st.messages >= SYNC_MESSAGES
+                        || st.bytes >= SYNC_BYTES
+                        || age >= SYNC_INTERVAL
+                    {
+                        break;
+                    }
+                    st = self
+                        .due
+                        .wait_timeout(st, SYNC_INTERVAL - age)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+        let end = st.end;
+        std::mem::replace(
+            &mut *st,
+            Unsynced {
+                end,
+                ..Unsynced::default()
+            },
+        )
+    }
+}
+
+/// The topic file's sync thread: fdatasyncs it when due, then moves `synced` and routes the
+/// bodies the sync covered. An I/O error ends the process: a measuring instrument that
+/// silently stopped syncing would measure something else.
+fn log_sync_loop(log: File, syncer: Arc<Syncer>, topic: Weak<Topic>) {
+    loop {
+        let taken = syncer.next();
+        if let Err(e) = log.sync_data() {
+            eprintln!("floor: sync failed: {e}");
+            std::process::exit(1);
+        }
+        let Some(topic) = topic.upgrade() else { return };
+        topic.synced.send_replace(taken.end);
+        if !taken.held.is_empty() {
+            topic.route(&taken.held);
+        }
+    }
+}
+
+/// The finishes' sync thread: writes the ids received and fdatasyncs them, every 10 ms at
+/// most, as rustqueued's channel WAL groups its commits.
+fn fin_sync_loop(fins: File, syncer: Arc<Syncer>) {
+    let mut len = 0u64;
+    loop {
+        let ids = syncer.next().fins;
+        let done = fins.write_all_at(&ids, len).and_then(|()| fins.sync_data());
+        if let Err(e) = done {
+            eprintln!("floor: sync failed: {e}");
+            std::process::exit(1);
+        }
+        len += ids.len() as u64;
+    }
 }
 
 /// A queue of bodies and the consumers waiting on it.
@@ -79,10 +221,16 @@ struct Topic {
     channels: Mutex<Channels>,
     /// The topic's file and its length, when appending.
     log: Option<Mutex<(File, u64)>>,
+    /// When syncing: the mode, the topic file's sync thread and the finishes'.
+    sync: Option<(SyncMode, Arc<Syncer>, Arc<Syncer>)>,
+    /// The end of the topic file's last completed sync.
+    synced: tokio::sync::watch::Sender<u64>,
 }
 
 impl Topic {
-    fn publish(&self, bodies: &[Bytes]) -> std::io::Result<()> {
+    /// Appends (when appending) and routes `bodies`; returns the end of the append when the
+    /// `OK` has to wait for a sync to cover it (`durable`).
+    fn publish(&self, bodies: &[Bytes]) -> std::io::Result<Option<u64>> {
         if let Some(log) = &self.log {
             let mut log = lock(log);
             let slices: Vec<IoSlice<'_>> = bodies.iter().map(|b| IoSlice::new(b)).collect();
@@ -90,18 +238,41 @@ impl Topic {
             let offset = log.1;
             write_all_at(&log.0, &slices, len, offset)?;
             log.1 += len as u64;
+            let end = log.1;
+            drop(log);
+            if let Some((mode, sync, _)) = &self.sync {
+                let hold = *mode != SyncMode::NsqRelaxed;
+                sync.add(|st| {
+                    st.messages += bodies.len() as u64;
+                    st.bytes += len as u64;
+                    st.end = st.end.max(end);
+                    if hold {
+                        st.held.extend(bodies.iter().cloned());
+                    }
+                });
+                match mode {
+                    SyncMode::NsqRelaxed => {}
+                    SyncMode::WriteAck => return Ok(None),
+                    SyncMode::Durable => return Ok(Some(end)),
+                }
+            }
         }
+        self.route(bodies);
+        Ok(None)
+    }
+
+    /// Copies `bodies` into every channel's queue (or the topic's, until a channel exists).
+    fn route(&self, bodies: &[Bytes]) {
         let mut channels = lock(&self.channels);
         if channels.by_name.is_empty() {
             channels.unrouted.extend(bodies.iter().cloned());
-            return Ok(());
+            return;
         }
         let queues: Vec<Arc<Queue>> = channels.by_name.values().cloned().collect();
         drop(channels);
         for q in queues {
             q.push(bodies);
         }
-        Ok(())
     }
 
     fn channel(&self, name: &str) -> Arc<Queue> {
@@ -160,21 +331,50 @@ impl Floor {
         if let Some(t) = topics.get(name) {
             return Ok(t.clone());
         }
-        let log = match &self.config.append_dir {
-            Some(dir) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(true)
-                    .write(true)
-                    .open(dir.join(format!("{name}.log")))?;
-                Some(Mutex::new((file, 0)))
-            }
-            None => None,
+        let create = |path: PathBuf| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(path)
         };
+        let (log, files) = match &self.config.append_dir {
+            Some(dir) => {
+                let file = create(dir.join(format!("{name}.log")))?;
+                let files = match self.config.sync {
+                    Some(mode) => Some((
+                        mode,
+                        file.try_clone()?,
+                        create(dir.join(format!("{name}.fin")))?,
+                    )),
+                    None => None,
+                };
+                (Some(Mutex::new((file, 0))), files)
+            }
+            None => (None, None),
+        };
+        let syncers = files.as_ref().map(|(mode, _, _)| {
+            (
+                *mode,
+                Arc::new(Syncer::new(*mode == SyncMode::Durable)),
+                Arc::new(Syncer::new(false)),
+            )
+        });
         let topic = Arc::new(Topic {
             channels: Mutex::default(),
             log,
+            sync: syncers.clone(),
+            synced: tokio::sync::watch::Sender::new(0),
         });
+        if let (Some((_, log, fins)), Some((_, log_sync, fin_sync))) = (files, syncers) {
+            let weak = Arc::downgrade(&topic);
+            std::thread::Builder::new()
+                .name(format!("floor-sync-{name}"))
+                .spawn(move || log_sync_loop(log, log_sync, weak))?;
+            std::thread::Builder::new()
+                .name(format!("floor-fins-{name}"))
+                .spawn(move || fin_sync_loop(fins, fin_sync))?;
+        }
         topics.insert(name.to_owned(), topic.clone());
         Ok(topic)
     }
@@ -274,6 +474,12 @@ struct Session {
     seq: u64,
     deadline: Option<Instant>,
     sub: Option<Arc<Queue>>,
+    /// The subscribed topic's sync thread, when syncing, and the ids of the `FIN`s read since
+    /// they were last handed to it.
+    fin_sync: Option<Arc<Syncer>>,
+    fins: Vec<u8>,
+    /// A `durable` publish's `OK` waits for this topic's sync to reach this end.
+    await_sync: Option<(Arc<Topic>, u64)>,
     /// The topic this session last named, so a producer's next `PUB` skips the topics' lock.
     last_topic: Option<(Vec<u8>, Arc<Topic>)>,
 }
@@ -360,6 +566,9 @@ async fn session(mut stream: TcpStream, floor: Arc<Floor>) -> std::io::Result<()
         seq: 0,
         deadline: None,
         sub: None,
+        fin_sync: None,
+        fins: Vec::new(),
+        await_sync: None,
         last_topic: None,
     };
     loop {
@@ -388,6 +597,19 @@ async fn session(mut stream: TcpStream, floor: Arc<Floor>) -> std::io::Result<()
                     if done {
                         return Ok(());
                     }
+                    if let Some((topic, end)) = s.await_sync.take() {
+                        let mut synced = topic.synced.subscribe();
+                        if synced.wait_for(|&at| at >= end).await.is_err() {
+                            return Ok(());
+                        }
+                        ok(&mut s);
+                    }
+                }
+                // One hand-over per read, as rustqueued sends a read's acks to its channel.
+                if let Some(sync) = &s.fin_sync
+                    && !s.fins.is_empty()
+                {
+                    sync.add(|st| st.fins.append(&mut s.fins));
                 }
             }
             () = wake => {}
@@ -430,27 +652,36 @@ fn command(input: &mut BytesMut, s: &mut Session, floor: &Floor) -> std::io::Res
     let verb = words.next().unwrap_or_default();
     let arg = words.next().unwrap_or_default();
     match verb {
-        b"PUB" => {
-            s.topic(floor, arg)?.publish(&[body])?;
-            ok(s);
-        }
-        b"MPUB" => {
-            let bodies = split_multi(body).ok_or_else(|| invalid("bad MPUB body"))?;
-            s.topic(floor, arg)?.publish(&bodies)?;
-            ok(s);
+        b"PUB" | b"MPUB" => {
+            let bodies = match verb {
+                b"PUB" => vec![body],
+                _ => split_multi(body).ok_or_else(|| invalid("bad MPUB body"))?,
+            };
+            let topic = s.topic(floor, arg)?;
+            match topic.publish(&bodies)? {
+                Some(end) => s.await_sync = Some((topic, end)),
+                None => ok(s),
+            }
         }
         b"IDENTIFY" => ok(s),
         b"SUB" => {
             let channel = words.next().unwrap_or_default();
             let channel = std::str::from_utf8(channel).map_err(|_| invalid("bad channel"))?;
-            s.sub = Some(s.topic(floor, arg)?.channel(channel));
+            let topic = s.topic(floor, arg)?;
+            s.sub = Some(topic.channel(channel));
+            s.fin_sync = topic.sync.as_ref().map(|(_, _, fins)| fins.clone());
             ok(s);
         }
         b"RDY" => {
             let count = std::str::from_utf8(arg).ok().and_then(|c| c.parse().ok());
             s.rdy = count.ok_or_else(|| invalid("bad RDY count"))?;
         }
-        b"FIN" => s.in_flight -= 1,
+        b"FIN" => {
+            s.in_flight -= 1;
+            if s.fin_sync.is_some() {
+                s.fins.extend_from_slice(arg);
+            }
+        }
         b"NOP" => {}
         b"CLS" => {
             s.rdy = 0;
@@ -539,6 +770,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tcp = start(FloorConfig {
             append_dir: Some(dir.path().to_owned()),
+            ..FloorConfig::default()
         })
         .await;
         let mut c = config(tcp.to_string());
@@ -553,6 +785,103 @@ mod tests {
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum();
         assert_eq!(written, 20_000 * 100);
+    }
+
+    /// The bytes of the files named `*.{ext}` in `dir`.
+    fn bytes_in(dir: &std::path::Path, ext: &str) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_synced_floors_deliver_every_message_and_persist_every_finish() {
+        for mode in [SyncMode::NsqRelaxed, SyncMode::WriteAck, SyncMode::Durable] {
+            let dir = tempfile::tempdir().unwrap();
+            let tcp = start(FloorConfig {
+                append_dir: Some(dir.path().to_owned()),
+                sync: Some(mode),
+            })
+            .await;
+            let report = run(config(tcp.to_string())).await.unwrap();
+            assert!(report.complete, "{mode:?}: {report:?}");
+            assert!(report.ledger.is_clean(), "{mode:?}: {:?}", report.ledger);
+            assert_eq!(report.ledger.received_unique, 20_000);
+            assert_eq!(bytes_in(dir.path(), "log"), 20_000 * 100);
+            // Every FIN's 16-byte id reaches the finishes' file within a sync interval or so.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while bytes_in(dir.path(), "fin") < 20_000 * 16 && std::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(bytes_in(dir.path(), "fin"), 20_000 * 16, "{mode:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_durable_ok_waits_for_the_sync_that_covers_the_publish() {
+        let dir = tempfile::tempdir().unwrap();
+        let floor = Floor {
+            config: FloorConfig {
+                append_dir: Some(dir.path().to_owned()),
+                sync: Some(SyncMode::Durable),
+            },
+            topics: Mutex::default(),
+        };
+        let topic = floor.topic("t").unwrap();
+        let queue = topic.channel("c");
+        let mut synced = topic.synced.subscribe();
+        let end = topic.publish(&[Bytes::from_static(b"abc")]).unwrap();
+        assert_eq!(end, Some(3), "a durable publish waits for its sync");
+        tokio::time::timeout(Duration::from_secs(5), synced.wait_for(|&at| at >= 3))
+            .await
+            .expect("the sync thread covers the append")
+            .unwrap();
+        // Held back from consumers until then; routed once synced.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lock(&queue.bodies).is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(lock(&queue.bodies).len(), 1);
+    }
+
+    #[test]
+    fn a_sync_is_due_at_a_threshold_or_after_the_interval_and_not_before() {
+        let s = Arc::new(Syncer::new(false));
+        let held = [Bytes::from_static(b"a")];
+        s.add(|st| {
+            st.messages += 1;
+            st.end = 7;
+            st.fins.extend_from_slice(b"0123456789abcdef");
+            st.held.extend(held.iter().cloned());
+        });
+        let t0 = std::time::Instant::now();
+        let taken = s.next();
+        assert!(
+            t0.elapsed() >= SYNC_INTERVAL / 2,
+            "synced before the interval"
+        );
+        assert_eq!(taken.fins, b"0123456789abcdef");
+        assert_eq!(taken.held, held);
+        assert_eq!(taken.end, 7);
+        // A count threshold makes it due at once, from another thread too.
+        let s2 = s.clone();
+        let waiter = std::thread::spawn(move || s2.next());
+        std::thread::sleep(Duration::from_millis(1));
+        s.add(|st| st.messages += SYNC_MESSAGES);
+        let taken = waiter.join().unwrap();
+        assert!(taken.fins.is_empty() && taken.held.is_empty());
+        assert_eq!(taken.end, 7, "the end carries over");
+        assert_eq!(lock(&s.state).since, None);
+        // A durable syncer does not wait for a threshold.
+        let d = Syncer::new(true);
+        d.add(|st| st.messages += 1);
+        let t0 = std::time::Instant::now();
+        d.next();
+        assert!(t0.elapsed() < SYNC_INTERVAL, "a durable sync waited");
     }
 
     #[test]

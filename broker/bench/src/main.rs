@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use rustqueue_bench::broker::Binaries;
 use rustqueue_bench::compare::{self, Settings};
-use rustqueue_bench::floor::{FloorConfig, FloorServer};
+use rustqueue_bench::floor::{FloorConfig, FloorServer, SyncMode};
 use rustqueue_bench::report;
 use rustqueue_bench::run::{self, RunConfig};
 use rustqueue_bench::sweep;
@@ -46,6 +46,10 @@ struct FloorArgs {
     /// Write every published body to its topic's file (page cache, never synced) before `OK`.
     #[arg(long)]
     append: bool,
+    /// With --append: also do this ack mode's disk work (syncs of the topic files, the
+    /// finishes persisted; see the `floor` module).
+    #[arg(long, requires = "append", value_enum)]
+    sync: Option<SyncMode>,
 }
 
 #[derive(Args)]
@@ -193,6 +197,7 @@ fn main() -> anyhow::Result<()> {
 async fn floor_command(a: FloorArgs) -> anyhow::Result<()> {
     let config = FloorConfig {
         append_dir: a.append.then_some(a.data_path),
+        sync: a.sync,
     };
     let server = FloorServer::bind(a.tcp_address, a.http_address, config)
         .await

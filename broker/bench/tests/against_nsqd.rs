@@ -504,7 +504,7 @@ fn compare_runs_the_floor_beside_nsqd_when_asked() {
             .args(["compare", "--rounds", "1", "--duration-seconds", "1"])
             .args(["--warmup-seconds", "0", "--restart-messages", "1000"])
             .args(["--cases", "pub_fin,restart"])
-            .args(["--profiles", "nsqd-default,floor,floor-append"])
+            .args(["--profiles", "nsqd-default,floor,floor-append,floor-durable"])
             .arg("--nsqd")
             .arg(nsqd())
             .arg("--output")
@@ -525,10 +525,11 @@ fn compare_runs_the_floor_beside_nsqd_when_asked() {
             ("pub_fin", "nsqd-default"),
             ("pub_fin", "floor"),
             ("pub_fin", "floor-append"),
+            ("pub_fin", "floor-durable"),
             ("restart", "nsqd-default"),
         ]
     );
-    for run in &results["runs"].as_array().unwrap()[1..3] {
+    for run in &results["runs"].as_array().unwrap()[1..4] {
         let report = &run["report"];
         assert_eq!(report["complete"], true, "{run}");
         assert_eq!(report["ledger"]["missing"], 0, "{run}");
