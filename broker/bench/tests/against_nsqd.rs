@@ -504,7 +504,10 @@ fn compare_runs_the_floor_beside_nsqd_when_asked() {
             .args(["compare", "--rounds", "1", "--duration-seconds", "1"])
             .args(["--warmup-seconds", "0", "--restart-messages", "1000"])
             .args(["--cases", "pub_fin,restart"])
-            .args(["--profiles", "nsqd-default,floor,floor-append,floor-durable"])
+            .args([
+                "--profiles",
+                "nsqd-default,floor,floor-append,floor-durable",
+            ])
             .arg("--nsqd")
             .arg(nsqd())
             .arg("--output")
