@@ -511,12 +511,16 @@ pub(crate) const RETURN_WINDOW: Duration = Duration::from_micros(400);
 
 /// The sync stage holds an fdatasync for returning publishers only while syncs carry less than
 /// this on average ([`TopicLog::sync_group_bytes`]). The hold saves an fdatasync's fixed cost
-/// (its flush and journal commit, 130-250 µs on the benchmark hosts) by letting the disk idle
-/// while the stragglers come back. Above about a quarter of a MiB the data itself takes as long
-/// to write as that fixed cost (250 µs at 1 GiB/s), and two groups in turn (one syncing, the
-/// other being received and appended) keep the disk busier than one held group: 16 publishers
-/// of MPUB 64 x 1 KiB durable read 8 % more with it (docs/benchmarks.md, notes).
-const HOLD_MAX_GROUP_BYTES: u64 = 256 * 1024;
+/// (its flush and journal commit, about 100-250 µs on the benchmark hosts) by letting the disk
+/// idle while the stragglers come back. Once a group's data takes about as long to write as
+/// that fixed cost, two groups in turn (one syncing, the other being received and appended)
+/// keep the disk busier than one held group. On a disk that syncs 562 MiB/s (docs/benchmarks.md,
+/// `disk`) that is 64 KiB: 111 µs. At 256 KiB (tuned on a 1.1 GiB/s disk) `mixed` durable (two
+/// writers of MPUB 64 x 1 KiB, groups of one or two) waited on every hold and read 0.39x nsqd
+/// against 0.46x at 64 KiB, ten rounds each, alternating (docs/benchmarks.md, notes). PUB+FIN
+/// 1 KiB (16 KiB groups, held) and 16 publishers of MPUB 64 x 1 KiB (about 500 KiB groups, not
+/// held) are on the same side of both bounds.
+const HOLD_MAX_GROUP_BYTES: u64 = 64 * 1024;
 
 /// The per-topic sync stage: one fdatasync for every durable request appended before it began,
 /// and the relaxed syncs by their thresholds.

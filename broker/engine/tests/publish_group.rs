@@ -167,16 +167,25 @@ async fn two_publishers_that_publish_again_at_once_share_their_fsyncs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn looping_publishers_of_large_batches_are_not_held_and_sync_in_turn() {
-    // The same two looping publishers, each publishing 1 MiB batches. Held for each other,
-    // they would share every fsync as above; once syncs carry more than 256 KiB the data
-    // dominates each fsync, the stage holds no one, and the two mostly sync in turn (one
-    // fsyncing while the other's next batch is appended).
+    // 1 MiB batches, and MPUB 64 x 1 KiB as `mixed` sends them.
+    for (size, count) in [(64 * 1024, 16), (1024, 64)] {
+        large_batches_are_not_held(size, count).await;
+    }
+}
+
+/// The same two looping publishers, each publishing batches of `count` bodies of `size`
+/// bytes. Held for each other, they would share every fsync as above; once syncs carry more
+/// than 64 KiB the data dominates each fsync, the stage holds no one, and the two mostly sync
+/// in turn (one fsyncing while the other's next batch is appended).
+async fn large_batches_are_not_held(size: usize, count: usize) {
     let dir = tempfile::tempdir().unwrap();
     let (e, syncs) = durable_with_slow_fsyncs(dir.path()).await;
-    let body = Bytes::from(vec![7u8; 64 * 1024]);
-    let batch = vec![body; 16];
-    // Three syncs of 1 MiB bring the moving average of bytes per sync above the bound.
-    for _ in 0..3 {
+    let body = Bytes::from(vec![7u8; size]);
+    let batch = vec![body; count];
+    // Syncs of one batch each bring the moving average of bytes per sync (an eighth of each
+    // new sync) above the bound: 3 for 1 MiB, 27 for a 66 KiB MPUB of 64 x 1 KiB.
+    let warm = if size * count >= 1 << 20 { 3 } else { 40 };
+    for _ in 0..warm {
         e.publish("t", batch.clone(), None).await.unwrap();
     }
     let before = syncs.segment();
@@ -187,20 +196,20 @@ async fn looping_publishers_of_large_batches_are_not_held_and_sync_in_turn() {
     let fsyncs = syncs.segment() - before;
     let held = e.counter(Counter::SyncHolds) - holds;
     println!(
-        "{published} 1 MiB publishes from two looping publishers: {fsyncs} segment fsyncs, {held} held"
+        "{published} publishes of {count} x {size} B from two looping publishers: {fsyncs} segment fsyncs, {held} held"
     );
     assert_eq!(
         held, 0,
-        "an fsync of large groups was held for returning publishers"
+        "an fsync of groups of {count} x {size} B was held for returning publishers"
     );
     // Unheld they mostly sync in turn; a loaded machine may now and then queue both before a
     // sync begins, so this asks only for more fsyncs than the half that holding gives.
     assert!(
         fsyncs * 2 > published,
-        "{fsyncs} segment fsyncs for {published} large publishes: they shared every one"
+        "{fsyncs} segment fsyncs for {published} publishes of {count} x {size} B: they shared every one"
     );
     let s = e.stats(Some("t"), None);
-    assert_eq!(s.topics[0].message_count, (published + 3) * 16);
+    assert_eq!(s.topics[0].message_count, (published + warm) * count as u64);
 }
 
 #[tokio::test(start_paused = true)]
