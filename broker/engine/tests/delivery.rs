@@ -49,6 +49,19 @@ async fn none_within(c: &mut rustqueue_engine::Consumer, ms: u64) {
     }
 }
 
+/// Shuts `e` down, opens `dir` again and subscribes to channel `c` of topic `t` with `rdy`.
+async fn restarted(
+    e: Engine,
+    dir: &std::path::Path,
+    rdy: u32,
+) -> (Engine, rustqueue_engine::Consumer) {
+    e.shutdown().await;
+    let e = Engine::open(cfg(dir)).await.unwrap();
+    let c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+    c.set_ready(rdy);
+    (e, c)
+}
+
 #[tokio::test]
 async fn published_messages_are_delivered_in_order_and_finished_ones_stay_finished_after_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,10 +83,7 @@ async fn published_messages_are_delivered_in_order_and_finished_ones_stay_finish
     c.finish(got[2].id).await.unwrap();
     assert_eq!(c.finish(got[0].id).await, Err(DeliveryError::NotInFlight));
     drop(c);
-    e.shutdown().await;
-    let e = Engine::open(cfg(dir.path())).await.unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-    c.set_ready(10);
+    let (e, mut c) = restarted(e, dir.path(), 10).await;
     let d = next(&mut c).await;
     assert_eq!((d.body, d.id), (b("two"), got[1].id));
     none_within(&mut c, 200).await;
@@ -151,10 +161,7 @@ async fn requeue_with_delay_redelivers_later_and_attempts_survive_restart() {
         Err(DeliveryError::InvalidDelay)
     );
     drop(c);
-    e.shutdown().await;
-    let e = Engine::open(cfg(dir.path())).await.unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-    c.set_ready(1);
+    let (e, mut c) = restarted(e, dir.path(), 1).await;
     let d3 = next(&mut c).await;
     assert_eq!((d3.id, d3.attempts), (d.id, 3));
     assert_eq!(
@@ -625,11 +632,8 @@ async fn one_batch_takes_what_rdy_and_the_limit_allow_read_from_disk_in_order() 
     e.create_channel("t", "c").unwrap();
     let bodies: Vec<Bytes> = (0..10).map(|i| b(&format!("body-{i}"))).collect();
     e.publish("t", bodies.clone(), None).await.unwrap();
-    e.shutdown().await;
     // Reopened: no body is among the recent appends, so each batch is read from the segment.
-    let e = Engine::open(cfg(dir.path())).await.unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-    c.set_ready(4);
+    let (e, mut c) = restarted(e, dir.path(), 4).await;
     let limit = BatchLimit {
         messages: 100,
         bytes: 1 << 20,
@@ -687,10 +691,7 @@ async fn a_batch_mixes_requeued_and_new_messages_each_with_its_own_body() {
     e.create_channel("t", "c").unwrap();
     let bodies: Vec<Bytes> = (0..9).map(|i| b(&format!("body-{i}"))).collect();
     e.publish("t", bodies[..6].to_vec(), None).await.unwrap();
-    e.shutdown().await;
-    let e = Engine::open(cfg(dir.path())).await.unwrap();
-    let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
-    c.set_ready(20);
+    let (e, mut c) = restarted(e, dir.path(), 20).await;
     let limit = |messages| BatchLimit {
         messages,
         bytes: 1 << 20,
