@@ -82,6 +82,15 @@ pub enum SyncMode {
     Durable,
 }
 
+/// A topic's disk work in a `sync` mode: the mode, and what its two threads have to sync.
+struct Syncing {
+    mode: SyncMode,
+    /// The topic file's thread ([`log_sync_loop`]).
+    log: Arc<Syncer>,
+    /// The finishes' thread ([`fin_sync_loop`]).
+    fins: Arc<Syncer>,
+}
+
 /// What a sync thread has to sync, and the thread's wake-up.
 #[derive(Default)]
 struct Syncer {
@@ -221,8 +230,8 @@ struct Topic {
     channels: Mutex<Channels>,
     /// The topic's file and its length, when appending.
     log: Option<Mutex<(File, u64)>>,
-    /// When syncing: the mode, the topic file's sync thread and the finishes'.
-    sync: Option<(SyncMode, Arc<Syncer>, Arc<Syncer>)>,
+    /// The mode's disk work, when syncing.
+    sync: Option<Syncing>,
     /// The end of the topic file's last completed sync.
     synced: tokio::sync::watch::Sender<u64>,
 }
@@ -240,9 +249,9 @@ impl Topic {
             log.1 += len as u64;
             let end = log.1;
             drop(log);
-            if let Some((mode, sync, _)) = &self.sync {
-                let hold = *mode != SyncMode::NsqRelaxed;
-                sync.add(|st| {
+            if let Some(sync) = &self.sync {
+                let hold = sync.mode != SyncMode::NsqRelaxed;
+                sync.log.add(|st| {
                     st.messages += bodies.len() as u64;
                     st.bytes += len as u64;
                     st.end = st.end.max(end);
@@ -250,7 +259,7 @@ impl Topic {
                         st.held.extend(bodies.iter().cloned());
                     }
                 });
-                match mode {
+                match sync.mode {
                     SyncMode::NsqRelaxed => {}
                     SyncMode::WriteAck => return Ok(None),
                     SyncMode::Durable => return Ok(Some(end)),
@@ -338,42 +347,40 @@ impl Floor {
                 .write(true)
                 .open(path)
         };
-        let (log, files) = match &self.config.append_dir {
-            Some(dir) => {
-                let file = create(dir.join(format!("{name}.log")))?;
-                let files = match self.config.sync {
-                    Some(mode) => Some((
-                        mode,
-                        file.try_clone()?,
-                        create(dir.join(format!("{name}.fin")))?,
-                    )),
-                    None => None,
-                };
-                (Some(Mutex::new((file, 0))), files)
-            }
-            None => (None, None),
+        let log = match &self.config.append_dir {
+            Some(dir) => Some(Mutex::new((create(dir.join(format!("{name}.log")))?, 0))),
+            None => None,
         };
-        let syncers = files.as_ref().map(|(mode, _, _)| {
-            (
-                *mode,
-                Arc::new(Syncer::new(*mode == SyncMode::Durable)),
-                Arc::new(Syncer::new(false)),
-            )
-        });
+        let sync = self
+            .config
+            .sync
+            .filter(|_| log.is_some())
+            .map(|mode| Syncing {
+                mode,
+                log: Arc::new(Syncer::new(mode == SyncMode::Durable)),
+                fins: Arc::new(Syncer::new(false)),
+            });
         let topic = Arc::new(Topic {
             channels: Mutex::default(),
             log,
-            sync: syncers.clone(),
+            sync,
             synced: tokio::sync::watch::Sender::new(0),
         });
-        if let (Some((_, log, fins)), Some((_, log_sync, fin_sync))) = (files, syncers) {
-            let weak = Arc::downgrade(&topic);
+        if let (Some(dir), Some(log), Some(sync)) =
+            (&self.config.append_dir, &topic.log, &topic.sync)
+        {
+            let (file, syncer, weak) = (
+                lock(log).0.try_clone()?,
+                sync.log.clone(),
+                Arc::downgrade(&topic),
+            );
             std::thread::Builder::new()
                 .name(format!("floor-sync-{name}"))
-                .spawn(move || log_sync_loop(log, log_sync, weak))?;
+                .spawn(move || log_sync_loop(file, syncer, weak))?;
+            let (file, syncer) = (create(dir.join(format!("{name}.fin")))?, sync.fins.clone());
             std::thread::Builder::new()
                 .name(format!("floor-fins-{name}"))
-                .spawn(move || fin_sync_loop(fins, fin_sync))?;
+                .spawn(move || fin_sync_loop(file, syncer))?;
         }
         topics.insert(name.to_owned(), topic.clone());
         Ok(topic)
@@ -669,7 +676,7 @@ fn command(input: &mut BytesMut, s: &mut Session, floor: &Floor) -> std::io::Res
             let channel = std::str::from_utf8(channel).map_err(|_| invalid("bad channel"))?;
             let topic = s.topic(floor, arg)?;
             s.sub = Some(topic.channel(channel));
-            s.fin_sync = topic.sync.as_ref().map(|(_, _, fins)| fins.clone());
+            s.fin_sync = topic.sync.as_ref().map(|sync| sync.fins.clone());
             ok(s);
         }
         b"RDY" => {
