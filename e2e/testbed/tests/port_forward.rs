@@ -26,6 +26,9 @@ fn tiny_pod(name: &str) -> Pod {
                 "name": "tiny",
                 "image": testserver::TINY_IMAGE,
                 "args": ["--data-dir", "/tmp/tiny-pf-data"],
+                // Ready once it answers: without a probe a Pod is Ready as soon as its process
+                // starts, before the server listens, and a forward then finds nothing there.
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": testserver::TINY_PORT}, "periodSeconds": 1},
                 "env": [
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
