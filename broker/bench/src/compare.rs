@@ -791,8 +791,16 @@ fn progress_line(run: &CaseRun) -> String {
         let small = d.p50_us(crate::disk::SMALL, crate::disk::Layout::Grow);
         let group = d.p50_us(crate::disk::GROUP, crate::disk::Layout::Grow);
         return format!(
-            "{:<17} {:<21} round {}: fdatasync p50 1 KiB {:?} us, 16 KiB {:?} us; synced bandwidth {:.0} MiB/s",
-            run.case, run.profile, run.round, small, group, d.bandwidth_mib_per_sec
+            "{:<17} {:<21} round {}: fdatasync p50 1 KiB {:?} us, 16 KiB {:?} us; synced bandwidth {:.0} MiB/s; bare pipeline {}",
+            run.case,
+            run.profile,
+            run.round,
+            small,
+            group,
+            d.bandwidth_mib_per_sec,
+            d.pipelined
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |p| format!("{:.0} MiB/s", p.mib_per_sec))
         );
     }
     if let Some(r) = &run.restart {

@@ -7,12 +7,18 @@
 //!   segment does today), to a file preallocated with `fallocate` (the extents exist but are
 //!   unwritten, so the first write of each still changes metadata), and to a region that was
 //!   written with zeros and synced beforehand (a pure data overwrite);
-//! - synced sequential write bandwidth: 1 MiB writes, each followed by `fdatasync`.
+//! - synced sequential write bandwidth: 1 MiB writes, each followed by `fdatasync`;
+//! - a bare durable pipeline: one thread appends 64 KiB writes (16 producers' MPUB 64 x 1 KiB)
+//!   while another fdatasyncs whatever has been appended (group commit), the appender never
+//!   more than 1 MiB (16 such requests) ahead of what is durable. It is the disk work of the
+//!   `mpub_publish` durable case with nothing else around it, so what a broker publishes there
+//!   can be set against what the disk gives that pattern, not only against the bandwidth.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -58,6 +64,28 @@ pub struct DiskReport {
     pub bandwidth_mib_per_sec: f64,
     /// MiB written for the bandwidth figure.
     pub bandwidth_mib_written: f64,
+    /// The bare durable pipeline (absent from results recorded before it was measured).
+    #[serde(default)]
+    pub pipelined: Option<Pipelined>,
+}
+
+/// What the bare durable pipeline made durable ([`pipelined`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Pipelined {
+    /// Bytes per append.
+    pub write_bytes: usize,
+    /// Most bytes appended and not yet durable.
+    pub window_bytes: u64,
+    /// Bytes made durable per second, MiB/s.
+    pub mib_per_sec: f64,
+    /// fdatasyncs measured.
+    pub syncs: u64,
+    /// Mean KiB made durable by one fdatasync.
+    pub kib_per_sync: f64,
+    /// Mean fdatasync, µs.
+    pub mean_sync_us: f64,
+    /// Share of the measured time the syncing thread spent in fdatasync, percent.
+    pub sync_busy_percent: f64,
 }
 
 impl DiskReport {
@@ -85,6 +113,10 @@ const REGION: u64 = 64 * 1024 * 1024;
 /// Bandwidth run: up to this much or this long.
 const BANDWIDTH_BYTES: u64 = 512 * 1024 * 1024;
 const BANDWIDTH_TIME: Duration = Duration::from_secs(3);
+/// The bare pipeline: at most 16 requests of 64 KiB not yet durable, as 16 MPUB producers
+/// with one request in flight each; measured this long after a tenth of it as warm-up.
+const PIPELINE_WINDOW: u64 = 16 * LARGE_GROUP as u64;
+const PIPELINE_TIME: Duration = Duration::from_secs(2);
 
 /// Measures the disk under `dir` (a fresh temp dir inside it, removed afterwards).
 pub fn measure(dir: &Path) -> std::io::Result<DiskReport> {
@@ -107,11 +139,18 @@ pub fn measure(dir: &Path) -> std::io::Result<DiskReport> {
         std::fs::remove_file(&path)?;
     }
     let (mib_per_sec, mib) = bandwidth(&tmp.path().join("bandwidth"))?;
+    let pipelined = pipelined(
+        &tmp.path().join("pipelined"),
+        LARGE_GROUP,
+        PIPELINE_WINDOW,
+        PIPELINE_TIME,
+    )?;
     Ok(DiskReport {
         directory: dir.display().to_string(),
         writes,
         bandwidth_mib_per_sec: mib_per_sec,
         bandwidth_mib_written: mib,
+        pipelined: Some(pipelined),
     })
 }
 
@@ -179,6 +218,117 @@ fn bandwidth(path: &Path) -> std::io::Result<(f64, f64)> {
     Ok((mib / start.elapsed().as_secs_f64().max(1e-9), mib))
 }
 
+/// Where the bare pipeline stands; shared by its two threads under one lock.
+#[derive(Default)]
+struct Pipeline {
+    appended: u64,
+    durable: u64,
+    syncs: u64,
+    sync_time: Duration,
+    /// Set by either thread on a failure or by the measurement at its end.
+    stop: bool,
+    error: Option<std::io::Error>,
+}
+
+/// The bare durable pipeline ([`Pipelined`]): `write_bytes` appends, at most `window` bytes
+/// ahead of the durable end, and a thread that fdatasyncs whatever was appended before each
+/// fdatasync began, for `time` after a warm-up of a tenth of it.
+fn pipelined(
+    path: &Path,
+    write_bytes: usize,
+    window: u64,
+    time: Duration,
+) -> std::io::Result<Pipelined> {
+    let file = create(path)?;
+    let state = Mutex::new(Pipeline::default());
+    let moved = Condvar::new();
+    let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
+    let fail = |e: std::io::Error| {
+        let mut st = lock();
+        st.error.get_or_insert(e);
+        st.stop = true;
+        moved.notify_all();
+    };
+    let measured = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let buf = vec![0x3cu8; write_bytes];
+            loop {
+                let offset = {
+                    let mut st = lock();
+                    while !st.stop && st.appended - st.durable + write_bytes as u64 > window {
+                        st = moved.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    st.appended
+                };
+                // One appender: nothing else writes at or past `offset`.
+                if let Err(e) = file.write_all_at(&buf, offset) {
+                    return fail(e);
+                }
+                lock().appended += write_bytes as u64;
+                moved.notify_all();
+            }
+        });
+        scope.spawn(|| {
+            loop {
+                let covers = {
+                    let mut st = lock();
+                    while !st.stop && st.appended == st.durable {
+                        st = moved.wait(st).unwrap_or_else(|p| p.into_inner());
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    st.appended
+                };
+                let t = Instant::now();
+                if let Err(e) = file.sync_data() {
+                    return fail(e);
+                }
+                let took = t.elapsed();
+                let mut st = lock();
+                st.durable = covers;
+                st.syncs += 1;
+                st.sync_time += took;
+                drop(st);
+                moved.notify_all();
+            }
+        });
+        std::thread::sleep(time / 10);
+        let (durable, syncs, busy) = {
+            let st = lock();
+            (st.durable, st.syncs, st.sync_time)
+        };
+        let start = Instant::now();
+        std::thread::sleep(time);
+        let mut st = lock();
+        let elapsed = start.elapsed().as_secs_f64();
+        st.stop = true;
+        moved.notify_all();
+        (
+            st.durable - durable,
+            st.syncs - syncs,
+            (st.sync_time - busy).as_secs_f64(),
+            elapsed,
+        )
+    });
+    if let Some(e) = lock().error.take() {
+        return Err(e);
+    }
+    let (bytes, syncs, busy, elapsed) = measured;
+    Ok(Pipelined {
+        write_bytes,
+        window_bytes: window,
+        mib_per_sec: bytes as f64 / 1048576.0 / elapsed.max(1e-9),
+        syncs,
+        kib_per_sync: bytes as f64 / 1024.0 / syncs.max(1) as f64,
+        mean_sync_us: busy * 1e6 / syncs.max(1) as f64,
+        sync_busy_percent: busy / elapsed.max(1e-9) * 100.0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +350,26 @@ mod tests {
                 _ => assert_eq!(len, REGION),
             }
         }
+    }
+
+    #[test]
+    fn the_bare_pipeline_makes_its_appends_durable_within_its_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        let p = pipelined(&path, 4096, 16 * 4096, Duration::from_millis(300)).unwrap();
+        assert!(p.syncs > 0 && p.mib_per_sec > 0.0, "{p:?}");
+        // Every fdatasync covered at least one append, and none more than the window.
+        assert!(
+            p.kib_per_sync >= 4.0 && p.kib_per_sync <= 64.0,
+            "{} KiB per fdatasync",
+            p.kib_per_sync
+        );
+        assert!(
+            p.sync_busy_percent > 0.0 && p.sync_busy_percent <= 100.0,
+            "{p:?}"
+        );
+        // The file holds every append, whole: the appender stopped between writes.
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > 0 && len.is_multiple_of(4096), "{len} bytes");
     }
 }

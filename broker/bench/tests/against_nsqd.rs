@@ -282,6 +282,9 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
     assert_eq!(disk.writes.len(), 7);
     assert!(disk.writes.iter().all(|w| w.count > 0 && w.p50_us > 0));
     assert!(disk.bandwidth_mib_per_sec > 0.0);
+    let pipe = disk.pipelined.as_ref().expect("the bare pipeline measured");
+    assert!(pipe.mib_per_sec > 0.0 && pipe.syncs > 0, "{pipe:?}");
+    assert_eq!((pipe.write_bytes, pipe.window_bytes), (64 * 1024, 1 << 20));
     let restart = results.runs[1].restart.as_ref().unwrap();
     assert_eq!(
         (restart.published, restart.min_depth_after),
@@ -295,6 +298,7 @@ async fn disk_restart_and_idle_cases_measure_nsqd() {
     let md = report::render(&results, None);
     assert!(md.contains("## `disk`"), "{md}");
     assert!(md.contains("fdatasync"), "{md}");
+    assert!(md.contains("A bare durable pipeline"), "{md}");
     assert!(md.contains("## `restart`"), "{md}");
     assert!(md.contains("one profile per server"), "{md}");
     assert!(md.contains("## `idle_topics`"), "{md}");
