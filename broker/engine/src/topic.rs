@@ -391,7 +391,7 @@ async fn append_stage(
 /// How many turns the visibility task gives up before it moves the position: each lets the
 /// publishers already runnable append first. One turn gave consumers about 17 messages a look
 /// in PUB+FIN 16/16 1 KiB, three give more, for 6 % more throughput and 7 % less broker CPU
-/// per message. Twelve give 31-36 messages a look at 100 B (three: 22-24) and cut the broker's
+/// per message. Twelve give 31-36 messages a look at 100 B (three: 22-29) and cut the broker's
 /// CPU per message from 18.2 to 14.0 µs there, 1.09x nsqd's throughput against 1.00x over
 /// nine alternating rounds, with 1 KiB, `mixed` and the 1,000 msg/s p99 unchanged or better
 /// (docs/benchmarks.md, notes). Each turn costs a scheduler pass, microseconds; with nothing
