@@ -619,8 +619,14 @@ async fn sync_stage(
             let log = lock(&t.log);
             (LogView::of(&log), log.sync_group_bytes())
         };
-        t.show(view);
+        // The publishers first, then the consumers: the next fdatasync waits for the answered
+        // publishers to come back (the hold), and woken first they get the cores first, while
+        // the deliveries this shows wait a few microseconds behind them. Showing first read
+        // 35.2k against 38.6k msg/s in PUB+FIN 16/16 1 KiB durable, at 25.8 against 24.0 µs
+        // of broker CPU a message, with 100 B unchanged (ten rounds alternating;
+        // docs/benchmarks.md, notes).
         answer(group.waiting, &result);
+        t.show(view);
         // What is still unsynced was appended after the fsync began.
         let unsynced = view.unsynced.0;
         unsynced_since = (unsynced > 0).then_some(sync_began);
