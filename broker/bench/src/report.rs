@@ -10,6 +10,7 @@ use crate::broker::BASELINE;
 use crate::compare::{Case, CaseKind, CaseRun, Headline, Results};
 use crate::disk::{DiskReport, GROUP, Layout};
 use crate::run::RunReport;
+use crate::sweep::size_label;
 
 const DURABLE: &str = "rustqueue-durable";
 
@@ -322,10 +323,25 @@ fn pipe_median(results: &Results, f: fn(&crate::disk::Pipelined) -> f64) -> Opti
     disk_median(results, |d| d.pipelined.as_ref().map(f))
 }
 
+/// The sizes the disk case's bare pipeline ran with (`(write, in flight)` bytes), from the
+/// first round that measured it.
+fn pipe_sizes(results: &Results) -> Option<(String, String, u64)> {
+    let p = disks(results)
+        .into_iter()
+        .find_map(|d| d.pipelined.as_ref())?;
+    let requests = p.window_bytes / p.write_bytes.max(1) as u64;
+    Some((
+        size_label(p.write_bytes as u64),
+        size_label(p.window_bytes),
+        requests,
+    ))
+}
+
 /// What the disk case's bare durable pipeline made durable, if it was measured.
 fn pipeline_paragraph(md: &mut String, results: &Results) {
     let pipe = |f| pipe_median(results, f);
-    if let (Some(mib), Some(kib), Some(sync_us), Some(busy)) = (
+    if let (Some((write, window, requests)), Some(mib), Some(kib), Some(sync_us), Some(busy)) = (
+        pipe_sizes(results),
         pipe(|p| p.mib_per_sec),
         pipe(|p| p.kib_per_sync),
         pipe(|p| p.mean_sync_us),
@@ -333,11 +349,11 @@ fn pipeline_paragraph(md: &mut String, results: &Results) {
     ) {
         let _ = writeln!(
             md,
-            "A bare durable pipeline on the same disk (one thread appends 64 KiB writes, at most \
-             1 MiB ahead of what is durable, as 16 MPUB producers with one request in flight \
-             each; another fdatasyncs whatever was appended before each fdatasync begins): \
-             **{mib:.0} MiB/s** made durable, {kib:.0} KiB per fdatasync of {sync_us:.0} µs on \
-             average, fdatasyncing {busy:.0} % of the time.\n"
+            "A bare durable pipeline on the same disk (one thread appends {write} writes, at most \
+             {window} ahead of what is durable, as {requests} MPUB producers with one request in \
+             flight each; another fdatasyncs whatever was appended before each fdatasync \
+             begins): **{mib:.0} MiB/s** made durable, {kib:.0} KiB per fdatasync of \
+             {sync_us:.0} µs on average, fdatasyncing {busy:.0} % of the time.\n"
         );
     }
 }
@@ -427,10 +443,12 @@ fn disk_table(md: &mut String, results: &Results, case: &Case) {
         mpub.map_or_else(String::new, |m| format!(
             "; `rustqueue-durable` published {m:.1} MiB/s = {:.0} % of the bandwidth{}",
             m / bw.max(1e-9) * 100.0,
-            pipe_median(results, |p| p.mib_per_sec).map_or_else(String::new, |p| format!(
-                ", and the bare pipeline with the same 1 MiB in flight {p:.0} MiB/s = {:.0} %",
-                p / bw.max(1e-9) * 100.0
-            ))
+            pipe_median(results, |p| p.mib_per_sec)
+                .zip(pipe_sizes(results))
+                .map_or_else(String::new, |(p, (_, window, _))| format!(
+                    ", and the bare pipeline with the same {window} in flight {p:.0} MiB/s = {:.0} %",
+                    p / bw.max(1e-9) * 100.0
+                ))
         ))
     );
 }

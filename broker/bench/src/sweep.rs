@@ -86,7 +86,7 @@ pub const CURVE_PROFILES: [&str; 4] = [
 ];
 
 /// `1024` as `1 KiB`, `100` as `100 B`.
-fn size_label(bytes: u64) -> String {
+pub(crate) fn size_label(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
