@@ -48,9 +48,13 @@ impl Client<TcpStream> {
         c
     }
 
-    /// Connect without sending anything.
+    /// Connect without sending anything. Nagle's algorithm is off, as in the official
+    /// clients: a small command it holds back is lost with the send queue if the test then
+    /// drops the connection while the broker's frames are still unread.
     pub async fn raw(addr: SocketAddr) -> Client {
-        Client::over(TcpStream::connect(addr).await.unwrap())
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client::over(stream)
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::{Cluster, Consumer, Served, body_path, wait_for};
+use support::{Cluster, Consumer, Served, body_path, wait_for_or};
 
 /// The integral of a rate over the trend: each rate times the time since the previous
 /// sample with a later timestamp (a sample in the same millisecond carries rate 0).
@@ -40,7 +40,8 @@ fn per_broker(s: &Value, path: &[&str]) -> u64 {
 }
 
 /// 20 messages published to each broker's `orders` (a collection after every 15), 10 of
-/// each consumed and finished on `billing`; returns how many were published.
+/// each consumed and finished on `billing` by a consumer that then closes cleanly; returns
+/// how many were published.
 async fn load(cluster: &Cluster, served: &Served) -> u64 {
     let mut consumers = Vec::new();
     for b in &cluster.brokers {
@@ -57,8 +58,9 @@ async fn load(cluster: &Cluster, served: &Served) -> u64 {
         }
         served.collect().await;
     }
-    for c in &mut consumers {
+    for mut c in consumers {
         c.finish(10).await;
+        c.close().await;
     }
     published
 }
@@ -94,13 +96,29 @@ async fn a_three_broker_snapshot_is_complete_and_its_rates_match_the_counters() 
     let published = load(&cluster, &served).await;
     // Collect until the counters (head, every poll) and the catalog (full observation, at
     // least every second here) the console saw both show the load.
-    let s = wait_for("the finishes to reach the snapshot", 20, || async {
+    // What the last poll saw, for the timeout's message.
+    let seen = std::sync::Mutex::new(String::new());
+    let s = wait_for_or("the finishes to reach the snapshot", 20, &seen, || async {
         served.collect().await;
         let (_, s) = served.snapshot().await;
         let finished = per_broker(&s, &["runtime", "finished_messages_total"]);
         let channel = &s["topics"][0]["channels"][0];
-        let held = channel["depth"].as_u64()? + channel["in_flight"].as_u64()?;
-        (finished == 30 && held == 30).then_some(s)
+        let (depth, in_flight) = (channel["depth"].as_u64(), channel["in_flight"].as_u64());
+        let each: Vec<_> = s["brokers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    &b["name"],
+                    &b["observation"]["runtime"]["finished_messages_total"],
+                )
+            })
+            .collect();
+        *seen.lock().unwrap() = format!(
+            "finished {finished} {each:?}, channel depth {depth:?} and in flight {in_flight:?}"
+        );
+        (finished == 30 && depth? + in_flight? == 30).then_some(s)
     })
     .await;
     assert_eq!(s["complete"], true, "{}", s["errors"]);

@@ -49,7 +49,21 @@ pub fn rustqueued() -> PathBuf {
 }
 
 /// Polls `check` until it returns `Some`, for at most `secs` seconds.
-pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for_or(what, secs, &std::sync::Mutex::new(String::new()), check).await
+}
+
+/// [`wait_for`], whose timeout message adds what `seen` holds (what the last check saw).
+pub async fn wait_for_or<T, F, Fut>(
+    what: &str,
+    secs: u64,
+    seen: &std::sync::Mutex<String>,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -59,7 +73,13 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            let seen = seen.lock().unwrap();
+            match seen.is_empty() {
+                true => panic!("timed out waiting for {what}"),
+                false => panic!("timed out waiting for {what}; last seen: {seen}"),
+            }
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -17,6 +17,9 @@ impl Consumer {
     /// Subscribes to `topic`/`channel` on `addr` with `rdy` in flight.
     pub async fn subscribe(addr: SocketAddr, topic: &str, channel: &str, rdy: u32) -> Consumer {
         let mut stream = TcpStream::connect(addr).await.unwrap();
+        // As the official clients do: a FIN held back by Nagle's algorithm is discarded
+        // with the rest of the send queue if the socket is then closed with unread data.
+        stream.set_nodelay(true).unwrap();
         stream.write_all(b"  V2").await.unwrap();
         stream
             .write_all(format!("SUB {topic} {channel}\n").as_bytes())
@@ -55,6 +58,25 @@ impl Consumer {
             let n = self.stream.read(&mut chunk).await.unwrap();
             assert!(n > 0, "the broker closed the connection");
             self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Closes cleanly: `CLS`, then reads (and drops) what is still arriving until the
+    /// broker's `CLOSE_WAIT`. The broker answers commands in order, so every `FIN` sent before
+    /// has been applied. Dropping a consumer instead may reset the connection and lose them.
+    pub async fn close(mut self) {
+        self.stream.write_all(b"CLS\n").await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (kind, data) = tokio::time::timeout(left, self.frame())
+                .await
+                .expect("CLOSE_WAIT in time");
+            match kind {
+                0 if data == b"CLOSE_WAIT" => return,
+                0 | 2 => {}
+                _ => panic!("error frame: {}", String::from_utf8_lossy(&data)),
+            }
         }
     }
 
