@@ -184,10 +184,18 @@ pub async fn hangup_broker(seen: Arc<AtomicUsize>) -> u16 {
     port
 }
 
-/// A port nothing listens on.
+/// A loopback port that refuses connections for the rest of this test process. It stays bound
+/// (never listening): a port only found free and released could be handed to the next
+/// `bind("127.0.0.1:0")` of a test running beside this one, whose server would then answer
+/// (seen: a hang-up broker of one test took another test's "dead" port).
 pub async fn dead_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    // Without SO_REUSEADDR, so a listener asking for this port cannot share it either.
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    // Kept bound until the process exits: one descriptor per call.
+    std::mem::forget(socket);
+    port
 }
 
 /// Start a gateway on loopback with `extra` flags, discovering through `discovery`.
