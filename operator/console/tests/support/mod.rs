@@ -75,10 +75,11 @@ where
         }
         if Instant::now() >= deadline {
             let seen = seen.lock().unwrap();
-            match seen.is_empty() {
-                true => panic!("timed out waiting for {what}"),
-                false => panic!("timed out waiting for {what}; last seen: {seen}"),
-            }
+            let last = match seen.is_empty() {
+                true => String::new(),
+                false => format!("; last seen: {seen}"),
+            };
+            panic!("timed out waiting for {what}{last}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

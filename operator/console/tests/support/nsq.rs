@@ -61,23 +61,27 @@ impl Consumer {
         }
     }
 
+    /// The next response (0) or message (2) frame, read by `deadline`; an error frame fails.
+    async fn frame_by(&mut self, deadline: Instant, what: &str) -> (u32, Vec<u8>) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (kind, data) = tokio::time::timeout(left, self.frame())
+            .await
+            .unwrap_or_else(|_| panic!("{what} in time"));
+        assert!(
+            kind == 0 || kind == 2,
+            "error frame: {}",
+            String::from_utf8_lossy(&data)
+        );
+        (kind, data)
+    }
+
     /// Closes cleanly: `CLS`, then reads (and drops) what is still arriving until the
     /// broker's `CLOSE_WAIT`. The broker answers commands in order, so every `FIN` sent before
     /// has been applied. Dropping a consumer instead may reset the connection and lose them.
     pub async fn close(mut self) {
         self.stream.write_all(b"CLS\n").await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (kind, data) = tokio::time::timeout(left, self.frame())
-                .await
-                .expect("CLOSE_WAIT in time");
-            match kind {
-                0 if data == b"CLOSE_WAIT" => return,
-                0 | 2 => {}
-                _ => panic!("error frame: {}", String::from_utf8_lossy(&data)),
-            }
-        }
+        while self.frame_by(deadline, "CLOSE_WAIT").await != (0, b"CLOSE_WAIT".to_vec()) {}
     }
 
     /// Reads and finishes `n` messages (answering heartbeats), within 20 s.
@@ -85,13 +89,11 @@ impl Consumer {
         let mut done = 0;
         let deadline = Instant::now() + Duration::from_secs(20);
         while done < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (kind, data) = tokio::time::timeout(left, self.frame())
-                .await
-                .expect("messages in time");
-            match kind {
-                0 if data == b"_heartbeat_" => self.stream.write_all(b"NOP\n").await.unwrap(),
-                2 => {
+            match self.frame_by(deadline, "messages").await {
+                (0, data) if data == b"_heartbeat_" => {
+                    self.stream.write_all(b"NOP\n").await.unwrap();
+                }
+                (2, data) => {
                     let id = &data[10..26];
                     let mut cmd = b"FIN ".to_vec();
                     cmd.extend_from_slice(id);
@@ -99,8 +101,7 @@ impl Consumer {
                     self.stream.write_all(&cmd).await.unwrap();
                     done += 1;
                 }
-                0 => {}
-                _ => panic!("error frame: {}", String::from_utf8_lossy(&data)),
+                _ => {}
             }
         }
     }
