@@ -33,6 +33,7 @@ pub mod metrics;
 mod registry;
 mod scrub;
 mod shared;
+mod sync_thread;
 mod tiering;
 mod topic;
 mod trace;

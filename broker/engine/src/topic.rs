@@ -22,6 +22,7 @@ use crate::error::{PublishError, StorageFault};
 use crate::group::{Collector, Policy, answer};
 use crate::lock::{lock, read};
 use crate::metrics::{Counter, EngineMetrics, Timer};
+use crate::sync_thread::SyncHome;
 use crate::trace::CommitTrace;
 use crate::types::now_ns;
 
@@ -282,11 +283,21 @@ pub(crate) async fn publish_worker(
         return;
     };
     metrics.add(Counter::PublishWorkers, 1);
-    // Its own task: a durable group's fdatasync blocks the sync stage's thread (see
-    // [`sync_blocking`]), never the appends queued behind it.
-    let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx));
-    append_stage(topic, store, set, rx).await;
-    let _ = syncing.await;
+    // Apart from the appends: a durable group's fdatasync blocks the sync stage's thread (see
+    // [`sync_blocking`]), never the appends queued behind it. A durable topic's stage runs
+    // while it has something to sync, on a thread of its own where it can
+    // ([`crate::sync_thread`]); a relaxed topic's, which syncs by its thresholds and its
+    // interval, runs for the topic's life as a task.
+    let durable = set.ack_mode == AckMode::Durable && topic.upgrade().is_some_and(|t| !t.ephemeral);
+    if durable {
+        let home = SyncHome::new(topic.clone(), set, sync_rx);
+        append_stage(topic, store, set, rx, Some(&home)).await;
+        home.stopped().await;
+    } else {
+        let syncing = tokio::spawn(sync_stage(topic.clone(), set, sync_rx, None));
+        append_stage(topic, store, set, rx, None).await;
+        let _ = syncing.await;
+    }
     metrics.sub(Counter::PublishWorkers, 1);
     metrics.add(Counter::PublishWorkersRetired, 1);
 }
@@ -296,6 +307,7 @@ async fn append_stage(
     store: Arc<Store>,
     set: GroupSettings,
     rx: mpsc::Receiver<PubReq>,
+    home: Option<&Arc<SyncHome>>,
 ) {
     let mut groups = Collector::new(
         rx,
@@ -388,6 +400,9 @@ async fn append_stage(
             if returning > 0 {
                 // After the send: once the sync stage sees the count, the requests are queued.
                 t.handoff.returns.handed(returning);
+            }
+            if let Some(home) = home {
+                home.wake();
             }
         }
         if relaxed && relaxed_ok {
@@ -547,11 +562,16 @@ const HOLD_MAX_GROUP_BYTES: u64 = 64 * 1024;
 /// Large groups are not held ([`HOLD_MAX_GROUP_BYTES`]): there two groups in turn keep the disk
 /// busier than one. The stage sleeps through the hold on its own thread ([`Returns::wait`]),
 /// woken by the append stage when the last of them is handed over.
-async fn sync_stage(
+///
+/// With `idle` set, the stage stops once it has waited that long for a hand-over with nothing
+/// to sync or answer, and gives its receiver back ([`crate::sync_thread`]); `None` when it
+/// ended for good (the topic is gone, or its appenders are).
+pub(crate) async fn sync_stage(
     topic: Weak<Topic>,
     set: GroupSettings,
     mut rx: mpsc::UnboundedReceiver<Appended>,
-) {
+    idle: Option<Duration>,
+) -> Option<mpsc::UnboundedReceiver<Appended>> {
     let mut unsynced_since: Option<Instant> = None;
     let mut open = true;
     // What arrived during the last fsync, taken into the next group.
@@ -567,7 +587,13 @@ async fn sync_stage(
                 Some(at) => tokio::time::timeout_at((at + set.sync_interval).into(), rx.recv())
                     .await
                     .unwrap_or(Some(Appended::Relaxed)),
-                None => rx.recv().await,
+                None => match idle {
+                    Some(idle) => match tokio::time::timeout(idle, rx.recv()).await {
+                        Ok(first) => first,
+                        Err(_) => return Some(rx),
+                    },
+                    None => rx.recv().await,
+                },
             };
             let Some(first) = first else { break };
             group.absorb(first);
@@ -658,12 +684,15 @@ async fn sync_stage(
     {
         background_sync(&t).await;
     }
+    None
 }
 
 /// Runs a blocking step that a durable group's publishers are waiting for (its fdatasync, or
 /// the hold before it: [`Returns::wait`]) on the sync stage's own thread.
 ///
-/// On the multi-threaded runtime this is `block_in_place`: the thread hands its run queue to
+/// On a thread of the stage's own ([`crate::sync_thread`], a durable topic's usual place) the
+/// step simply runs there: nothing else waits on that thread. As a task on the multi-threaded
+/// runtime it is `block_in_place`: the thread hands its run queue to
 /// another one and blocks in the fdatasync, so the runtime goes on serving every other task,
 /// and once the fdatasync returns the same thread answers the group at once. Through the
 /// blocking pool, each group paid two thread wake-ups on its critical path instead (to start
@@ -674,6 +703,9 @@ async fn sync_blocking<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, tokio::task::JoinError> {
     use tokio::runtime::{Handle, RuntimeFlavor};
+    if crate::sync_thread::on_own_thread() {
+        return Ok(f());
+    }
     if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
         Ok(tokio::task::block_in_place(f))
     } else {

@@ -1,0 +1,123 @@
+//! A durable topic's sync stage on a thread of its own (docs/architecture.md, step 4): started
+//! by a publish, gone once the topic is idle, started again by the next publish, and never more
+//! than the process-wide limit at once. Threads are counted by name in /proc, so this file is
+//! its own test process and its tests run one at a time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{cfg, wait_for_seen};
+use rustqueue_engine::{Bytes, Engine};
+
+/// The tests here share the process's thread count.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a stage waits for work before its thread ends (`sync_thread::IDLE`).
+const IDLE: Duration = Duration::from_secs(1);
+
+/// Threads of this process named `rq-sync`.
+fn sync_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "rq-sync")
+        .count()
+}
+
+async fn publish(e: &Engine, topic: &str, body: &str) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        e.publish(topic, vec![Bytes::from(body.to_owned())], None),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("publish of {body} to {topic} not answered within 10 s"))
+    .expect("durable publish acknowledged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_topic_syncs_on_a_thread_only_while_it_publishes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    assert_eq!(sync_threads(), 0, "no thread before any publish");
+
+    publish(&e, "t", "first").await;
+    assert_eq!(
+        sync_threads(),
+        1,
+        "the first durable publish starts the topic's thread"
+    );
+    wait_for_seen(10, "the idle topic's sync thread to end", || {
+        let n = sync_threads();
+        (n == 0, format!("{n} sync threads"))
+    })
+    .await;
+
+    // Publishes that come about when the stage gives up waiting: each one is answered, by
+    // the stage still running or by the one it starts.
+    for i in 0..5u32 {
+        tokio::time::sleep(
+            IDLE - Duration::from_millis(20) + Duration::from_millis(10 * u64::from(i)),
+        )
+        .await;
+        publish(&e, "t", &format!("m{i}")).await;
+    }
+    let s = e.stats(Some("t"), None);
+    assert_eq!(
+        s.topics[0].last_durable_position, 6,
+        "every publish fsynced"
+    );
+    e.shutdown().await;
+    wait_for_seen(10, "the sync thread to end after shutdown", || {
+        let n = sync_threads();
+        (n == 0, format!("{n} sync threads"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_thread_limit_stages_run_on_the_runtime_and_every_publish_is_answered() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(cfg(dir.path())).await.unwrap();
+    // 80 topics publishing at once, past the limit of 64 threads.
+    let started = Instant::now();
+    let mut most = 0;
+    let mut tasks = Vec::new();
+    for t in 0..80 {
+        let e = e.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                publish(&e, &format!("t{t}"), &format!("m{i}")).await;
+            }
+        }));
+    }
+    while !tasks.iter().all(|t| t.is_finished()) {
+        most = most.max(sync_threads());
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "publishes took over 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        most <= 64,
+        "{most} sync threads at once, over the limit of 64"
+    );
+    assert!(
+        most > 1,
+        "only {most} sync thread seen: the stages did not get threads"
+    );
+    for t in 0..80 {
+        let s = e.stats(Some(&format!("t{t}")), None);
+        assert_eq!(
+            s.topics[0].last_durable_position, 20,
+            "topic t{t}: every publish fsynced"
+        );
+    }
+    e.shutdown().await;
+}
