@@ -32,8 +32,8 @@ use crate::topic::{Appended, GroupSettings, Topic, sync_stage};
 /// How long a sync stage waits for its next hand-over before it stops (its thread ends).
 pub(crate) const IDLE: Duration = Duration::from_secs(1);
 
-/// Most sync stages on threads of their own at once, over all topics. Each thread costs about
-/// 30 KiB of memory; the rest run as tasks.
+/// Most sync stages on threads of their own at once, over all topics; the rest run as tasks.
+/// The 64 cost about 4 MiB of memory in all (`idle_topics`, docs/benchmarks.md).
 pub(crate) const MAX_THREADS: usize = 64;
 
 /// Sync threads running now, in this process.
@@ -77,13 +77,10 @@ impl SyncHome {
     /// stops for idleness parks the receiver only once it is empty, under the same lock, so a
     /// hand-over either reaches the running stage or finds the receiver parked and starts one.
     pub(crate) fn wake(self: &Arc<Self>) {
-        let rx = {
-            let mut parked = lock(&self.parked);
-            let Some(rx) = parked.take() else { return };
-            self.runs.send_modify(|n| *n += 1);
-            rx
+        let Some(rx) = lock(&self.parked).take() else {
+            return;
         };
-        self.start(rx);
+        self.start(rx, RunEnds::count(self));
     }
 
     /// Resolves once no run of the stage is going (the publish worker's end).
@@ -92,21 +89,21 @@ impl SyncHome {
         let _ = runs.wait_for(|n| *n == 0).await;
     }
 
-    fn start(self: &Arc<Self>, rx: mpsc::UnboundedReceiver<Appended>) {
+    fn start(self: &Arc<Self>, rx: mpsc::UnboundedReceiver<Appended>, run: RunEnds) {
         use tokio::runtime::RuntimeFlavor;
         let multi = Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
-        let rx = if multi && claim_thread() {
+        let (rx, run) = if multi && claim_thread() {
             // Handed through a slot so that a thread that could not be started gives it back.
-            let slot = Arc::new(Mutex::new(Some(rx)));
+            let slot = Arc::new(Mutex::new(Some((rx, run))));
             let (home, given, runtime) = (self.clone(), slot.clone(), Handle::current());
             let spawned = std::thread::Builder::new()
                 .name("rq-sync".into())
                 .stack_size(256 * 1024)
                 .spawn(move || {
                     let _place = ThreadPlace;
-                    let rx = lock(&given).take();
-                    if let Some(rx) = rx {
-                        home.run_on_thread(rx, &runtime);
+                    let handed = lock(&given).take();
+                    if let Some((rx, run)) = handed {
+                        home.run_on_thread(rx, run, &runtime);
                     }
                 });
             match spawned {
@@ -116,18 +113,23 @@ impl SyncHome {
                     THREADS.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!("cannot start a sync thread ({e}); syncing on the runtime");
                     match lock(&slot).take() {
-                        Some(rx) => rx,
+                        Some(handed) => handed,
                         None => return,
                     }
                 }
             }
         } else {
-            rx
+            (rx, run)
         };
-        tokio::spawn(self.clone().run(rx));
+        tokio::spawn(self.clone().run(rx, run));
     }
 
-    fn run_on_thread(self: Arc<Self>, rx: mpsc::UnboundedReceiver<Appended>, runtime: &Handle) {
+    fn run_on_thread(
+        self: Arc<Self>,
+        rx: mpsc::UnboundedReceiver<Appended>,
+        run: RunEnds,
+        runtime: &Handle,
+    ) {
         // Time only (the stage's timeouts): no I/O driver, so no descriptors per thread.
         match tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -135,23 +137,20 @@ impl SyncHome {
         {
             Ok(rt) => {
                 OWN_THREAD.with(|t| t.set(true));
-                rt.block_on(self.run(rx));
+                rt.block_on(self.run(rx, run));
             }
             Err(e) => {
                 tracing::warn!(
                     "cannot start a sync thread's runtime ({e}); syncing on the runtime"
                 );
-                runtime.spawn(self.run(rx));
+                runtime.spawn(self.run(rx, run));
             }
         }
     }
 
     /// Runs the stage until it ends for good (the topic is gone) or stops for idleness with
-    /// nothing left in its receiver.
-    async fn run(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<Appended>) {
-        // Counted out however the run ends, a panic included, so the publish worker's end
-        // never waits for a run that is gone.
-        let _run = RunEnds(&self);
+    /// nothing left in its receiver; `_run` counts the run out however it ends.
+    async fn run(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<Appended>, _run: RunEnds) {
         while let Some(back) = sync_stage(self.topic.clone(), self.set, rx, Some(IDLE)).await {
             let mut parked = lock(&self.parked);
             if back.is_empty() {
@@ -163,10 +162,19 @@ impl SyncHome {
     }
 }
 
-/// Counts a run of the stage out when dropped.
-struct RunEnds<'a>(&'a SyncHome);
+/// A run of the stage, counted in [`SyncHome::runs`] from its start until this is dropped:
+/// when the run ends, panics, or is dropped before it began (a task on a runtime shutting
+/// down), so the publish worker's end never waits for a run that is gone.
+struct RunEnds(Arc<SyncHome>);
 
-impl Drop for RunEnds<'_> {
+impl RunEnds {
+    fn count(home: &Arc<SyncHome>) -> Self {
+        home.runs.send_modify(|n| *n += 1);
+        Self(home.clone())
+    }
+}
+
+impl Drop for RunEnds {
     fn drop(&mut self) {
         self.0.runs.send_modify(|n| *n = n.saturating_sub(1));
     }
