@@ -90,12 +90,12 @@ impl SyncHome {
     }
 
     fn start(self: &Arc<Self>, rx: mpsc::UnboundedReceiver<Appended>, run: RunEnds) {
-        use tokio::runtime::RuntimeFlavor;
-        let multi = Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
+        let runtime = Handle::current();
+        let multi = runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
         let (rx, run) = if multi && claim_thread() {
             // Handed through a slot so that a thread that could not be started gives it back.
             let slot = Arc::new(Mutex::new(Some((rx, run))));
-            let (home, given, runtime) = (self.clone(), slot.clone(), Handle::current());
+            let (home, given) = (self.clone(), slot.clone());
             let spawned = std::thread::Builder::new()
                 .name("rq-sync".into())
                 .stack_size(256 * 1024)

@@ -279,7 +279,8 @@ pub(crate) async fn publish_worker(
     rx: mpsc::Receiver<PubReq>,
     sync_rx: mpsc::UnboundedReceiver<Appended>,
 ) {
-    let Some(metrics) = topic.upgrade().map(|t| t.metrics.clone()) else {
+    let Some((metrics, ephemeral)) = topic.upgrade().map(|t| (t.metrics.clone(), t.ephemeral))
+    else {
         return;
     };
     metrics.add(Counter::PublishWorkers, 1);
@@ -288,8 +289,7 @@ pub(crate) async fn publish_worker(
     // while it has something to sync, on a thread of its own where it can
     // ([`crate::sync_thread`]); a relaxed topic's, which syncs by its thresholds and its
     // interval, runs for the topic's life as a task.
-    let durable = set.ack_mode == AckMode::Durable && topic.upgrade().is_some_and(|t| !t.ephemeral);
-    if durable {
+    if set.ack_mode == AckMode::Durable && !ephemeral {
         let home = SyncHome::new(topic.clone(), set, sync_rx);
         append_stage(topic, store, set, rx, Some(&home)).await;
         home.stopped().await;
