@@ -225,6 +225,13 @@ struct Pipeline {
     durable: u64,
     syncs: u64,
     sync_time: Duration,
+    /// Time in fdatasync since `window_from`, clipped to it: a sync that began in the
+    /// warm-up counts only its part inside the window, so the share stays a share.
+    busy_in_window: Duration,
+    /// Where the measured window began, once it has.
+    window_from: Option<Instant>,
+    /// When the fdatasync in progress began, if one is.
+    sync_began: Option<Instant>,
     /// Set by either thread on a failure or by the measurement at its end.
     stop: bool,
     error: Option<std::io::Error>,
@@ -281,9 +288,11 @@ fn pipelined(
                     if st.stop {
                         return;
                     }
+                    st.sync_began = Some(Instant::now());
                     st.appended
                 };
                 let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(21));
                 if let Err(e) = file.sync_data() {
                     return fail(e);
                 }
@@ -292,39 +301,48 @@ fn pipelined(
                 st.durable = covers;
                 st.syncs += 1;
                 st.sync_time += took;
+                if let (Some(from), Some(began)) = (st.window_from, st.sync_began.take()) {
+                    st.busy_in_window += Instant::now().saturating_duration_since(began.max(from));
+                }
                 drop(st);
                 moved.notify_all();
             }
         });
         std::thread::sleep(time / 10);
-        let (durable, syncs, busy) = {
-            let st = lock();
-            (st.durable, st.syncs, st.sync_time)
+        let (start, durable, syncs, sync_time) = {
+            let mut st = lock();
+            let start = Instant::now();
+            st.window_from = Some(start);
+            (start, st.durable, st.syncs, st.sync_time)
         };
-        let start = Instant::now();
         std::thread::sleep(time);
         let mut st = lock();
-        let elapsed = start.elapsed().as_secs_f64();
+        let end = Instant::now();
         st.stop = true;
         moved.notify_all();
+        // The fdatasync still running counts up to the window's end.
+        let running = st.sync_began.map_or(Duration::ZERO, |b| {
+            end.saturating_duration_since(b.max(start))
+        });
         (
             st.durable - durable,
             st.syncs - syncs,
-            (st.sync_time - busy).as_secs_f64(),
-            elapsed,
+            (st.sync_time - sync_time).as_secs_f64(),
+            (st.busy_in_window + running).as_secs_f64(),
+            (end - start).as_secs_f64(),
         )
     });
     if let Some(e) = lock().error.take() {
         return Err(e);
     }
-    let (bytes, syncs, busy, elapsed) = measured;
+    let (bytes, syncs, sync_time, busy, elapsed) = measured;
     Ok(Pipelined {
         write_bytes,
         window_bytes: window,
         mib_per_sec: bytes as f64 / 1048576.0 / elapsed.max(1e-9),
         syncs,
         kib_per_sync: bytes as f64 / 1024.0 / syncs.max(1) as f64,
-        mean_sync_us: busy * 1e6 / syncs.max(1) as f64,
+        mean_sync_us: sync_time * 1e6 / syncs.max(1) as f64,
         sync_busy_percent: busy / elapsed.max(1e-9) * 100.0,
     })
 }
