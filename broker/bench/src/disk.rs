@@ -292,7 +292,6 @@ fn pipelined(
                     st.appended
                 };
                 let t = Instant::now();
-                std::thread::sleep(Duration::from_millis(21));
                 if let Err(e) = file.sync_data() {
                     return fail(e);
                 }
