@@ -121,21 +121,30 @@ impl Conn {
         if self.out.is_empty() {
             return Ok(());
         }
-        self.wire.clear();
-        self.tx.encode(&self.out, &mut self.wire);
+        // Uncompressed, the frames are the wire bytes and go out as they are: copying them
+        // into `wire` first cost a pass over every delivered body (2 % of the broker's CPU
+        // with 256 KiB messages).
+        let wire: &[u8] = if matches!(self.tx, Compression::None) {
+            &self.out
+        } else {
+            self.wire.clear();
+            self.tx.encode(&self.out, &mut self.wire);
+            &self.wire
+        };
+        let written = match &mut self.io {
+            Transport::Plain(s) => s.write_all(wire).await,
+            Transport::Tls(s) => match s.write_all(wire).await {
+                Ok(()) => s.flush().await,
+                Err(e) => Err(e),
+            },
+            Transport::Upgrading => Err(io::Error::other("transport unavailable")),
+        };
+        // Written or not, these frames are done with: a failed write ends the session.
         self.out.clear();
-        match &mut self.io {
-            Transport::Plain(s) => s.write_all(&self.wire).await?,
-            Transport::Tls(s) => {
-                s.write_all(&self.wire).await?;
-                s.flush().await?;
-            }
-            Transport::Upgrading => return Err(io::Error::other("transport unavailable")),
-        }
         if self.wire.capacity() > 1 << 20 {
             self.wire = Vec::new();
         }
-        Ok(())
+        written
     }
 
     /// Upgrades to TLS (after the IDENTIFY reply was flushed). Bytes already buffered from
