@@ -117,7 +117,8 @@ struct CompareArgs {
     duration_seconds: f64,
     #[arg(long, env = "BENCH_WARMUP", default_value_t = 1.0)]
     warmup_seconds: f64,
-    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1)]
+    /// Alternating rounds of every profile per case; at least 1 (0 is refused, not rounded up).
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 1, value_parser = at_least_one())]
     rounds: usize,
     /// Messages in the backlog case (docs/benchmarks.md uses 10,000,000).
     #[arg(long, env = "BENCH_BACKLOG_MESSAGES", default_value_t = 100_000)]
@@ -131,7 +132,7 @@ struct CompareArgs {
     #[arg(long, env = "BENCH_DRAIN_MESSAGES", default_value_t = 1_000_000)]
     drain_messages: u64,
     /// Topics in the idle-topics case.
-    #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000)]
+    #[arg(long, env = "BENCH_IDLE_TOPICS", default_value_t = 1_000, value_parser = at_least_one())]
     idle_topics: usize,
     /// Messages in each tiered case (`tiered_local`, `tiered_read_through`).
     #[arg(long, env = "BENCH_TIERED_MESSAGES", default_value_t = 200_000)]
@@ -267,6 +268,11 @@ async fn run_command(a: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A count that must be at least 1: `BENCH_ROUNDS=0` once started a whole one-round run.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+}
+
 async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
     if !a.nsqd.is_file() {
         bail!(
@@ -285,7 +291,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
     let settings = Settings {
         duration_seconds: a.duration_seconds,
         warmup_seconds: a.warmup_seconds,
-        rounds: a.rounds.max(1),
+        rounds: a.rounds,
         backlog_messages: a.backlog_messages,
         drain_messages: a.drain_messages,
         tiered_messages: a.tiered_messages,
@@ -293,7 +299,7 @@ async fn compare_command(a: CompareArgs) -> anyhow::Result<()> {
         cases: a.cases.into_iter().filter(|c| !c.is_empty()).collect(),
         profiles: a.profiles.into_iter().filter(|p| !p.is_empty()).collect(),
         restart_messages: a.restart_messages,
-        idle_topics: a.idle_topics.max(1),
+        idle_topics: a.idle_topics,
         sweeps: a.sweeps,
     };
     compare::check_names(&settings).map_err(anyhow::Error::msg)?;
@@ -389,6 +395,28 @@ mod tests {
         .unwrap();
         match cli.command {
             Command::Compare(a) => a.sweeps,
+            _ => unreachable!("parsed as compare"),
+        }
+    }
+
+    #[test]
+    fn zero_rounds_or_idle_topics_are_refused_not_rounded_up() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["rustqueue-bench", "compare", "--nsqd", "nsqd"]
+                    .iter()
+                    .chain(args),
+            )
+        };
+        for args in [&["--rounds", "0"][..], &["--idle-topics", "0"][..]] {
+            let err = parse(args).err().expect("refused");
+            assert!(err.to_string().contains(args[0]), "{err}");
+        }
+        match parse(&["--rounds", "3", "--idle-topics", "1"])
+            .unwrap()
+            .command
+        {
+            Command::Compare(a) => assert_eq!((a.rounds, a.idle_topics), (3, 1)),
             _ => unreachable!("parsed as compare"),
         }
     }
