@@ -280,7 +280,7 @@ fn pipelined(
         });
         scope.spawn(|| {
             loop {
-                let covers = {
+                let (covers, began) = {
                     let mut st = lock();
                     while !st.stop && st.appended == st.durable {
                         st = moved.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -288,20 +288,21 @@ fn pipelined(
                     if st.stop {
                         return;
                     }
-                    st.sync_began = Some(Instant::now());
-                    st.appended
+                    let began = Instant::now();
+                    st.sync_began = Some(began);
+                    (st.appended, began)
                 };
-                let t = Instant::now();
                 if let Err(e) = file.sync_data() {
                     return fail(e);
                 }
-                let took = t.elapsed();
+                let end = Instant::now();
                 let mut st = lock();
                 st.durable = covers;
                 st.syncs += 1;
-                st.sync_time += took;
-                if let (Some(from), Some(began)) = (st.window_from, st.sync_began.take()) {
-                    st.busy_in_window += Instant::now().saturating_duration_since(began.max(from));
+                st.sync_time += end - began;
+                st.sync_began = None;
+                if let Some(from) = st.window_from {
+                    st.busy_in_window += end.saturating_duration_since(began.max(from));
                 }
                 drop(st);
                 moved.notify_all();
