@@ -5,6 +5,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# What the release builds below stamp into `rustqueued --version` (broker/server/build.rs), so
+# that benchmark results and bug reports name their build. The test build is not stamped and so
+# does not recompile for a new commit.
+RUSTQUEUE_REVISION := $(shell git describe --always --dirty 2>/dev/null)
+RELEASE_CARGO = RUSTQUEUE_REVISION=$(RUSTQUEUE_REVISION) $(CARGO)
 export RUSTQUEUE_CACHE ?= $(HOME)/.cache/rustqueue
 
 .PHONY: help
@@ -17,7 +22,7 @@ deps: ## install pinned external tools into ~/.cache/rustqueue (idempotent)
 
 .PHONY: build
 build: ## build every binary (release)
-	$(CARGO) build --release --workspace --bins
+	$(RELEASE_CARGO) build --release --workspace --bins
 
 .PHONY: run
 run: ## start a local broker with default settings and print how to use it
@@ -195,7 +200,7 @@ deps-nsqd: ## install official nsqd (the parity and benchmark peer) into the cac
 
 .PHONY: bench
 bench: deps-nsqd deps-versitygw ## RustQueue vs nsqd side by side, with the disk, restart and idle-topics cases (~8 min a round on a loaded machine, under 25 for BENCH_ROUNDS=3); BENCH_DURATION/_ROUNDS/_CASES/_PROFILES/_BACKLOG_MESSAGES/_RESTART_MESSAGES/_IDLE_TOPICS/_TIERED_MESSAGES; BENCH_SWEEPS=1 adds the curves (SVG)
-	$(CARGO) build --release -p rustqueue-server -p rustqueue-gateway -p rustqueue-discovery -p rustqueue-bench
+	$(RELEASE_CARGO) build --release -p rustqueue-server -p rustqueue-gateway -p rustqueue-discovery -p rustqueue-bench
 	$(BENCH_TARGET)/release/rustqueue-bench compare --nsqd $(NSQD_BIN) \
 	  --rustqueued $(BENCH_TARGET)/release/rustqueued --versitygw $(VERSITYGW_BIN) \
 	  --markdown docs/benchmarks.md --notes bench/notes.md
@@ -325,7 +330,7 @@ CLI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 CLI_DIST := $(TARGET_DIR)/cli
 .PHONY: install-cli cli-dist
 install-cli: ## build rustqueuectl (release) and install it and the kubectl plugin kubectl-rustqueue into PREFIX/bin (~/.local/bin)
-	$(CARGO) build --release --locked -p rustqueue-ctl --bins
+	$(RELEASE_CARGO) build --release --locked -p rustqueue-ctl --bins
 	install -d $(PREFIX)/bin
 	install -m 0755 $(TARGET_DIR)/release/rustqueuectl $(PREFIX)/bin/rustqueuectl
 	ln -sf rustqueuectl $(PREFIX)/bin/kubectl-rustqueue
@@ -335,7 +340,7 @@ install-cli: ## build rustqueuectl (release) and install it and the kubectl plug
 # The release tarball (rustqueuectl, kubectl-rustqueue, completions) and the krew
 # manifest with its sha256 filled in, for this machine's platform.
 cli-dist: ## the rustqueuectl release tarball and its krew manifest in target/cli
-	$(CARGO) build --release --locked -p rustqueue-ctl --bins
+	$(RELEASE_CARGO) build --release --locked -p rustqueue-ctl --bins
 	operator/ctl/dist.sh --bin $(TARGET_DIR)/release/rustqueuectl --version $(CLI_VERSION) --out $(CLI_DIST)
 
 # --- OCI images and the testbed's small conveniences: see docs/images.md and docs/e2e.md --------
@@ -351,7 +356,7 @@ export IMAGE_TAG
 IMAGE_PROFILE ?= release
 IMAGE_BIN_DIR = $(IMAGES_TARGET)/$(IMAGE_PROFILE)
 ifeq ($(IMAGE_PROFILE),release)
-IMAGE_BUILD = $(CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console -p rustqueue-ctl --bins
+IMAGE_BUILD = $(RELEASE_CARGO) build --release --locked -p rustqueue-server -p rustqueue-operator -p rustqueue-discovery -p rustqueue-gateway -p rustqueue-console -p rustqueue-ctl --bins
 else ifeq ($(IMAGE_PROFILE),debug)
 # cargo builds a package's binaries with its integration tests: one test target of each
 IMAGE_BUILD = $(CARGO_TEST) --no-run $(call stage_targets,image-bins)

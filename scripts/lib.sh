@@ -26,3 +26,11 @@ go_tools_without_dwarf() {
   GOFLAGS="$(go env GOFLAGS 2>/dev/null) $dwarf"
   export GOFLAGS
 }
+
+# stamp_revision: release builds put the commit into `rustqueued --version`
+# (broker/server/build.rs); the same `git describe` the Makefile's release builds use, so
+# `make run`, `make bench` and a release share one build instead of recompiling for each other.
+stamp_revision() {
+  RUSTQUEUE_REVISION="${RUSTQUEUE_REVISION:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || true)}"
+  export RUSTQUEUE_REVISION
+}

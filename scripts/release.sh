@@ -38,6 +38,7 @@ version="$(cargo metadata --format-version 1 --no-deps --locked |
 target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ -z "$bin_dir" ]; then
   log "building the release binaries ($version)"
+  stamp_revision
   args=()
   for p in "${PACKAGES[@]}"; do args+=(-p "$p"); done
   cargo build --release --locked "${args[@]}" --bins

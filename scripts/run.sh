@@ -7,6 +7,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 log "building rustqueued (release)"
+stamp_revision
 cargo build --release -p rustqueue-server --bin rustqueued
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rustqueued"
 

@@ -556,7 +556,8 @@ pub struct Results {
     pub settings: Settings,
     /// `nsqd --version`.
     pub nsqd_version: String,
-    /// `git describe` of the RustQueue tree measured, if any.
+    /// `rustqueued --version` of the broker binary measured, if any: the release builds of
+    /// `make bench` stamp their `git describe` into it.
     pub rustqueue_revision: Option<String>,
     /// Every profile, with its durability label.
     pub profiles: Vec<Profile>,
@@ -593,7 +594,7 @@ pub async fn compare(
         rustqueue_revision: bins
             .rustqueued
             .as_ref()
-            .map(|_| command_line("git", &["describe", "--always", "--dirty"])),
+            .map(|b| command_line(&b.to_string_lossy(), &["--version"])),
         settings: settings.clone(),
         profiles: profiles.clone(),
         cases: cases.clone(),

@@ -15,7 +15,7 @@ use rustqueue_server::{Config, ConfigFile, LogFormat};
 
 /// RustQueue broker: NSQ V2 TCP + nsqd-compatible HTTP on durable local storage.
 #[derive(Parser, Debug)]
-#[command(name = "rustqueued", version)]
+#[command(name = "rustqueued", version = env!("RUSTQUEUE_VERSION_LINE"))]
 struct Args {
     /// TOML configuration file (unknown keys are rejected).
     #[arg(long, env = "RUSTQUEUE_CONFIG")]
