@@ -7,8 +7,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # What the release builds below stamp into `rustqueued --version` (broker/server/build.rs), so
 # that benchmark results and bug reports name their build. The test build is not stamped and so
-# does not recompile for a new commit.
-RUSTQUEUE_REVISION := $(shell git describe --always --dirty 2>/dev/null)
+# does not recompile for a new commit. A revision already in the environment is kept.
+RUSTQUEUE_REVISION ?= $(shell git describe --always --dirty 2>/dev/null)
 RELEASE_CARGO = RUSTQUEUE_REVISION=$(RUSTQUEUE_REVISION) $(CARGO)
 export RUSTQUEUE_CACHE ?= $(HOME)/.cache/rustqueue
 

@@ -470,6 +470,16 @@ async fn the_tiered_cases_drain_from_the_volume_and_from_the_bucket() {
         sweeps: false,
     };
     let results = compare::compare(settings, rustqueue_bins(), |_| {}).await;
+    // The results name the broker binary they measured by its own version line (the test
+    // build's is not stamped with a commit), not the checkout the bench ran in.
+    let measured = results.rustqueue_revision.as_deref().unwrap_or_default();
+    assert!(
+        measured.starts_with(&format!(
+            "rustqueued {} (revision ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{measured:?}"
+    );
     assert_eq!(results.runs.len(), 2, "{:#?}", results.runs);
     for run in &results.runs {
         assert!(run.counts(), "{run:#?}");
