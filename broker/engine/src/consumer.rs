@@ -150,6 +150,17 @@ impl BatchLimit {
         messages: 1,
         bytes: 0,
     };
+
+    /// Whether a batch of `messages` messages and `bytes` body bytes has taken all this limit
+    /// allows (the first message is always allowed), so that more may be waiting.
+    pub fn reached(&self, messages: usize, bytes: u64) -> bool {
+        messages >= self.messages.max(1) || (messages > 0 && bytes >= self.bytes)
+    }
+
+    /// [`BatchLimit::reached`] for a batch [`Consumer::next_batch`] returned.
+    pub fn filled_by(&self, batch: &[Delivery]) -> bool {
+        self.reached(batch.len(), batch.iter().map(|d| d.body.len() as u64).sum())
+    }
 }
 
 impl Consumer {
@@ -366,10 +377,7 @@ impl Consumer {
         m.observe(Timer::DeliveryLockWait, held - waited);
         let mut taken = Vec::new();
         let (mut messages, mut bytes) = (0, 0u64);
-        while messages < limit.messages.max(1)
-            && (messages == 0 || bytes < limit.bytes)
-            && st.consumer_in_flight(self.id) < ready
-        {
+        while !limit.reached(messages, bytes) && st.consumer_in_flight(self.id) < ready {
             match st.take(self.id, &log, rules, persist) {
                 take @ (Take::Deliver { entry, .. } | Take::DeadLetter { entry }) => {
                     if matches!(take, Take::Deliver { .. }) {
@@ -901,5 +909,46 @@ async fn dead_letter(
     let cmd = lock(&channel.st).finish_internal(entry.id);
     if let Some(cmd) = cmd {
         let _ = channel.persist(vec![cmd]).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(messages: usize, body: usize) -> Vec<Delivery> {
+        (0..messages)
+            .map(|i| Delivery {
+                id: MessageId::from_u64(i as u64),
+                timestamp_ns: 0,
+                attempts: 1,
+                body: Bytes::from(vec![0u8; body]),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_fills_its_limit_by_count_or_by_bytes() {
+        let limit = BatchLimit {
+            messages: 256,
+            bytes: 64 * 1024,
+        };
+        // (messages, body bytes, full)
+        let cases = [
+            (1, 100, false),
+            (255, 100, false),
+            (256, 100, true),
+            (63, 1024, false),
+            (64, 1024, true),
+            (1, 64 * 1024, true),
+            (1, 1024 * 1024, true),
+        ];
+        for (n, body, full) in cases {
+            assert_eq!(limit.filled_by(&batch(n, body)), full, "{n} x {body} B");
+        }
+        // What `take` stops at: the first message is always taken, even past the bytes.
+        assert!(!limit.reached(0, 0));
+        assert!(!BatchLimit::ONE.reached(0, 0));
+        assert!(BatchLimit::ONE.reached(1, 0));
     }
 }

@@ -232,11 +232,20 @@ impl Session {
                 d = next_deliveries(self.consumer.as_mut(), limit), if deliver => {
                     match d {
                         Some(d) => {
-                            let full = fills(&d, limit);
+                            let full = limit.filled_by(&d);
                             self.send_messages(d).await?;
                             if full {
                                 // More is likely waiting: give the worker to the other
-                                // sessions before the next batch (docs/benchmarks.md, notes).
+                                // sessions before the next batch. A consumer with a large
+                                // `RDY` and a burst to take (a relaxed sync showing thousands
+                                // at once in `write_ack`, a backlog) would otherwise send batch
+                                // after batch in one poll, each write completing at once, while
+                                // the publishers' sessions on the same worker wait. With two
+                                // MPUB writers and two such readers (`mixed`) their `OK`s' p99
+                                // read 4.3-4.6 ms in `write_ack` and 1.4-1.7 ms in
+                                // `nsq_relaxed`; with the yield 0.9-1.0 and 0.6 ms, and
+                                // `nsq_relaxed` 502-526k msg/s against 343-470k
+                                // (docs/benchmarks.md, notes).
                                 tokio::task::yield_now().await;
                             }
                         }
@@ -740,20 +749,6 @@ impl Session {
     }
 }
 
-/// Whether a batch took all that [`Session::batch_limit`] allows, so that more may be waiting.
-///
-/// A consumer with a large `RDY` and a burst of messages to take (a relaxed sync showing
-/// thousands at once in `write_ack`, a backlog) would otherwise send batch after batch in one
-/// poll of its task, as each write completes at once, while the publishers' sessions queued on
-/// the same worker wait for it: with two MPUB writers and two such readers (`mixed`), their
-/// `OK`s' p99 read 4.3-4.6 ms in `write_ack` and 1.4-1.7 ms in `nsq_relaxed`. Yielding after
-/// each full batch brought them to 0.9-1.0 ms and 0.6 ms, and `nsq_relaxed` from 343-470k to
-/// 502-526k msg/s, with durable unchanged (three to seven rounds alternating).
-fn fills(batch: &[Delivery], limit: BatchLimit) -> bool {
-    batch.len() >= limit.messages
-        || batch.iter().map(|d| d.body.len() as u64).sum::<u64>() >= limit.bytes
-}
-
 async fn next_deliveries(
     consumer: Option<&mut Consumer>,
     limit: BatchLimit,
@@ -761,44 +756,5 @@ async fn next_deliveries(
     match consumer {
         Some(c) => c.next_batch(limit).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use rustqueue_engine::MessageId;
-
-    fn batch(messages: usize, body: usize) -> Vec<Delivery> {
-        (0..messages)
-            .map(|i| Delivery {
-                id: MessageId::from_u64(i as u64),
-                timestamp_ns: 0,
-                attempts: 1,
-                body: Bytes::from(vec![0u8; body]),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_batch_fills_its_limit_by_count_or_by_bytes() {
-        let limit = BatchLimit {
-            messages: 256,
-            bytes: 64 * 1024,
-        };
-        // (messages, body bytes, full)
-        let cases = [
-            (1, 100, false),
-            (255, 100, false),
-            (256, 100, true),
-            (63, 1024, false),
-            (64, 1024, true),
-            (1, 64 * 1024, true),
-            (1, 1024 * 1024, true),
-        ];
-        for (n, body, full) in cases {
-            assert_eq!(fills(&batch(n, body), limit), full, "{n} x {body} B");
-        }
     }
 }
