@@ -10,18 +10,25 @@ use serde::Serialize;
 pub struct MessageId(pub [u8; 16]);
 
 impl MessageId {
-    /// The id of a stored message number.
+    /// The id of a stored message number: 16 lowercase hex digits, most significant first.
+    /// Every delivery makes one, so it is written digit by digit, without `format!`'s
+    /// allocation.
     pub fn from_u64(v: u64) -> MessageId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 16];
-        for (i, b) in format!("{v:016x}").bytes().enumerate() {
-            out[i] = b;
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = HEX[((v >> (60 - 4 * i)) & 0xf) as usize];
         }
         MessageId(out)
     }
 
-    /// The stored number, if the id is 16 lowercase/uppercase hex digits.
+    /// The stored number, if the id is 16 lowercase/uppercase hex digits (nothing else: no
+    /// sign, no spaces).
     pub fn to_u64(&self) -> Option<u64> {
-        u64::from_str_radix(std::str::from_utf8(&self.0).ok()?, 16).ok()
+        self.0.iter().try_fold(0u64, |n, &b| {
+            let digit = char::from(b).to_digit(16)?;
+            Some(n << 4 | u64::from(digit))
+        })
     }
 }
 
@@ -253,10 +260,36 @@ mod tests {
 
     #[test]
     fn message_ids_are_sixteen_hex_digits_and_round_trip() {
-        let id = MessageId::from_u64((41 << 48) | 7);
-        assert_eq!(&id.0, b"0029000000000007");
-        assert_eq!(id.to_u64(), Some((41 << 48) | 7));
-        assert_eq!(MessageId(*b"zzzzzzzzzzzzzzzz").to_u64(), None);
+        for (v, hex) in [
+            ((41 << 48) | 7, b"0029000000000007"),
+            (0, b"0000000000000000"),
+            (1, b"0000000000000001"),
+            (0xdead_beef, b"00000000deadbeef"),
+            (u64::MAX, b"ffffffffffffffff"),
+            (0x0123_4567_89ab_cdef, b"0123456789abcdef"),
+        ] {
+            let id = MessageId::from_u64(v);
+            assert_eq!(&id.0, hex, "{v:#x}");
+            assert_eq!(id.to_u64(), Some(v), "{v:#x}");
+            // What `format!` wrote before, for every digit position.
+            assert_eq!(id.0, *format!("{v:016x}").as_bytes(), "{v:#x}");
+        }
+        assert_eq!(MessageId(*b"00000000DEADBEEF").to_u64(), Some(0xdead_beef));
+        for bad in [
+            b"zzzzzzzzzzzzzzzz",
+            b"000000000000000g",
+            b"+000000000000001",
+            b"-000000000000001",
+            b" 000000000000001",
+            b"000000000000001\0",
+        ] {
+            assert_eq!(
+                MessageId(*bad).to_u64(),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]
