@@ -11,24 +11,20 @@ pub struct MessageId(pub [u8; 16]);
 
 impl MessageId {
     /// The id of a stored message number: 16 lowercase hex digits, most significant first.
-    /// Every delivery makes one, so it is written digit by digit, without `format!`'s
-    /// allocation.
+    /// Every delivery makes one, so it is encoded in place, without `format!`'s allocation.
     pub fn from_u64(v: u64) -> MessageId {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 16];
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = HEX[((v >> (60 - 4 * i)) & 0xf) as usize];
-        }
+        // Eight bytes always fill sixteen digits exactly.
+        let _ = hex::encode_to_slice(v.to_be_bytes(), &mut out);
         MessageId(out)
     }
 
     /// The stored number, if the id is 16 lowercase/uppercase hex digits (nothing else: no
     /// sign, no spaces).
     pub fn to_u64(&self) -> Option<u64> {
-        self.0.iter().try_fold(0u64, |n, &b| {
-            let digit = char::from(b).to_digit(16)?;
-            Some(n << 4 | u64::from(digit))
-        })
+        let mut raw = [0u8; 8];
+        hex::decode_to_slice(self.0, &mut raw).ok()?;
+        Some(u64::from_be_bytes(raw))
     }
 }
 
