@@ -77,25 +77,19 @@ e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-bu
 	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
 
 .PHONY: unit
-unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the tier tests start versitygw, the trace tests the OpenTelemetry Collector, from the cache)
+unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the fed-metrics test starts versitygw, the trace tests the OpenTelemetry Collector, from the cache; tier-test runs the tiering tests)
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
 
 # broker/tier against a real S3-compatible server: versitygw (scripts/versions.env), built into
 # the cache once (about 2 min of CPU cold, like crane) and started by each test on loopback;
 # and the engine's uploads of sealed segments and the [tiering] section over the same server.
-# `unit` runs these too; this target runs them alone (about 30 s).
-TIER_TESTS := --test bucket_round_trip --test bucket_damage --test bucket_faults \
-	--test tiering_uploads --test tiering_outage --test tiering_restore --test tiering_read_through --test tiering_rollback_fence \
-	--test tiering_deleted_topic --test tiering_checkpoint_age \
-	--test storage_restore --test storage_verify_remote --test tiering_small_volume --test tiering_full_volume \
-	--test tiering_bucket_down \
-	--test config_tiering
+# Its own stage of `make test` (scripts/test-targets.py names the targets), beside `unit`.
 .PHONY: deps-versitygw tier-test
 deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, into the cache
 	scripts/deps.sh versitygw
-tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, checkpoints and the restore, [tiering] config
-	$(CARGO_TEST) $(TIER_TESTS)
+tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, read-through, checkpoints and the restore, [tiering] config
+	$(CARGO_TEST) $(call stage_targets,tier-test)
 
 # Traces over OTLP (docs/observability.md): rustqueued sending its publish and delivery spans to
 # a real OpenTelemetry Collector (OTLP receiver + file exporter, built from its Go modules into

@@ -33,6 +33,10 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   longest chain: its one-time build (under 2 min of CPU, cached afterwards) uses what the
 #   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
+# - `unit` runs its test binaries one after another, so the longest of them, the tiering tests
+#   (about three minutes, mostly waiting on versitygw's retries and outages), are a stage of
+#   their own, and they and bench-test follow the tiering scenario, which ends minutes before
+#   the test build is done with `unit`.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -40,10 +44,10 @@ LANES=(
   "deps"
   "e2e-kodo"
   "e2e-storage"
-  "e2e-tiering"
+  "e2e-tiering tier-test bench-test"
   "lint"
   "fuzz-smoke"
-  "test-build unit bench-test"
+  "test-build unit"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
@@ -65,6 +69,8 @@ declare -A NEEDS=(
   [e2e-testbed]="test-build"
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
+  [tier-test]="test-build"
+  [bench-test]="test-build"
   [release-test]="test-build images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it

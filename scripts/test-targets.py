@@ -28,6 +28,20 @@ from collections import defaultdict
 CLAIMS = {
     # official nsqd v1.3.0 as the peer (scripts/deps.sh nsqd)
     "bench-test": {"rustqueue-bench": ["against_nsqd"]},
+    # versitygw started by each test (scripts/deps.sh versitygw): the bucket layer, the engine's
+    # uploads and read-through, and rustqueued with [tiering]. A stage of its own so that these
+    # three minutes of mostly waiting (retries, outages) run beside `unit`, not after it.
+    "tier-test": {
+        "rustqueue-tier": ["bucket_round_trip", "bucket_damage", "bucket_faults"],
+        "rustqueue-engine": [
+            "tiering_uploads", "tiering_outage", "tiering_restore", "tiering_read_through",
+            "tiering_rollback_fence", "tiering_deleted_topic", "tiering_checkpoint_age",
+        ],
+        "rustqueue-server": [
+            "storage_restore", "storage_verify_remote", "tiering_small_volume",
+            "tiering_full_volume", "tiering_bucket_down", "config_tiering",
+        ],
+    },
     # root and /dev/fuse: the lazy FUSE file system, and rustqueued cut on it
     "powercut-test": {"rustqueue-powercut": "*", "rustqueue-server": ["power_cut"]},
     # the testbed's Kubernetes control plane, root (network namespaces, mounts)
