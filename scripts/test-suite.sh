@@ -183,9 +183,16 @@ skip_rest() {
   done
 }
 
-# heartbeat: every minute, which stages are still running and for how long.
+# heartbeat: every minute, which stages are still running and for how long. Its sleep writes
+# nowhere and is killed with it: a sleep left holding the suite's output would keep `.ci/run`'s
+# tee (and so the run) waiting up to a minute after the last stage.
 heartbeat() {
-  while sleep "${RUSTQUEUE_HEARTBEAT_SECONDS:-60}"; do
+  local nap=""
+  trap '[ -n "$nap" ] && kill "$nap" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "${RUSTQUEUE_HEARTBEAT_SECONDS:-60}" >/dev/null 2>&1 </dev/null &
+    nap=$!
+    wait "$nap" || break
     local f s running=()
     for f in "$logs"/*.began; do
       [ -e "$f" ] || continue

@@ -30,7 +30,10 @@ CLAIMS = {
     "bench-test": {"rustqueue-bench": ["against_nsqd"]},
     # versitygw started by each test (scripts/deps.sh versitygw): the bucket layer, the engine's
     # uploads and read-through, and rustqueued with [tiering]. A stage of its own so that these
-    # three minutes of mostly waiting (retries, outages) run beside `unit`, not after it.
+    # two minutes of mostly waiting (retries, outages) run beside `unit`, not after it. The
+    # minute without the bucket (`tiering_bucket_down`) stays in `unit`: it counts durable
+    # publishes made one at a time, so its rate is the disk's, and beside `unit`'s own fsyncs
+    # and four clusters' it fell to 40 % of the rate it checks.
     "tier-test": {
         "rustqueue-tier": ["bucket_round_trip", "bucket_damage", "bucket_faults"],
         "rustqueue-engine": [
@@ -39,7 +42,7 @@ CLAIMS = {
         ],
         "rustqueue-server": [
             "storage_restore", "storage_verify_remote", "tiering_small_volume",
-            "tiering_full_volume", "tiering_bucket_down", "config_tiering",
+            "tiering_full_volume", "config_tiering",
         ],
     },
     # root and /dev/fuse: the lazy FUSE file system, and rustqueued cut on it
