@@ -32,8 +32,8 @@ CLAIMS = {
     # uploads and read-through, and rustqueued with [tiering]. A stage of its own so that these
     # two minutes of mostly waiting (retries, outages) run beside `unit`, not after it. The
     # minute without the bucket (`tiering_bucket_down`) stays in `unit`: it counts durable
-    # publishes made one at a time, so its rate is the disk's, and beside `unit`'s own fsyncs
-    # and four clusters' it fell to 40 % of the rate it checks.
+    # publishes made one at a time (500/s on an idle machine), so a loaded machine sets its
+    # rate; beside `unit` and four clusters it fell to 40 % of the rate it checks.
     "tier-test": {
         "rustqueue-tier": ["bucket_round_trip", "bucket_damage", "bucket_faults"],
         "rustqueue-engine": [
