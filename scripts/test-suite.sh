@@ -33,11 +33,13 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   longest chain: its one-time build (under 2 min of CPU, cached afterwards) uses what the
 #   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
-# - `unit` runs its test binaries one after another, so most of the tiering tests (about two
-#   minutes, mostly waiting on versitygw's retries and outages) are a stage of their own, after
-#   the tiering scenario, which ends minutes before `unit` does. bench-test stays after `unit`:
-#   its benchmarks load both cores, and `unit`'s minute without the bucket counts durable
-#   publishes, which fell below the rate it checks whenever bench-test ran beside it.
+# - `unit` runs its test binaries one after another, so most of the tiering tests (about three
+#   minutes, mostly waiting on versitygw's retries and outages) are a stage of their own, and
+#   bench-test follows them: both start when the test build is done and end minutes before
+#   `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six minutes into
+#   `unit`) counts durable publishes made one at a time, so it needs the machine no busier than
+#   `unit`'s neighbours make it: with bench-test's benchmarks and the end of tier-test beside
+#   it, it fell below the rate it checks.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -45,10 +47,11 @@ LANES=(
   "deps"
   "e2e-kodo"
   "e2e-storage"
-  "e2e-tiering tier-test"
+  "e2e-tiering"
   "lint"
   "fuzz-smoke"
-  "test-build unit bench-test"
+  "test-build unit"
+  "tier-test bench-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
@@ -71,6 +74,7 @@ declare -A NEEDS=(
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
   [tier-test]="test-build"
+  [bench-test]="test-build"
   [release-test]="test-build images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
