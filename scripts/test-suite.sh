@@ -33,13 +33,13 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   longest chain: its one-time build (under 2 min of CPU, cached afterwards) uses what the
 #   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
-# - `unit` runs its test binaries one after another, so most of the tiering tests (about three
-#   minutes, mostly waiting on versitygw's retries and outages) are a stage of their own, and
-#   bench-test follows them: both start when the test build is done and end minutes before
-#   `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six minutes into
-#   `unit`) counts durable publishes made one at a time, so it needs the machine no busier than
-#   `unit`'s neighbours make it: with bench-test's benchmarks and the end of tier-test beside
-#   it, it fell below the rate it checks.
+# - `unit` runs its test binaries one after another, so most of the tiering tests (two minutes
+#   alone, four beside the rest, mostly waiting on versitygw's retries and outages) are a stage
+#   of their own, and bench-test follows them: both start when the test build is done and end
+#   minutes before `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six
+#   minutes into `unit`) counts durable publishes made one at a time, so it needs the machine
+#   no busier than `unit`'s neighbours make it: with bench-test's benchmarks and the end of
+#   tier-test beside it, it fell below the rate it checks.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(

@@ -30,7 +30,7 @@ CLAIMS = {
     "bench-test": {"rustqueue-bench": ["against_nsqd"]},
     # versitygw started by each test (scripts/deps.sh versitygw): the bucket layer, the engine's
     # uploads and read-through, and rustqueued with [tiering]. A stage of its own so that these
-    # two minutes of mostly waiting (retries, outages) run beside `unit`, not after it. The
+    # minutes of mostly waiting (retries, outages) run beside `unit`, not after it. The
     # minute without the bucket (`tiering_bucket_down`) stays in `unit`: it counts durable
     # publishes made one at a time (500/s on an idle machine), so a loaded machine sets its
     # rate; beside `unit` and four clusters it fell to 40 % of the rate it checks.
