@@ -35,11 +35,12 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
 # - `unit` runs its test binaries one after another, so most of the tiering tests (two minutes
 #   alone, four beside the rest, mostly waiting on versitygw's retries and outages) are a stage
-#   of their own, and bench-test follows them: both start when the test build is done and end
-#   minutes before `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six
-#   minutes into `unit`) counts durable publishes made one at a time, so it needs the machine
-#   no busier than `unit`'s neighbours make it: with bench-test's benchmarks and the end of
-#   tier-test beside it, it fell below the rate it checks.
+#   of their own, after bench-test: both start when the test build is done and end minutes
+#   before `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six minutes
+#   into `unit`) counts durable publishes made one at a time, so it needs the machine no busier
+#   than `unit`'s neighbours make it: with bench-test's benchmarks beside it, it fell below the
+#   rate it checks. So bench-test, which loads both cores, goes first, and what may still run
+#   beside that minute is the end of tier-test, which mostly waits.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -51,7 +52,7 @@ LANES=(
   "lint"
   "fuzz-smoke"
   "test-build unit"
-  "tier-test bench-test"
+  "bench-test tier-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
