@@ -35,12 +35,13 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
 # - `unit` runs its test binaries one after another, so most of the tiering tests (two minutes
 #   alone, four beside the rest, mostly waiting on versitygw's retries and outages) are a stage
-#   of their own, after bench-test: both start when the test build is done and end minutes
-#   before `unit` does. `unit`'s minute without the bucket (`tiering_bucket_down`, six minutes
-#   into `unit`) counts durable publishes made one at a time, so it needs the machine no busier
-#   than `unit`'s neighbours make it: with bench-test's benchmarks beside it, it fell below the
-#   rate it checks. So bench-test, which loads both cores, goes first, and what may still run
-#   beside that minute is the end of tier-test, which mostly waits.
+#   of their own, in a lane that starts when the test build is done and ends minutes before
+#   `unit` does. Two tests need a quieter machine than the middle of the run: `unit`'s minute
+#   without the bucket (`tiering_bucket_down`, six minutes into `unit`) counts durable
+#   publishes made one at a time, and fell below the rate it checks with bench-test's
+#   benchmarks beside it; bench-test's own load and restart cases failed when it ran from the
+#   test build's end, beside `unit`, the power cuts and four clusters. So bench-test stays
+#   after `unit`, at the end of the run.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -51,8 +52,8 @@ LANES=(
   "e2e-tiering"
   "lint"
   "fuzz-smoke"
-  "test-build unit"
-  "bench-test tier-test"
+  "test-build unit bench-test"
+  "tier-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
@@ -75,7 +76,6 @@ declare -A NEEDS=(
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
   [tier-test]="test-build"
-  [bench-test]="test-build"
   [release-test]="test-build images"
 )
 # stage -> nice level: the builds off the longest chain yield the CPU to it
