@@ -117,8 +117,10 @@ impl Registry {
 
     fn build_topic(&self, mut log: TopicLog, manifest: Manifest, ephemeral: bool) -> Arc<Topic> {
         if !ephemeral {
-            // Sealed segments' indexes are written off the publish path (`topic::append`).
+            // Sealed segments' indexes and the zeros ahead of the tail are written off the
+            // publish path (`topic::append`).
             log.defer_index_writes();
+            log.defer_zero_writes();
         }
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustqueue_storage::AppendBatch;
 use rustqueue_storage::Manifest;
-use rustqueue_storage::{IndexWrite, Store, TopicLog};
+use rustqueue_storage::{IndexWrite, Store, TopicLog, ZeroWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::Channel;
@@ -842,11 +842,26 @@ fn append_held(
         }
     }
     let sealed = log.take_index_writes();
+    let zeros = log.take_zero_write();
     let view = LogView::of(&log);
     drop(log);
     m.since(Timer::PublishLockHold, held);
     write_indexes(t, sealed);
+    if let Some(z) = zeros {
+        write_zeros(t, z);
+    }
     (results, view)
+}
+
+/// Writes the zeros an append asked for ahead of the tail on the blocking pool, after the
+/// log lock is released (`rustqueue_storage::ZeroWrite`): a megabyte of fresh page-cache
+/// pages, which no publisher or consumer of the topic waits for.
+fn write_zeros(t: &Arc<Topic>, z: ZeroWrite) {
+    let t = t.clone();
+    drop(tokio::task::spawn_blocking(move || {
+        z.run();
+        lock(&t.log).zeros_written(&z);
+    }));
 }
 
 /// Writes the indexes of the segments an append sealed on the blocking pool, after the log

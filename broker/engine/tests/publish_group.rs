@@ -504,3 +504,40 @@ async fn write_ack_publishes_that_roll_a_segment_take_the_pipeline() {
         assert_eq!(&d.body[..5], format!("m{i:04}").as_bytes());
     }
 }
+
+/// The length of topic `t`'s only segment file.
+fn active_segment_len(dir: &std::path::Path) -> u64 {
+    let files = common::segment_files(dir);
+    assert_eq!(files.len(), 1, "one segment: {files:?}");
+    let path = dir
+        .join("topics")
+        .join(rustqueue_storage::testing::hex("t"))
+        .join("segments")
+        .join(&files[0]);
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// The zeros ahead of the active segment's tail are the engine's to write once the append
+/// has released the topic log lock (docs/storage-format.md, "Zeros ahead of the tail"): in
+/// every ack mode the file grows a step of zeros past the first record. (The log's own tests
+/// show the write cancelled or waited for by the appends and seals that reach it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_writes_the_zeros_ahead_of_the_tail_after_the_append() {
+    for mode in [AckMode::Durable, AckMode::WriteAck, AckMode::NsqRelaxed] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(EngineConfig {
+            ack_mode: mode,
+            ..cfg(dir.path())
+        })
+        .await
+        .unwrap();
+        e.publish("t", vec![Bytes::from_static(b"first")], None)
+            .await
+            .unwrap();
+        wait_for(10, "a step of zeros after the first record", || {
+            active_segment_len(dir.path()) > rustqueue_storage::ZERO_AHEAD_BYTES as u64
+        })
+        .await;
+        e.shutdown().await;
+    }
+}

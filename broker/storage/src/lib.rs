@@ -55,7 +55,8 @@ pub use log::scrub::{RebuiltIndex, ScrubReport, SealedSegment, verify_segment};
 pub use log::{
     AppendBatch, BodyLocation, DEFAULT_CACHE_BYTES, DamageSink, Entry, IndexWrite, LocalSealed,
     OldestSegment, PageCache, RemoteSegment, SealedFiles, SyncHandle, Synced, TopicLog,
-    body_matches, is_damaged_body, read_bodies_from, read_body_from,
+    ZERO_AHEAD_BYTES, ZERO_AHEAD_MARGIN, ZeroWrite, body_matches, is_damaged_body,
+    read_bodies_from, read_body_from,
 };
 pub use memfs::MemFs;
 pub use meta::{Compatibility, Manifest, read_compatibility, read_json, write_json_at};

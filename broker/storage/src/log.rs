@@ -264,6 +264,12 @@ impl Segment {
 /// ([`Fs::zero_fill_ahead`]): the fdatasync after that writes them and the inode once, and the
 /// records that land on them later are synced without a metadata write.
 pub const ZERO_AHEAD_BYTES: usize = 1 << 20;
+/// Deferred zeros ([`TopicLog::defer_zero_writes`]) are asked for while the tail is within
+/// this of the zeroed end (once a segment holds this much), so the next step is under way well
+/// before an append reaches it: where fresh page-cache pages are slow to come by (100 MB/s on
+/// a VM whose free memory the host takes back), a step can take longer to write than the
+/// appends take to cross one.
+pub const ZERO_AHEAD_MARGIN: u64 = 2 * ZERO_AHEAD_BYTES as u64;
 /// Zeros are written ahead only while syncs cover less than this on average. Zeros double the
 /// bytes written (about 0.8 ms per MiB at the benchmark disk's 1,285 MiB/s synced bandwidth)
 /// and save the inode write of each sync (80-165 µs there, more for larger groups), so they
@@ -360,6 +366,78 @@ pub struct TopicLog {
     defer_index: bool,
     /// Indexes sealed by appends and not yet taken by the caller.
     index_writes: Vec<IndexWrite>,
+    /// Zeros ahead of the tail written by the caller ([`TopicLog::defer_zero_writes`]).
+    zeros: DeferredZeros,
+}
+
+/// The state of zeros written outside the log lock.
+#[derive(Default)]
+struct DeferredZeros {
+    /// Whether the caller writes them (else an append does, in its own write).
+    on: bool,
+    /// The zero write an append asked for and the caller has not taken yet.
+    asked: Option<ZeroWrite>,
+    /// The zero write handed out and not yet settled ([`TopicLog::zeros_written`]).
+    out: Option<ZeroRange>,
+    /// Shared with the zero write handed out: what it is to write, what it wrote.
+    state: Arc<std::sync::Mutex<ZeroState>>,
+}
+
+/// The range of an active segment a zero write covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ZeroRange {
+    base: u64,
+    start: u64,
+    end: u64,
+}
+
+/// A deferred zero write's state, behind its own mutex: the writer holds it for the whole
+/// write, so whoever takes it under the log lock (an append that reaches the range, a seal)
+/// either cancels a write not begun or waits for one under way.
+#[derive(Default)]
+struct ZeroState {
+    /// To be written (cleared when written or cancelled).
+    pending: Option<ZeroRange>,
+    /// Written (or tried: a failed write may have grown the file), not yet recorded.
+    done: Option<ZeroRange>,
+}
+
+fn lock_zeros(m: &std::sync::Mutex<ZeroState>) -> std::sync::MutexGuard<'_, ZeroState> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Zeros ahead of the active segment's tail, written by the caller after releasing the log
+/// lock ([`TopicLog::take_zero_write`]).
+///
+/// Writing them inside the append made that append's lock hold a megabyte of fresh page-cache
+/// pages long, during which every publisher and consumer of the topic waited. On a virtual
+/// machine whose free memory the host takes back, first touches of fresh pages are host
+/// faults: such holds took 2.5-25 ms there against well under 250 µs for the appends
+/// between them (docs/benchmarks.md, notes). Nothing depends on the zeros but the speed of
+/// later fdatasyncs: a write cancelled, failed or cut short leaves the appends that reach its
+/// range writing past the end of the file, as they would without zeros.
+pub struct ZeroWrite {
+    file: Arc<dyn FsFile>,
+    fault: Fault,
+    range: ZeroRange,
+    state: Arc<std::sync::Mutex<ZeroState>>,
+}
+
+impl ZeroWrite {
+    /// Writes the zeros unless an append or a seal cancelled them meanwhile; report it with
+    /// [`TopicLog::zeros_written`].
+    pub fn run(&self) {
+        let mut st = lock_zeros(&self.state);
+        if st.pending != Some(self.range) || self.fault.check().is_err() {
+            return;
+        }
+        let len = (self.range.end - self.range.start) as usize;
+        let _ = self
+            .file
+            .write_at(&[std::io::IoSlice::new(&ZEROS[..len])], self.range.start);
+        st.pending = None;
+        st.done = Some(self.range);
+    }
 }
 
 /// The index of a segment an append just sealed, encoded under the log lock and written to
@@ -422,6 +500,7 @@ impl TopicLog {
     /// segment's entries leave memory (its summary stays, pages come back on demand). With
     /// `defer` the index is left for the caller to write ([`IndexWrite`]).
     fn rotate(&mut self, defer: bool) -> Result<(), StorageError> {
+        self.settle_zeros();
         let Some(active) = self.segments.last_mut() else {
             return self.create_segment();
         };
@@ -840,6 +919,98 @@ impl TopicLog {
         self.defer_index = true;
     }
 
+    /// From now on zeros ahead of the active segment's tail are not written inside an append:
+    /// an append that brings the tail near their end ([`ZERO_AHEAD_MARGIN`]) asks for the next
+    /// step, which the caller takes with [`TopicLog::take_zero_write`] after releasing the log
+    /// lock, runs, and reports with [`TopicLog::zeros_written`] (the engine does; a log never
+    /// told this writes them inside the append, as before).
+    pub fn defer_zero_writes(&mut self) {
+        self.zeros.on = true;
+    }
+
+    /// The zero write the appends since the last call asked for, to run outside the lock.
+    pub fn take_zero_write(&mut self) -> Option<ZeroWrite> {
+        self.zeros.asked.take()
+    }
+
+    /// Records what a zero write wrote (after [`ZeroWrite::run`]); nothing if an append or a
+    /// seal settled it already.
+    pub fn zeros_written(&mut self, z: &ZeroWrite) {
+        if self.zeros.out == Some(z.range) {
+            self.settle_zeros();
+        }
+    }
+
+    /// Ends the zero write handed out, if any, before anything touches the file past the
+    /// tail: one not begun is cancelled, one under way is waited for, and what was written is
+    /// recorded in the active segment's `zeroed`.
+    fn settle_zeros(&mut self) {
+        if self.zeros.out.is_none() {
+            return;
+        }
+        self.zeros.asked = None;
+        let done = {
+            let mut st = lock_zeros(&self.zeros.state);
+            st.pending = None;
+            st.done.take()
+        };
+        self.zeros.out = None;
+        if let (Some(done), Some(seg)) = (done, self.segments.last_mut())
+            && seg.base == done.base
+            && done.start <= seg.zeroed
+        {
+            seg.zeroed = seg.zeroed.max(done.end);
+        }
+    }
+
+    /// After an append (deferred zeros only): asks for the next [`ZERO_AHEAD_BYTES`] of zeros
+    /// once the tail is within [`ZERO_AHEAD_MARGIN`] of the zeroed end (or has reached it,
+    /// while the segment holds less than that margin of records).
+    fn ask_for_zeros(&mut self) {
+        if !self.zeros.on
+            || self.zeros.out.is_some()
+            || self.sync_group_bytes >= ZERO_AHEAD_MAX_GROUP
+            || !self.fs.zero_fill_ahead()
+        {
+            return;
+        }
+        let Some(seg) = self.segments.last() else {
+            return;
+        };
+        let Ok(file) = seg.local() else {
+            return;
+        };
+        // A segment's first records keep at most one step of zeros ahead, as inline zeros
+        // did, so a topic with little in it holds no more on disk; past that the zeros stay
+        // the margin ahead.
+        let margin = if seg.len < ZERO_AHEAD_MARGIN {
+            0
+        } else {
+            ZERO_AHEAD_MARGIN
+        };
+        if seg.len + margin < seg.zeroed {
+            return;
+        }
+        let start = seg.zeroed.max(seg.len);
+        let end = self.max_segment_bytes.min(start + ZERO_AHEAD_BYTES as u64);
+        if end <= start {
+            return;
+        }
+        let range = ZeroRange {
+            base: seg.base,
+            start,
+            end,
+        };
+        lock_zeros(&self.zeros.state).pending = Some(range);
+        self.zeros.asked = Some(ZeroWrite {
+            file: file.clone(),
+            fault: self.fault.clone(),
+            range,
+            state: self.zeros.state.clone(),
+        });
+        self.zeros.out = Some(range);
+    }
+
     /// The indexes appends sealed since the last call, to write outside the lock.
     pub fn take_index_writes(&mut self) -> Vec<IndexWrite> {
         std::mem::take(&mut self.index_writes)
@@ -871,6 +1042,7 @@ impl Drop for TopicLog {
         // (not synced here: that would also sync records nobody asked to; a crash before the
         // kernel writes it leaves zeros, which the next open cuts). Never a write once storage
         // is isolated.
+        self.settle_zeros();
         if self.fault.check().is_ok()
             && let Some(seg) = self.segments.last_mut()
         {

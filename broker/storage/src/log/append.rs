@@ -164,8 +164,19 @@ impl TopicLog {
         if run.records.is_empty() {
             return;
         }
+        // The run must not land where a zero write handed out may still write.
+        if self
+            .segments
+            .last()
+            .is_some_and(|seg| seg.len + run.bytes > seg.zeroed)
+        {
+            self.settle_zeros();
+        }
         match self.fault.guard(self.write_records(&run, batches)) {
-            Ok(written) => self.commit(run, batches, written, results),
+            Ok(written) => {
+                self.commit(run, batches, written, results);
+                self.ask_for_zeros();
+            }
             Err(e) => {
                 // The first record gets the error; the write tripped the fault switch, so the
                 // rest are refused as isolated storage, which they now are.
@@ -187,7 +198,9 @@ impl TopicLog {
         run: &Run,
         batches: &[AppendBatch<'_, B>],
     ) -> Result<Written, StorageError> {
-        let zero_ahead = self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead();
+        let zero_ahead = !self.zeros.on
+            && self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP
+            && self.fs.zero_fill_ahead();
         let seg = self
             .segments
             .last()

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{
-    DamageSink, PageCache, Recent, RemoteSegment, Segment, Stored, TopicLog, index, pages,
-    segment_path,
+    DamageSink, DeferredZeros, PageCache, Recent, RemoteSegment, Segment, Stored, TopicLog, index,
+    pages, segment_path,
 };
 use crate::fs::Fs;
 use crate::quarantine::Detector;
@@ -141,6 +141,7 @@ impl TopicLog {
             damage,
             defer_index: false,
             index_writes: Vec::new(),
+            zeros: DeferredZeros::default(),
         };
         // Remote-only segments are sealed; the active segment is always local.
         let mut all: Vec<(u64, bool)> = bases.iter().map(|&b| (b, false)).collect();

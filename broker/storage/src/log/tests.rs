@@ -621,6 +621,154 @@ fn sealing_cuts_the_zeros_so_a_sealed_segment_is_exactly_its_records() {
     assert_eq!(active.len().unwrap(), record, "a clean close cuts them too");
 }
 
+fn open_deferring(fs: &SimFs, max_segment_bytes: u64) -> TopicLog {
+    let mut log = open_zeroing(fs, max_segment_bytes);
+    log.defer_zero_writes();
+    log
+}
+
+#[test]
+fn deferred_zeros_are_written_by_the_caller_and_a_reopen_cuts_them() {
+    let fs = SimFs::new();
+    let mut log = open_deferring(&fs, 100 << 20);
+    let record = record_len(1, 100);
+    append(&mut log, 1, &[7u8; 100]);
+    assert_eq!(active_file_len(&fs), record, "no zeros inside the append");
+    let z = log.take_zero_write().expect("the append asks for zeros");
+    assert!(log.take_zero_write().is_none(), "taken once");
+    z.run();
+    log.zeros_written(&z);
+    assert_eq!(active_file_len(&fs), record + ZERO_AHEAD_BYTES as u64);
+    append(&mut log, 2, &[8u8; 100]);
+    assert!(
+        log.take_zero_write().is_none(),
+        "a segment's first records keep one step of zeros ahead, no more"
+    );
+    log.sync().unwrap();
+    std::mem::forget(log);
+    fs.crash(&mut |_| 0);
+    let log = open_deferring(&fs, 100 << 20);
+    assert_eq!(positions(&log), vec![1, 2]);
+    assert_eq!(
+        active_file_len(&fs),
+        2 * record,
+        "the zeros are cut at open"
+    );
+    assert!(log.damage_sink().quarantine().records().is_empty());
+}
+
+#[test]
+fn past_the_margin_deferred_zeros_stay_the_margin_ahead_of_the_tail() {
+    let fs = SimFs::new();
+    let mut log = open_deferring(&fs, 100 << 20);
+    let body = vec![7u8; 200 << 10];
+    let record = record_len(1, body.len());
+    let mut asked = 0;
+    for id in 1..=40u64 {
+        append(&mut log, id, &body);
+        while let Some(z) = log.take_zero_write() {
+            asked += 1;
+            z.run();
+            log.zeros_written(&z);
+        }
+        // Past the margin the next step is asked for while a whole one is still ahead, so
+        // no append reaches the end of the zeros.
+        let tail = id * record;
+        if tail >= ZERO_AHEAD_MARGIN {
+            assert!(
+                active_file_len(&fs) >= tail + ZERO_AHEAD_BYTES as u64,
+                "record {id}: zeros end at {} for a tail at {tail}",
+                active_file_len(&fs)
+            );
+        }
+    }
+    let tail = 40 * record;
+    assert!(
+        active_file_len(&fs) <= tail + ZERO_AHEAD_MARGIN + ZERO_AHEAD_BYTES as u64,
+        "no more than one step past the margin"
+    );
+    assert!(asked >= 10, "one write a step: {asked}");
+}
+
+#[test]
+fn an_append_that_reaches_zeros_not_yet_written_cancels_them() {
+    let fs = SimFs::new();
+    let mut log = open_deferring(&fs, 100 << 20);
+    let record = record_len(1, 100);
+    append(&mut log, 1, &[7u8; 100]);
+    let stale = log.take_zero_write().unwrap();
+    // The next append lands where those zeros were to go: it writes past the end of the
+    // file instead, and the write it overtook must not zero its record afterwards.
+    append(&mut log, 2, &[8u8; 100]);
+    let next = log
+        .take_zero_write()
+        .expect("asked again from the new tail");
+    stale.run();
+    log.zeros_written(&stale);
+    assert_eq!(
+        active_file_len(&fs),
+        2 * record,
+        "the cancelled write wrote nothing"
+    );
+    assert_eq!(
+        log.read_body(&log.entry(2).unwrap()).unwrap(),
+        vec![8u8; 100]
+    );
+    next.run();
+    log.zeros_written(&next);
+    assert_eq!(active_file_len(&fs), 2 * record + ZERO_AHEAD_BYTES as u64);
+    log.sync().unwrap();
+    std::mem::forget(log);
+    fs.crash(&mut |_| 0);
+    let log = open_deferring(&fs, 100 << 20);
+    assert_eq!(positions(&log), vec![1, 2]);
+}
+
+#[test]
+fn sealing_settles_deferred_zeros_so_a_sealed_segment_is_exactly_its_records() {
+    let fs = SimFs::new();
+    let record = record_len(1, 1000);
+    let mut log = open_deferring(&fs, 4 * record + 10);
+    append(&mut log, 1, &[7u8; 1000]);
+    // Written but not yet reported when the segment fills and is sealed.
+    let z = log.take_zero_write().unwrap();
+    z.run();
+    assert_eq!(
+        active_file_len(&fs),
+        4 * record + 10,
+        "never past max_segment_bytes"
+    );
+    for id in 2..=4 {
+        append(&mut log, id, &[7u8; 1000]);
+    }
+    // Asked for and not begun when the seal comes.
+    let pending = log.take_zero_write();
+    append(&mut log, 5, &[7u8; 1000]);
+    assert_eq!(log.segment_count(), 2);
+    if let Some(z) = pending {
+        z.run();
+        log.zeros_written(&z);
+    }
+    let sealed = fs
+        .open(&segment_path(Path::new("/t"), 1, "rqlog"), false)
+        .unwrap();
+    assert_eq!(sealed.len().unwrap(), 4 * record, "the zeros are cut");
+    let z = log
+        .take_zero_write()
+        .expect("the new segment asks for its own");
+    log.seal_active().unwrap();
+    z.run();
+    log.zeros_written(&z);
+    let second = fs
+        .open(&segment_path(Path::new("/t"), 5, "rqlog"), false)
+        .unwrap();
+    assert_eq!(
+        second.len().unwrap(),
+        record,
+        "a write cancelled by the seal leaves the sealed segment its records"
+    );
+}
+
 /// Appends `syncs` groups of two records of `body` bytes each, one sync per group; returns the
 /// next id.
 fn append_synced_pairs(log: &mut TopicLog, mut id: u64, body: &[u8], syncs: usize) -> u64 {
