@@ -82,14 +82,14 @@ pub(crate) struct Topic {
     /// [`visibility_worker`]). Only `nsq_relaxed` topics, the ones that ask, have the task.
     pub(crate) visibility_tx: Option<mpsc::Sender<()>>,
     pub metrics: Arc<EngineMetrics>,
-    /// Index writes of segments appends sealed, still running or not yet awaited (see
-    /// [`write_indexes`]).
+    /// Index writes of segments appends sealed and zeros appends asked for, still running or
+    /// not yet awaited (see [`write_indexes`], [`write_zeros`]).
     pub index_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Topic {
-    /// Waits until every index write started so far has finished (engine shutdown and topic
-    /// deletion: nothing may write into the directory after them).
+    /// Waits until every index or zero write started so far has finished (engine shutdown and
+    /// topic deletion: nothing may write into the directory after them).
     pub(crate) async fn index_writes_done(&self) {
         let jobs = std::mem::take(&mut *lock(&self.index_jobs));
         for job in jobs {
@@ -855,12 +855,15 @@ fn append_held(
 
 /// Writes the zeros an append asked for ahead of the tail on the blocking pool, after the
 /// log lock is released (`rustqueue_storage::ZeroWrite`): a megabyte of fresh page-cache
-/// pages, which no publisher or consumer of the topic waits for.
+/// pages, which no publisher or consumer of the topic waits for. Tracked with the index
+/// writes, so shutdown and topic deletion wait for it too.
 fn write_zeros(t: &Arc<Topic>, z: ZeroWrite) {
-    let t = t.clone();
-    drop(tokio::task::spawn_blocking(move || {
+    let mut jobs = lock(&t.index_jobs);
+    jobs.retain(|job| !job.is_finished());
+    let t2 = t.clone();
+    jobs.push(tokio::task::spawn_blocking(move || {
         z.run();
-        lock(&t.log).zeros_written(&z);
+        lock(&t2.log).zeros_written(&z);
     }));
 }
 

@@ -415,7 +415,9 @@ fn lock_zeros(m: &std::sync::Mutex<ZeroState>) -> std::sync::MutexGuard<'_, Zero
 /// faults: such holds took 2.5-25 ms there against well under 250 µs for the appends
 /// between them (docs/benchmarks.md, notes). Nothing depends on the zeros but the speed of
 /// later fdatasyncs: a write cancelled, failed or cut short leaves the appends that reach its
-/// range writing past the end of the file, as they would without zeros.
+/// range writing past the end of the file, as they would without zeros. A failed write is not
+/// reported: the appends that follow write the same file and fail closed on their own
+/// error.
 pub struct ZeroWrite {
     file: Arc<dyn FsFile>,
     fault: Fault,
