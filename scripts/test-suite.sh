@@ -119,6 +119,13 @@ suite_start=$SECONDS
 clock() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 now() { echo $((SECONDS - suite_start)); }
 
+# set_rc STAGE RC SECONDS: records that a stage ended. The file is written whole and then
+# renamed into place: a lane polling for it (wait_ended) once read it created but still empty,
+# and called a stage that had passed failed.
+set_rc() {
+  echo "$2 $3" >"$logs/$1.rc.tmp" && mv "$logs/$1.rc.tmp" "$logs/$1.rc"
+}
+
 # wait_ended STAGE...: until each named stage (when selected) has ended, whatever its result.
 wait_ended() {
   local s
@@ -147,7 +154,7 @@ run_stage() {
   echo "==> [${idx[$s]}/$total] $s started at +$(clock "$(now)")"
   nice -n "${NICE[$s]:-0}" make --no-print-directory "$s" >"$logs/$s.log" 2>&1
   rc=$?
-  echo "$rc $((SECONDS - start))" >"$logs/$s.rc"
+  set_rc "$s" "$rc" $((SECONDS - start))
   return "$rc"
 }
 
@@ -176,7 +183,7 @@ run_lane() {
     # shellcheck disable=SC2086
     if ! wait_for ${NEEDS[$s]:-}; then
       echo "==> $s not run: a stage it needs (${NEEDS[$s]}) failed or did not run"
-      echo "125 0" >"$logs/$s.rc"
+      set_rc "$s" 125 0
       touch "$logs/$s.skipped"
       skip_rest "$s" "$@"
       return 1
@@ -200,7 +207,7 @@ skip_rest() {
   shift
   for s in "$@"; do
     if [ -n "$after" ]; then
-      echo "125 0" >"$logs/$s.rc"
+      set_rc "$s" 125 0
       touch "$logs/$s.skipped"
     fi
     [ "$s" = "$failed" ] && after=1
