@@ -303,7 +303,7 @@ impl Engine {
             for c in t.channel_list() {
                 let _ = c.control(WalReq::Delete).await;
             }
-            t.index_writes_done().await;
+            t.file_writes_done().await;
             let manifest = lock(&t.manifest).clone();
             let store = self.inner.store.clone();
             let tiering = self.inner.tiering.clone();
@@ -606,7 +606,7 @@ impl Engine {
                 c.notify.notify_waiters();
             }
             if !t.ephemeral {
-                t.index_writes_done().await;
+                t.file_writes_done().await;
                 background_sync(t).await;
                 for c in t.channel_list() {
                     let _ = c.control(WalReq::Checkpoint).await;

@@ -156,7 +156,7 @@ impl Registry {
             },
             visibility_tx,
             metrics: self.metrics.clone(),
-            index_jobs: Mutex::new(Vec::new()),
+            file_jobs: Mutex::new(Vec::new()),
         });
         tokio::spawn(publish_worker(
             Arc::downgrade(&t),

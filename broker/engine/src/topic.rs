@@ -82,16 +82,17 @@ pub(crate) struct Topic {
     /// [`visibility_worker`]). Only `nsq_relaxed` topics, the ones that ask, have the task.
     pub(crate) visibility_tx: Option<mpsc::Sender<()>>,
     pub metrics: Arc<EngineMetrics>,
-    /// Index writes of segments appends sealed and zeros appends asked for, still running or
-    /// not yet awaited (see [`write_indexes`], [`write_zeros`]).
-    pub index_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Writes into the topic's files that appends left for after their lock hold (sealed
+    /// segments' indexes, zeros ahead of the tail), still running or not yet awaited (see
+    /// [`spawn_file_jobs`]).
+    pub file_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Topic {
     /// Waits until every index or zero write started so far has finished (engine shutdown and
     /// topic deletion: nothing may write into the directory after them).
-    pub(crate) async fn index_writes_done(&self) {
-        let jobs = std::mem::take(&mut *lock(&self.index_jobs));
+    pub(crate) async fn file_writes_done(&self) {
+        let jobs = std::mem::take(&mut *lock(&self.file_jobs));
         for job in jobs {
             let _ = job.await;
         }
@@ -855,16 +856,15 @@ fn append_held(
 
 /// Writes the zeros an append asked for ahead of the tail on the blocking pool, after the
 /// log lock is released (`rustqueue_storage::ZeroWrite`): a megabyte of fresh page-cache
-/// pages, which no publisher or consumer of the topic waits for. Tracked with the index
-/// writes, so shutdown and topic deletion wait for it too.
+/// pages, which no publisher or consumer of the topic waits for.
 fn write_zeros(t: &Arc<Topic>, z: ZeroWrite) {
-    let mut jobs = lock(&t.index_jobs);
-    jobs.retain(|job| !job.is_finished());
-    let t2 = t.clone();
-    jobs.push(tokio::task::spawn_blocking(move || {
-        z.run();
-        lock(&t2.log).zeros_written(&z);
-    }));
+    spawn_file_jobs(
+        t,
+        [move |t: &Topic| {
+            z.run();
+            lock(&t.log).zeros_written(&z);
+        }],
+    );
 }
 
 /// Writes the indexes of the segments an append sealed on the blocking pool, after the log
@@ -872,17 +872,32 @@ fn write_zeros(t: &Arc<Topic>, z: ZeroWrite) {
 /// and every reader goes on meanwhile, reading the new index's pages from memory
 /// (`rustqueue_storage::IndexWrite`). A failed write isolates storage, as a failed seal does.
 fn write_indexes(t: &Arc<Topic>, sealed: Vec<IndexWrite>) {
-    if sealed.is_empty() {
+    spawn_file_jobs(
+        t,
+        sealed.into_iter().map(|w| {
+            move |t: &Topic| {
+                let written = w.run();
+                lock(&t.log).index_written(w.base(), written);
+            }
+        }),
+    );
+}
+
+/// Runs writes into the topic's files on the blocking pool, kept in [`Topic::file_jobs`] so
+/// that shutdown and topic deletion wait for them ([`Topic::file_writes_done`]).
+fn spawn_file_jobs<F>(t: &Arc<Topic>, jobs: impl IntoIterator<Item = F>)
+where
+    F: FnOnce(&Topic) + Send + 'static,
+{
+    let mut jobs = jobs.into_iter().peekable();
+    if jobs.peek().is_none() {
         return;
     }
-    let mut jobs = lock(&t.index_jobs);
-    jobs.retain(|job| !job.is_finished());
-    for w in sealed {
+    let mut running = lock(&t.file_jobs);
+    running.retain(|job| !job.is_finished());
+    for job in jobs {
         let t = t.clone();
-        jobs.push(tokio::task::spawn_blocking(move || {
-            let written = w.run();
-            lock(&t.log).index_written(w.base(), written);
-        }));
+        running.push(tokio::task::spawn_blocking(move || job(&t)));
     }
 }
 

@@ -509,9 +509,7 @@ async fn write_ack_publishes_that_roll_a_segment_take_the_pipeline() {
 fn active_segment_len(dir: &std::path::Path) -> u64 {
     let files = common::segment_files(dir);
     assert_eq!(files.len(), 1, "one segment: {files:?}");
-    let path = dir
-        .join("topics")
-        .join(rustqueue_storage::testing::hex("t"))
+    let path = common::tiering::topic_dir(dir)
         .join("segments")
         .join(&files[0]);
     std::fs::metadata(path).unwrap().len()

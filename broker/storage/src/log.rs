@@ -965,15 +965,17 @@ impl TopicLog {
         }
     }
 
+    /// Whether this log writes zeros ahead of its tail now, inside appends or deferred: on a
+    /// disk file system, while syncs cover less than [`ZERO_AHEAD_MAX_GROUP`] on average.
+    pub(super) fn zeros_wanted(&self) -> bool {
+        self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP && self.fs.zero_fill_ahead()
+    }
+
     /// After an append (deferred zeros only): asks for the next [`ZERO_AHEAD_BYTES`] of zeros
     /// once the tail is within [`ZERO_AHEAD_MARGIN`] of the zeroed end (or has reached it,
     /// while the segment holds less than that margin of records).
     fn ask_for_zeros(&mut self) {
-        if !self.zeros.on
-            || self.zeros.out.is_some()
-            || self.sync_group_bytes >= ZERO_AHEAD_MAX_GROUP
-            || !self.fs.zero_fill_ahead()
-        {
+        if !self.zeros.on || self.zeros.out.is_some() || !self.zeros_wanted() {
             return;
         }
         let Some(seg) = self.segments.last() else {

@@ -4,7 +4,7 @@
 
 use std::io::IoSlice;
 
-use super::{AppendBatch, Entry, TopicLog, ZERO_AHEAD_BYTES, ZERO_AHEAD_MAX_GROUP, ZEROS};
+use super::{AppendBatch, Entry, TopicLog, ZERO_AHEAD_BYTES, ZEROS};
 use crate::failpoint::crash_failpoint;
 use crate::record::{self, HEADER_LEN, RecordHeader};
 use crate::{StorageError, io_err};
@@ -198,9 +198,7 @@ impl TopicLog {
         run: &Run,
         batches: &[AppendBatch<'_, B>],
     ) -> Result<Written, StorageError> {
-        let zero_ahead = !self.zeros.on
-            && self.sync_group_bytes < ZERO_AHEAD_MAX_GROUP
-            && self.fs.zero_fill_ahead();
+        let zero_ahead = !self.zeros.on && self.zeros_wanted();
         let seg = self
             .segments
             .last()
