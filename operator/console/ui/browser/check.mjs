@@ -32,13 +32,18 @@ const PAGES = ['overview', 'brokers', 'topics', 'storage', 'operations', 'config
 mkdirSync(args.out, { recursive: true });
 
 const summary = { checks: [], screenshots: [], axe: {} };
+// Each line carries the seconds since the script started, and `doing` names the step under way:
+// a check that fails by a browser timeout, not by a comparison, says where and when it stopped.
+const started = Date.now();
+const since = () => `${((Date.now() - started) / 1000).toFixed(1)} s`;
+let doing = 'starting Chromium';
 function pass(name, detail = '') {
-  summary.checks.push({ name, ok: true, detail });
-  console.log(`ok   ${name}${detail ? `: ${detail}` : ''}`);
+  summary.checks.push({ name, ok: true, detail, at: since() });
+  console.log(`ok   ${name}${detail ? `: ${detail}` : ''} [${since()}]`);
 }
 function fail(name, detail) {
-  summary.checks.push({ name, ok: false, detail });
-  console.log(`FAIL ${name}: ${detail}`);
+  summary.checks.push({ name, ok: false, detail, at: since() });
+  console.log(`FAIL ${name}: ${detail} [${since()}]`);
   writeFileSync(join(args.out, 'summary.json'), JSON.stringify(summary, null, 2));
   throw new Error(`${name}: ${detail}`);
 }
@@ -126,9 +131,20 @@ async function navigate(page, go) {
   }
 }
 
+/** Until an element `selector` matches is visible. A locator's wait, not `waitForSelector`:
+ * that one also hands the element back, adopting it into the page's main world after it is
+ * seen, and once timed out after logging the element visible (CI, the machine's two cores
+ * shared with eight other stages). */
+async function visible(page, selector, timeout = 30_000) {
+  await page.locator(selector).first().waitFor({ state: 'visible', timeout });
+}
+
 async function open(page, name) {
+  doing = `loading the ${name} page`;
   await navigate(page, () => page.goto(`${BASE}#/${name}`));
-  await page.waitForSelector(`[data-testid="page-${name}"]`, { timeout: 30_000 });
+  doing = `waiting for the ${name} page to show`;
+  await visible(page, `[data-testid="page-${name}"]`);
+  doing = `waiting for the ${name} page's charts`;
   // Screenshots and the accessibility scan wait for the charts (drawn without animation once
   // their data is in): every chart holder on the page has drawn its SVG.
   await page.waitForFunction(
@@ -139,13 +155,14 @@ async function open(page, name) {
     null,
     { timeout: 30_000 },
   );
+  doing = `on the ${name} page`;
 }
 
 async function theme(page, want) {
   const now = await page.evaluate(() => localStorage.getItem('rustqueue-theme') ?? 'g10');
   if (now !== want) {
     await page.click('[data-testid="theme-toggle"]');
-    await page.waitForSelector(`.cds--${want}`);
+    await visible(page, `.cds--${want}`);
   }
 }
 
@@ -153,7 +170,9 @@ async function everyPage(page) {
   for (const t of ['g10', 'g100']) {
     for (const name of PAGES) {
       await open(page, name);
+      doing = `switching the ${name} page to ${t}`;
       await theme(page, t);
+      doing = `the screenshot and axe scan of the ${name} page (${t})`;
       const file = join(args.out, `${name}-${t === 'g10' ? 'light' : 'dark'}.png`);
       await page.screenshot({ path: file, fullPage: true });
       summary.screenshots.push(file);
@@ -205,15 +224,16 @@ async function numbers(page) {
 
 async function persistence(page) {
   await open(page, 'overview');
+  doing = 'theme and language across a reload';
   await theme(page, 'g100');
   await navigate(page, () => page.reload());
-  await page.waitForSelector('[data-testid="page-overview"]');
+  await visible(page, '[data-testid="page-overview"]');
   expectEq('dark theme after reload', await page.$eval('html', () => localStorage.getItem('rustqueue-theme')), 'g100');
   if (!(await page.$('.cds--g100'))) fail('dark theme after reload', 'no .cds--g100 element');
   await page.click('[data-testid="language-toggle"]');
   await page.waitForFunction(() => document.querySelector('h1')?.textContent?.startsWith('集群'));
   await navigate(page, () => page.reload());
-  await page.waitForSelector('[data-testid="page-overview"]');
+  await visible(page, '[data-testid="page-overview"]');
   const h1 = await page.textContent('h1');
   if (!h1.startsWith('集群')) fail('Chinese after reload', `h1 is ${h1}`);
   pass('Chinese after reload', h1);
@@ -226,6 +246,7 @@ async function persistence(page) {
 
 async function management(page) {
   await open(page, 'topics');
+  doing = 'creating a topic through the dialogs';
   const mgmt = await page.evaluate(() => fetch('api/v1/management').then((r) => r.json()));
   await page.click('[data-testid="management-unlock"]');
   const unlock = page.locator('[data-testid="unlock-dialog"]');
@@ -236,7 +257,7 @@ async function management(page) {
   pass('wrong unlock confirmation refused', err.trim());
   await unlock.locator('input').fill(mgmt.confirmation);
   await unlock.getByRole('button', { name: /Unlock management/ }).click();
-  await page.waitForSelector('[data-testid="management-lock"]');
+  await visible(page, '[data-testid="management-lock"]');
   pass('unlocked', mgmt.confirmation);
   await page.click('[data-testid="create-topic"]');
   const create = page.locator('[data-testid="create-dialog"]');
@@ -251,7 +272,7 @@ async function management(page) {
   await action.locator('[data-testid="management-accepted"]').waitFor({ timeout: 20_000 });
   pass('create accepted');
   await action.getByRole('button', { name: 'Done', exact: true }).click();
-  await page.waitForSelector(`[data-testid="topics-table"] tr[data-row="${args.topic}"]`, { timeout: 60_000 });
+  await visible(page, `[data-testid="topics-table"] tr[data-row="${args.topic}"]`, 60_000);
   pass('created topic on the topics page', args.topic);
   // A destructive action with the wrong typed confirmation is refused with the backend's code.
   await page.click(`[data-testid="actions-${args.topic}"]`);
@@ -266,6 +287,25 @@ async function management(page) {
   await del.getByRole('button', { name: 'Cancel' }).click();
 }
 
+// Some of Playwright's calls (page.evaluate, a screenshot's fonts) wait without a timeout: a
+// browser wedged in one of them ends the check here, saying where, instead of hanging the suite.
+const WATCHDOG_MS = 10 * 60_000;
+setTimeout(() => {
+  console.log(`FAIL ${doing}: the check ran past its ${WATCHDOG_MS / 60_000}-minute limit [${since()}]`);
+  writeFileSync(join(args.out, 'summary.json'), JSON.stringify(summary, null, 2));
+  process.exit(1);
+}, WATCHDOG_MS).unref();
+
+/** What the page showed when a step failed: a screenshot, and the test ids on the page. */
+async function evidence(b) {
+  const page = b.contexts()[0]?.pages()[0];
+  if (!page) return;
+  const file = join(args.out, 'failure.png');
+  await page.screenshot({ path: file, fullPage: true, timeout: 10_000 });
+  const ids = await page.$$eval('[data-testid]', (els) => els.map((el) => el.getAttribute('data-testid')));
+  console.log(`     the page (${page.url()}) shows test ids: ${ids.join(' ')}; screenshot ${file}`);
+}
+
 const browser = await chromium.launch({
   executablePath: args.chromium,
   args: [
@@ -278,6 +318,7 @@ const browser = await chromium.launch({
     '--disable-sync',
   ],
 });
+console.log(`     Chromium ${browser.version()} started [${since()}]`);
 let status = 0;
 try {
   const context = await browser.newContext({ viewport: { width: 1366, height: 900 } });
@@ -290,7 +331,14 @@ try {
   if (problems.length > 0) fail('no console error and no failed request', problems.join('\n'));
   pass('no console error and no failed request');
 } catch (e) {
-  console.error(e instanceof Error ? e.message : e);
+  const message = e instanceof Error ? e.message : String(e);
+  // A failed comparison has printed its FAIL line; a browser error or timeout has not.
+  if (!summary.checks.some((c) => !c.ok)) {
+    summary.checks.push({ name: doing, ok: false, detail: message, at: since() });
+    console.log(`FAIL ${doing}: ${message.split('\n')[0]} [${since()}]`);
+    await evidence(browser).catch((err) => console.error(`no failure evidence: ${err}`));
+  }
+  console.error(message);
   status = 1;
 } finally {
   await browser.close();
