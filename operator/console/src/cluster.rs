@@ -16,6 +16,10 @@ pub enum StoreError {
     /// The object does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// The API server refused the request itself (400, 403, 422, ...): sending it again
+    /// changes nothing.
+    #[error("refused: {0}")]
+    Refused(String),
     /// Anything else (network, permissions, the API server's own errors).
     #[error("{0}")]
     Other(String),
@@ -89,6 +93,10 @@ pub struct ClusterEvent {
 /// An Event the console records about its RustQueue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {
+    /// What the Event is about, as 32 hex digits (`manage::audit::event_key`): two records
+    /// of one key are one Event, named `<name>-console-<key>`, so recording it again after a
+    /// crash or a lost reply finds it instead of doubling it.
+    pub key: String,
     /// `Normal` or `Warning`.
     pub type_: &'static str,
     /// `ConsoleManagementAccepted`, `ConsoleManagementSucceeded`, `ConsoleManagementFailed`.
@@ -135,6 +143,6 @@ pub trait CatalogStore: Send + Sync {
     ) -> BoxFuture<'_, Result<RustQueueChannel, StoreError>>;
     /// Deletes a channel object.
     fn delete_channel(&self, name: String) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Records an Event about the RustQueue.
+    /// Records an Event about the RustQueue; `Conflict` when the Event of its key exists.
     fn record_event(&self, e: NewEvent) -> BoxFuture<'_, Result<(), StoreError>>;
 }

@@ -123,7 +123,7 @@ impl KubeCluster {
         let now = jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}-console-", self.name)),
+                name: Some(event_name(&self.name, &e.key)),
                 namespace: Some(self.namespace.clone()),
                 ..ObjectMeta::default()
             },
@@ -158,10 +158,23 @@ impl KubeCluster {
     }
 }
 
+/// `<name>-console-<key>`: an Event's name follows from what it is about, so the API server
+/// answers a second record of it with AlreadyExists (409).
+pub fn event_name(rustqueue: &str, key: &str) -> String {
+    format!("{rustqueue}-console-{key}")
+}
+
+/// 409 and 404 by name; any other 4xx but 401 (credentials are re-read), 408 and 429 (try
+/// later) is the request's own fault: `Refused`.
 fn store_error(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(s) if s.code == 409 => StoreError::Conflict(s.message.clone()),
         kube::Error::Api(s) if s.code == 404 => StoreError::NotFound(s.message.clone()),
+        kube::Error::Api(s)
+            if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) =>
+        {
+            StoreError::Refused(s.message.clone())
+        }
         _ => StoreError::Other(e.to_string()),
     }
 }
@@ -386,6 +399,23 @@ mod tests {
         };
         assert_eq!(store_error(api(409)), StoreError::Conflict("m".into()));
         assert_eq!(store_error(api(404)), StoreError::NotFound("m".into()));
-        assert!(matches!(store_error(api(403)), StoreError::Other(_)));
+        for refused in [400, 403, 422] {
+            assert_eq!(store_error(api(refused)), StoreError::Refused("m".into()));
+        }
+        for later in [401, 408, 429, 500, 503] {
+            assert!(
+                matches!(store_error(api(later)), StoreError::Other(_)),
+                "{later}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_events_name_is_its_queue_and_key() {
+        let key = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            event_name("q", key),
+            "q-console-0123456789abcdef0123456789abcdef"
+        );
     }
 }

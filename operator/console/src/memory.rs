@@ -20,10 +20,24 @@ struct State {
     pods: Vec<BrokerPod>,
     pvcs: Vec<BrokerPvc>,
     events: Vec<ClusterEvent>,
+    event_keys: Vec<String>,
+    event_faults: Vec<(&'static str, EventFault)>,
+    hung: Vec<&'static str>,
     topics: Vec<RustQueueTopic>,
     channels: Vec<RustQueueChannel>,
     next_version: u64,
     fail_lists: bool,
+}
+
+/// How recording an Event of one reason goes wrong (see [`MemoryCluster::fault_events`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventFault {
+    /// The call never returns: the console stops right there (as if killed).
+    Hang,
+    /// Nothing is recorded; the call answers this error.
+    Fail(StoreError),
+    /// The Event is recorded, but the reply is lost (an error, as a timeout would be).
+    LoseReply,
 }
 
 /// The in-memory cluster. Clones share one state.
@@ -59,6 +73,21 @@ impl MemoryCluster {
     /// Makes every catalog list fail (an API server outage) or work again.
     pub fn fail_catalog_lists(&self, fail: bool) {
         self.lock().fail_lists = fail;
+    }
+
+    /// From now on, recording an Event with `reason` goes wrong as `fault` says (`None`: it
+    /// works again).
+    pub fn fault_events(&self, reason: &'static str, fault: Option<EventFault>) {
+        let mut s = self.lock();
+        s.event_faults.retain(|(r, _)| *r != reason);
+        if let Some(f) = fault {
+            s.event_faults.push((reason, f));
+        }
+    }
+
+    /// Whether a record of an Event with `reason` has hung ([`EventFault::Hang`]).
+    pub fn hung_at(&self, reason: &str) -> bool {
+        self.lock().hung.contains(&reason)
     }
 
     /// Events recorded so far.
@@ -224,6 +253,26 @@ impl CatalogStore for MemoryCluster {
     }
     fn record_event(&self, e: NewEvent) -> BoxFuture<'_, Result<(), StoreError>> {
         let mut s = self.lock();
+        let fault = s
+            .event_faults
+            .iter()
+            .find(|(r, _)| *r == e.reason)
+            .map(|(_, f)| f.clone());
+        match fault {
+            Some(EventFault::Hang) => {
+                s.hung.push(e.reason);
+                return futures::future::pending().boxed();
+            }
+            Some(EventFault::Fail(err)) => return ready(Err(err)),
+            Some(EventFault::LoseReply) | None => {}
+        }
+        if s.event_keys.contains(&e.key) {
+            return ready(Err(StoreError::Conflict(format!(
+                "the Event {} already exists",
+                e.key
+            ))));
+        }
+        s.event_keys.push(e.key);
         let (name, uid) = s
             .rustqueue
             .as_ref()
@@ -239,6 +288,9 @@ impl CatalogStore for MemoryCluster {
             count: 1,
             last_seen_ms: crate::now_ms(),
         });
-        ready(Ok(()))
+        ready(match fault {
+            Some(_) => Err(StoreError::Other("the reply was lost".into())),
+            None => Ok(()),
+        })
     }
 }

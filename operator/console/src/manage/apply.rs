@@ -24,8 +24,12 @@ pub struct Accepted {
     pub operation_id: String,
     /// The object's revision after the write.
     pub resource_revision: u64,
-    /// `topic` or `topic/channel`.
+    /// `topic <topic>` or `channel <topic>/<channel>`.
     pub target: String,
+    /// What the operation does.
+    pub action: CatalogAction,
+    /// Its attempt (a retry adds one).
+    pub attempt: u32,
 }
 
 impl Accepted {
@@ -272,7 +276,7 @@ async fn persist_topic(
     t.spec.revision = n.revision;
     t.spec.tombstone_until_ms = n.tombstone;
     t.spec.last_error = None;
-    let op_id = n.operation.id.clone();
+    let op = n.operation.clone();
     t.spec.operation = Some(n.operation);
     let saved = match existing {
         Some(_) => m.store.replace_topic(t).await,
@@ -280,9 +284,11 @@ async fn persist_topic(
     }
     .map_err(store_error)?;
     Ok(Accepted {
-        operation_id: op_id,
+        operation_id: op.id,
         resource_revision: saved.spec.revision,
-        target: w.req.topic.clone(),
+        target: format!("topic {}", w.req.topic),
+        action: op.action,
+        attempt: op.attempt,
     })
 }
 
@@ -326,7 +332,7 @@ async fn persist_channel(
     c.spec.revision = n.revision;
     c.spec.tombstone_until_ms = n.tombstone;
     c.spec.last_error = None;
-    let op_id = n.operation.id.clone();
+    let op = n.operation.clone();
     c.spec.operation = Some(n.operation);
     let saved = match existing {
         Some(_) => m.store.replace_channel(c).await,
@@ -334,9 +340,11 @@ async fn persist_channel(
     }
     .map_err(store_error)?;
     Ok(Accepted {
-        operation_id: op_id,
+        operation_id: op.id,
         resource_revision: saved.spec.revision,
-        target: format!("{}/{channel}", w.req.topic),
+        target: format!("channel {}/{channel}", w.req.topic),
+        action: op.action,
+        attempt: op.attempt,
     })
 }
 

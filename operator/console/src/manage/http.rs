@@ -276,7 +276,7 @@ pub async fn apply(State(app): State<App>, caller: Caller, body: Bytes) -> Respo
     audit::log(&caller, &action, result_text(&r));
     match r {
         Ok(a) => {
-            audit::accepted(&app.manager, &action, &a).await;
+            audit::accepted(&app.manager, &a).await;
             (StatusCode::ACCEPTED, Json(a.body())).into_response()
         }
         Err(e) => e.into_response(),

@@ -12,6 +12,7 @@ pub mod reconciler;
 pub mod request;
 pub mod session;
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::BrokerClient;
@@ -30,6 +31,9 @@ pub struct Manager {
     /// The brokers.
     pub client: BrokerClient,
     sessions: Mutex<session::Sessions>,
+    /// Keys of Accepted Events this process has seen recorded, of operations still in the
+    /// catalog: the reconciler records the others before it moves their operation.
+    recorded: Mutex<HashSet<String>>,
 }
 
 impl Manager {
@@ -42,7 +46,29 @@ impl Manager {
             store,
             client,
             sessions: Mutex::new(session::Sessions::default()),
+            recorded: Mutex::new(HashSet::new()),
         }
+    }
+
+    fn recorded(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the Event of `key` is known to be recorded.
+    fn event_recorded(&self, key: &str) -> bool {
+        self.recorded().contains(key)
+    }
+
+    /// The Event of `key` is recorded.
+    fn remember_event(&self, key: String) {
+        self.recorded().insert(key);
+    }
+
+    /// Forgets every key but `keep` (those of operations still in the catalog).
+    fn forget_events_but(&self, keep: &HashSet<String>) {
+        self.recorded().retain(|k| keep.contains(k));
     }
 
     fn sessions(&self) -> MutexGuard<'_, session::Sessions> {

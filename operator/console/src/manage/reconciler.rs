@@ -2,7 +2,13 @@
 //! it moves each pending operation one owner forward. Progress is recorded in the object's
 //! `operation.completedOwners` before the next owner is touched, so a console that restarts
 //! resumes where it stopped; brokers answer a replayed operation id with its recorded result.
+//!
+//! An operation's Events are recorded before the write that moves it on (audit): Accepted
+//! before its first owner, Succeeded before it is cleared, Failed before it is `FAILED`. A
+//! console that dies in between leaves the operation pending, and the next pass records the
+//! Event again (the same name, so at most one exists) and then writes.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -179,6 +185,20 @@ impl Reconciler {
         let Ok(catalog) = Catalog::list(self.m.store.as_ref()).await else {
             return 0;
         };
+        let operations = catalog
+            .topics
+            .iter()
+            .filter_map(|t| t.spec.operation.as_ref())
+            .chain(
+                catalog
+                    .channels
+                    .iter()
+                    .filter_map(|c| c.spec.operation.as_ref()),
+            );
+        let keep: HashSet<String> = operations
+            .map(|op| audit::event_key(audit::ACCEPTED, &op.id, op.attempt))
+            .collect();
+        self.m.forget_events_but(&keep);
         let mut items: Vec<Item> = catalog
             .topics
             .iter()
@@ -217,6 +237,14 @@ impl Reconciler {
         let Some(mut op) = item.operation() else {
             return Ok(());
         };
+        let accepted = audit::accepted_event(&item.target(), &op);
+        if !self.m.event_recorded(&accepted.key) {
+            let key = accepted.key.clone();
+            if let Err(why) = audit::record(self.m.store.as_ref(), accepted).await {
+                return self.await_event(item, &op, audit::ACCEPTED, why).await;
+            }
+            self.m.remember_event(key);
+        }
         let owners = item.owners();
         let Some(owner) = owners
             .iter()
@@ -264,7 +292,7 @@ impl Reconciler {
             }
             Err(e) => match classify(&e) {
                 Outcome::Retry(why) => self.note(item, why).await,
-                Outcome::Fail(why) => self.fail(item, why).await,
+                Outcome::Fail(why) => self.fail(item, &op, why).await,
             },
         }
     }
@@ -312,14 +340,45 @@ impl Reconciler {
         self.save(item).await
     }
 
-    async fn fail(&self, mut item: Item, why: String) -> Result<(), StoreError> {
-        let target = item.target();
-        item.set_error(Some(why.clone()));
+    /// The Event `reason` of `op` could not be recorded: the operation stays pending (with
+    /// the progress in `op`) and `lastError` says why; the next pass records it again.
+    async fn await_event(
+        &self,
+        mut item: Item,
+        op: &CatalogOperation,
+        reason: &str,
+        why: String,
+    ) -> Result<(), StoreError> {
+        if item.operation().as_ref() != Some(op) {
+            item.set_operation(Some(op.clone()));
+            item.set_error(None);
+        }
+        let why = format!("{}: recording {reason}: {why}", audit::EVENT_UNAVAILABLE);
+        self.note(item, why).await
+    }
+
+    /// A final refusal: the Failed Event, then `FAILED`.
+    async fn fail(
+        &self,
+        mut item: Item,
+        op: &CatalogOperation,
+        why: String,
+    ) -> Result<(), StoreError> {
+        let failed = audit::failed_event(&item.target(), op, &why);
+        if let Err(unrecorded) = audit::record(self.m.store.as_ref(), failed).await {
+            // Not FAILED without its Event: the next pass asks the broker again.
+            return self
+                .await_event(
+                    item,
+                    op,
+                    audit::FAILED,
+                    format!("{unrecorded} (after {why})"),
+                )
+                .await;
+        }
+        item.set_error(Some(why));
         item.set_phase(CatalogPhase::Failed);
-        self.save(item).await?;
-        let message = format!("{target}: {why}");
-        audit::event(self.m.store.as_ref(), "Warning", audit::FAILED, message).await;
-        Ok(())
+        self.save(item).await
     }
 
     async fn finish(
@@ -328,7 +387,10 @@ impl Reconciler {
         mut item: Item,
         op: &CatalogOperation,
     ) -> Result<(), StoreError> {
-        let target = item.target();
+        let done = audit::succeeded_event(&item.target(), op);
+        if let Err(why) = audit::record(self.m.store.as_ref(), done).await {
+            return self.await_event(item, op, audit::SUCCEEDED, why).await;
+        }
         match op.action {
             CatalogAction::Pause => item.set_paused(true),
             CatalogAction::Unpause | CatalogAction::Create => item.set_paused(false),
@@ -346,11 +408,7 @@ impl Reconciler {
         } else {
             CatalogPhase::Active
         });
-        self.save(item).await?;
-        let action = format!("{:?}", op.action).to_lowercase();
-        let message = format!("{action} of {target} done on every owner ({})", op.id);
-        audit::event(self.m.store.as_ref(), "Normal", audit::SUCCEEDED, message).await;
-        Ok(())
+        self.save(item).await
     }
 
     async fn tombstone_channels(
