@@ -45,6 +45,12 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   cuts have ended (AFTER): in a fast hour `unit` ends before them, and bench-test's 600 msg/s
 #   over three topics published 206 messages in its one-second window beside them (it checks
 #   400).
+# - The browser check (console-browser) is the one stage whose waits are a browser's: each
+#   page has 30 s to show. It starts with the test build's end, beside eight other stages, and
+#   took 3.5 minutes there against 30 s alone; once its first page took longer than its 30 s.
+#   It runs at a higher priority (NICE -5, as root; otherwise it warns and runs at 0): about
+#   half a minute of one core, taken from stages that wait on clusters and brokers far more
+#   than they compute.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -86,8 +92,9 @@ declare -A NEEDS=(
 declare -A AFTER=(
   [bench-test]="e2e-operator e2e-storage e2e-kodo powercut-test"
 )
-# stage -> nice level: the builds off the longest chain yield the CPU to it
-declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10)
+# stage -> nice level: the builds off the longest chain yield the CPU to it; the browser check,
+# whose pages have 30 s each to show, goes ahead of the stages beside it
+declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10 [console-browser]=-5)
 
 all_stages() { printf '%s\n' "${LANES[@]}" | tr ' ' '\n'; }
 
