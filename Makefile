@@ -71,10 +71,19 @@ test-build: ## compile every test target and debug binary of the workspace once 
 	$(CARGO_TEST) --no-run --message-format=json-render-diagnostics | scripts/test-targets.py --record $(TARGET_DIR)/test-executables.json
 
 # The e2e scenarios' test binaries alone (and, for debug images, the binaries they hold, in the
-# same cargo run): the longest stage can start before the rest compiles.
+# same cargo run): the longest stage can start before the rest compiles. The executables are
+# recorded, and the scenario stages run them directly (e2e_exe): through `cargo test` each of
+# them waited for the test build's lock on the target directory, 3m45s in a warm `make test`,
+# before a binary that was already built could start.
+E2E_EXECUTABLES = $(TARGET_DIR)/e2e-executables.json
 .PHONY: e2e-build
 e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-build, first)
-	$(CARGO_TEST) --no-run --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins))
+	$(CARGO_TEST) --no-run --message-format=json-render-diagnostics --test operator --test install $(if $(filter debug,$(IMAGE_PROFILE)),$(call stage_targets,image-bins)) \
+	  | scripts/test-targets.py --record $(E2E_EXECUTABLES)
+
+# e2e_exe,TARGET: the scenario test binary TARGET that e2e-build recorded. A recipe runs it
+# from its package's directory (`cd e2e/k8s`), as `cargo test` does; arguments follow.
+e2e_exe = "$$(cd $(CURDIR) && scripts/test-targets.py --exe $(E2E_EXECUTABLES) $(1) test)"
 
 .PHONY: unit
 unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the fed-metrics test starts versitygw, the trace tests the OpenTelemetry Collector, from the cache; tier-test runs the tiering tests)
@@ -285,31 +294,31 @@ e2e-images: images ## the scenario's extra releases derived from the built image
 e2e-operator: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the operator scenario on the testbed, from the images (kubectl apply -k config/default, ...)
 	scripts/deps.sh python nsqadmin
 	rm -f $(E2E_FIGURES)
-	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
-	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time
+	cd e2e/k8s && $(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_FIGURES) \
+	  $(call e2e_exe,operator) --nocapture --exact the_operator_runs_the_sample_and_changes_it_one_safe_step_at_a_time
 	@echo "==> figures of this run (also in $(E2E_FIGURES)):"; sed 's/^/    /' $(E2E_FIGURES)
 
 E2E_STORAGE_FIGURES = $(IMAGES_TARGET)/e2e-storage-figures.jsonl
 e2e-storage: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the operator's storage scenario on its own testbed: feature levels, the rollback fence, failover mid-rollout, maintenance, claims, scale-down
 	scripts/deps.sh python
 	rm -f $(E2E_STORAGE_FIGURES)
-	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_STORAGE_FIGURES) \
-	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_changes_storage_and_brokers_one_safe_step_at_a_time
+	cd e2e/k8s && $(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_STORAGE_FIGURES) \
+	  $(call e2e_exe,operator) --nocapture --exact the_operator_changes_storage_and_brokers_one_safe_step_at_a_time
 	@echo "==> figures of this run (also in $(E2E_STORAGE_FIGURES)):"; sed 's/^/    /' $(E2E_STORAGE_FIGURES)
 
 e2e-kodo: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the Kodo profile scenario on its own testbed: enabled under a publishing fleet, a broker killed mid-publish, decommissioned
 	scripts/deps.sh python
 	rm -f $(E2E_KODO_FIGURES)
-	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_KODO_FIGURES) \
-	  $(CARGO_TEST) --test operator -- --nocapture --exact the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message
+	cd e2e/k8s && $(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_KODO_FIGURES) \
+	  $(call e2e_exe,operator) --nocapture --exact the_kodo_profile_moves_a_kodo_fleet_on_and_off_without_losing_a_message
 	@echo "==> figures of this run (also in $(E2E_KODO_FIGURES)):"; sed 's/^/    /' $(E2E_KODO_FIGURES)
 
 E2E_TIERING_FIGURES = $(IMAGES_TARGET)/e2e-tiering-figures.jsonl
 e2e-tiering: $(TESTBED_DEPS) deps-helm deps-argocd-health $(SCENARIOS_BUILT) ## the tiering scenario on its own testbed with a real versitygw: a missing bucket Secret, tiering rolled on, a lost broker volume restored from the bucket
 	scripts/deps.sh python versitygw
 	rm -f $(E2E_TIERING_FIGURES)
-	$(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_TIERING_FIGURES) \
-	  $(CARGO_TEST) --test operator -- --nocapture --exact the_operator_restores_a_lost_broker_volume_from_the_bucket
+	cd e2e/k8s && $(E2E_ENV) RUSTQUEUE_E2E_FIGURES=$(E2E_TIERING_FIGURES) \
+	  $(call e2e_exe,operator) --nocapture --exact the_operator_restores_a_lost_broker_volume_from_the_bucket
 	@echo "==> figures of this run (also in $(E2E_TIERING_FIGURES)):"; sed 's/^/    /' $(E2E_TIERING_FIGURES)
 
 # --- protocol fuzz smoke: the cargo-fuzz targets, built on stable ------------------------------
@@ -428,7 +437,7 @@ bundle-test: ## the OLM bundle: up to date with config/ and crds/, and valid for
 # every binary of that crate); this target runs it alone.
 .PHONY: e2e-install
 e2e-install: $(TESTBED_DEPS) deps-helm $(SCENARIOS_BUILT) ## the Helm chart on the testbed: dry run, install, upgrade, uninstall
-	RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(CARGO_TEST) --test install
+	cd e2e/k8s && RUSTQUEUE_E2E_IMAGES=$(IMAGES_TARGET)/images $(call e2e_exe,install)
 
 # --- monitoring: Prometheus rules, Grafana dashboard, Argo CD health; see docs/monitoring.md ---
 # promtool (pinned in scripts/versions.env) checks and unit-tests config/prometheus; a real

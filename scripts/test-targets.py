@@ -145,7 +145,7 @@ def exe(path, target, kind):
         exes = json.load(f)
     hits = [e["executable"] for e in exes if e["target"] == target and kind in e["kind"]]
     if len(hits) != 1:
-        raise SystemExit(f"test-targets: {len(hits)} {kind} test executables of {target} in {path}; run `make test-build`")
+        raise SystemExit(f"test-targets: {len(hits)} {kind} test executables of {target} in {path}; run the build that records it (`make test-build`, or `make e2e-build` for the scenarios)")
     print(hits[0])
 
 
