@@ -18,11 +18,14 @@ export RUSTQUEUE_SUITE=1
 export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 
 # Why these lanes, on two cores:
-# - The longest chain is the operator scenarios: the e2e test binary, the images, the scenarios'
-#   extra releases, then several minutes of Kubernetes clusters at work (three at once: the
-#   operator's steps are split over two testbeds, the Kodo profile has a third). Its lane starts
-#   first and its builds get the CPU first (NICE): everything else fits beside the scenario,
-#   which waits on the cluster far more than it computes.
+# - The operator scenarios need the e2e test binary, the images and the scenarios' extra
+#   releases, then several minutes of Kubernetes clusters at work (four at once: the operator's
+#   steps are split over two testbeds, the Kodo profile and tiering have one each). Their lane
+#   starts first, so the clusters start two and a half minutes in, and they run their recorded
+#   binaries directly (the Makefile's e2e_exe), not waiting for the test build's cargo lock.
+#   Warm, they end minutes before `unit`: the longest chain is the test build, `unit`, then
+#   bench-test. So the test build gets the CPU first and the scenarios, which wait on their
+#   clusters far more than they compute, are niced (NICE).
 # - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
 #   build, which waits for them: one cargo directory, whose lock the longest chain gets first.
 #   Clippy (its own target dir) and the external tools compile beside it. Clippy is the
@@ -92,9 +95,10 @@ declare -A NEEDS=(
 declare -A AFTER=(
   [bench-test]="e2e-operator e2e-storage e2e-kodo powercut-test"
 )
-# stage -> nice level: the builds off the longest chain yield the CPU to it; the browser check,
-# whose pages have 30 s each to show, goes ahead of the stages beside it
-declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10 [console-browser]=-5)
+# stage -> nice level: the builds off the longest chain and the scenarios yield the CPU to it;
+# the browser check, whose pages have 30 s each to show, goes ahead of the stages beside it
+declare -A NICE=([lint]=10 [fuzz-smoke]=10 [deny]=10 [console-browser]=-5
+  [e2e-operator]=5 [e2e-storage]=5 [e2e-kodo]=5 [e2e-tiering]=5)
 
 all_stages() { printf '%s\n' "${LANES[@]}" | tr ' ' '\n'; }
 
