@@ -69,10 +69,15 @@ async fn mpub_is_delivered_in_order_and_dpub_waits_for_its_deferral() {
     b.stop().await;
 }
 
-/// The TOUCH pace: a tenth of the consumer's 1 s message timeout, so the test holds its
-/// premise (each TOUCH inside the timeout of the one before) through a 900 ms stall of a busy
-/// CI machine; at 400 ms a 600 ms stall once let the timeout win.
+/// The consumer's message timeout, and the TOUCH pace: a TOUCH every 100 ms for 6 s, longer
+/// than the 5 s timeout, so the check holds its premise (each TOUCH inside the timeout of the
+/// one before) through a stall of almost five seconds. The broker runs on the test's one
+/// thread, so a stall of it delays the TOUCHes and the expiry alike, and after the stall the
+/// expiry runs first: with a 1 s timeout and 400 ms pacing a 600 ms stall once let the
+/// timeout win, and at 100 ms pacing, in `make test`'s busiest minutes, once more.
+const MSG_TIMEOUT: Duration = Duration::from_secs(5);
 const TOUCH_EVERY: Duration = Duration::from_millis(100);
+const TOUCHES: u32 = 60;
 
 #[tokio::test]
 async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
@@ -80,7 +85,8 @@ async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
     let mut p = b.client().await;
     p.publish("t", b"m").await;
     let mut c = b.client().await;
-    c.send_identify(r#"{"msg_timeout":1000}"#).await;
+    c.send_identify(&format!(r#"{{"msg_timeout":{}}}"#, MSG_TIMEOUT.as_millis()))
+        .await;
     c.expect_ok().await;
     c.subscribe("t", "ch", 1).await;
     let (id, attempts, _) = c.expect_message().await;
@@ -89,19 +95,29 @@ async fn req_redelivers_with_attempts_and_touch_keeps_a_message_in_flight() {
         .await;
     let (id, attempts, _) = c.expect_message().await;
     assert_eq!(attempts, 2);
-    // TOUCH every 100 ms for 1.6 s: longer than the 1 s timeout, yet no redelivery. The
-    // sleeps are the pacing under test (each TOUCH within the timeout of the one before), not
-    // a synchronisation; a redelivery would arrive before `next` below.
-    for _ in 0..16 {
+    // TOUCH for longer than the timeout, yet no redelivery. The sleeps are the pacing under
+    // test (each TOUCH within the timeout of the one before), not a synchronisation; a
+    // redelivery would arrive before `next` below. The longest gap between two TOUCHes as
+    // this side sent them goes into the failure message: a stall the test saw.
+    assert!(TOUCH_EVERY * TOUCHES > MSG_TIMEOUT);
+    let mut last = Instant::now();
+    let mut longest = Duration::ZERO;
+    for _ in 0..TOUCHES {
         tokio::time::sleep(TOUCH_EVERY).await;
         c.cmd(&format!("TOUCH {}", std::str::from_utf8(&id).unwrap()))
             .await;
+        longest = longest.max(last.elapsed());
+        last = Instant::now();
     }
     c.fin(&id).await;
     c.cmd("NOP").await;
     p.publish("t", b"next").await;
     let (_, attempts, body) = c.expect_message().await;
-    assert_eq!((attempts, &body[..]), (1, &b"next"[..]));
+    assert_eq!(
+        (attempts, &body[..]),
+        (1, &b"next"[..]),
+        "the touched message came back; longest gap between TOUCHes sent: {longest:?}"
+    );
     b.stop().await;
 }
 
