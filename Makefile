@@ -85,10 +85,14 @@ e2e-build: ## compile the Kubernetes scenarios' test binaries (a part of test-bu
 # from its package's directory (`cd e2e/k8s`), as `cargo test` does; arguments follow.
 e2e_exe = "$$(cd $(CURDIR) && scripts/test-targets.py --exe $(E2E_EXECUTABLES) $(1) test)"
 
-.PHONY: unit
-unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the fed-metrics test starts versitygw, the trace tests the OpenTelemetry Collector, from the cache; tier-test runs the tiering tests)
+.PHONY: unit service-test
+unit: deps-argocd-health deps-versitygw deps-otelcol ## unit and integration tests that need no nsqd, no Kubernetes, no root, no /dev/fuse (the fed-metrics test starts versitygw, the trace tests the OpenTelemetry Collector, from the cache; service-test and the tier stages run the rest)
 	$(CARGO_TEST) $(UNIT_EXCLUDE) $(call stage_targets,unit)
 	$(CARGO_TEST) --exclude rustqueue-powercut --doc
+# The other half of what needs nothing but a compiler, in its own stage of `make test` beside
+# `unit` (scripts/test-targets.py names the targets).
+service-test: ## the engine's, discovery's and the gateway's integration tests (brokers and discovery services on loopback)
+	$(CARGO_TEST) $(call stage_targets,service-test)
 
 # broker/tier against a real S3-compatible server: versitygw (scripts/versions.env), built into
 # the cache once (about 2 min of CPU cold, like crane) and started by each test on loopback;
@@ -99,6 +103,11 @@ deps-versitygw: ## build versitygw, the S3-compatible server of the tier tests, 
 	scripts/deps.sh versitygw
 tier-test: deps-versitygw ## tiering against a real versitygw: the bucket layer (round trips, damage, kills, pauses, refusals), segment uploads, read-through, checkpoints and the restore, [tiering] config
 	$(CARGO_TEST) $(call stage_targets,tier-test)
+# The minute without the bucket under durable load, alone: `make test` runs it once the
+# clusters and the power cuts have ended (scripts/test-suite.sh).
+.PHONY: tier-outage-test
+tier-outage-test: deps-versitygw ## a minute without the bucket (versitygw stopped) under steady durable publishing: nothing stalls or is lost, uploads catch up
+	$(CARGO_TEST) $(call stage_targets,tier-outage-test)
 
 # Traces over OTLP (docs/observability.md): rustqueued sending its publish and delivery spans to
 # a real OpenTelemetry Collector (OTLP receiver + file exporter, built from its Go modules into

@@ -23,8 +23,7 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   steps are split over two testbeds, the Kodo profile and tiering have one each). Their lane
 #   starts first, so the clusters start two and a half minutes in, and they run their recorded
 #   binaries directly (the Makefile's e2e_exe), not waiting for the test build's cargo lock.
-#   Warm, they end minutes before `unit`: the longest chain is the test build, `unit`, then
-#   bench-test. The test build stays niced (NICE) below the scenarios: the other way round
+#   Warm, they end minutes before the test stages after the test build do. The test build stays niced (NICE) below the scenarios: the other way round
 #   (scenarios at 5, the build at 0) was measured, and the build took 457 s against 428 and
 #   the scenarios a minute and a half longer, the wall the same (15m03s against 14m55s).
 # - The images hold the debug binaries (IMAGE_PROFILE), built as the first part of the test
@@ -37,18 +36,23 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   longest chain: its one-time build (under 2 min of CPU, cached afterwards) uses what the
 #   longest chain leaves while it waits on its clusters; warm, the stage takes seconds. To take
 #   it out of `make test`, drop its lane and its NICE entry (`make check` runs it as well).
-# - `unit` runs its test binaries one after another, so most of the tiering tests (two minutes
-#   alone, four beside the rest, mostly waiting on versitygw's retries and outages) are a stage
-#   of their own, in a lane that starts when the test build is done and ends minutes before
-#   `unit` does. Two tests need a quieter machine than the middle of the run: `unit`'s minute
-#   without the bucket (`tiering_bucket_down`, six minutes into `unit`) counts durable
-#   publishes made one at a time, and fell below the rate it checks with bench-test's
-#   benchmarks beside it; bench-test's own load and restart cases failed when it ran from the
-#   test build's end, beside `unit`, the power cuts and four clusters. So bench-test stays
-#   after `unit`, at the end of the run, and also starts only once the scenarios and the power
-#   cuts have ended (AFTER): in a fast hour `unit` ends before them, and bench-test's 600 msg/s
-#   over three topics published 206 messages in its one-second window beside them (it checks
-#   400).
+# - A stage runs its test binaries one after another, so the tests that need only the test
+#   build are split in two stages that run side by side: `unit` (every crate's in-source tests,
+#   the server's, storage's, the console's and the tools' integration tests, the doc tests) and
+#   service-test (the engine's, discovery's and the gateway's). Alone, `unit` took 291 s and
+#   was the run's longest chain with the test build and bench-test (15m07s); the halves take
+#   about 140 s each. Most of the tiering tests (two minutes alone, four beside the rest,
+#   mostly waiting on versitygw's retries and outages) are a stage of their own too.
+# - Two tests need a quieter machine than the middle of the run. The minute without the bucket
+#   (tier-outage-test) counts durable publishes made one at a time at 500/s: beside `unit` and
+#   four clusters it fell to 40 % of that, and it fell below the 90 % it checks with
+#   bench-test's benchmarks beside it. bench-test's own load and restart cases failed when it
+#   ran from the test build's end, beside `unit`, the power cuts and four clusters, and its
+#   600 msg/s over three topics published 206 messages in its one-second window beside the
+#   scenarios (it checks 400). So each starts only once the clusters and the power cuts have
+#   ended (AFTER), one after the other, bench-test also after `unit`, and the minute without
+#   the bucket at a higher priority (NICE -5, like the browser check): its broker's wake-ups
+#   are what it measures, and they take little CPU.
 # - The browser check (console-browser) is the one stage whose waits are a browser's: each
 #   page has 30 s to show. It starts with the test build's end, beside eight other stages, and
 #   took 3.5 minutes there against 30 s alone; once its first page took longer than its 30 s.
@@ -66,7 +70,8 @@ LANES=(
   "lint"
   "fuzz-smoke"
   "test-build unit bench-test"
-  "tier-test"
+  "service-test"
+  "tier-test tier-outage-test"
   "powercut-test"
   "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
@@ -89,16 +94,18 @@ declare -A NEEDS=(
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
   [tier-test]="test-build"
+  [service-test]="test-build"
   [release-test]="test-build images"
 )
 # stage -> the stages of other lanes it starts after, whatever their result: it needs a quieter
 # machine, not their work (a failure there does not keep it from running)
 declare -A AFTER=(
-  [bench-test]="e2e-operator e2e-storage e2e-kodo powercut-test"
+  [tier-outage-test]="e2e-operator e2e-storage e2e-kodo e2e-tiering e2e-testbed powercut-test"
+  [bench-test]="e2e-operator e2e-storage e2e-kodo powercut-test tier-outage-test"
 )
 # stage -> nice level: the builds yield the CPU to the scenarios; the browser check, whose
 # pages have 30 s each to show, goes ahead of the stages beside it
-declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10 [console-browser]=-5)
+declare -A NICE=([lint]=10 [test-build]=5 [fuzz-smoke]=10 [deny]=10 [console-browser]=-5 [tier-outage-test]=-5)
 
 all_stages() { printf '%s\n' "${LANES[@]}" | tr ' ' '\n'; }
 

@@ -24,16 +24,15 @@ import subprocess
 import sys
 from collections import defaultdict
 
-# stage -> {package: [test target names] or "*" for all of the package's test targets}
+# stage -> {package: [test target names] or "*" for all of the package's test targets but
+# those some stage names one by one}
 CLAIMS = {
     # official nsqd v1.3.0 as the peer (scripts/deps.sh nsqd)
     "bench-test": {"rustqueue-bench": ["against_nsqd"]},
     # versitygw started by each test (scripts/deps.sh versitygw): the bucket layer, the engine's
     # uploads and read-through, and rustqueued with [tiering]. A stage of its own so that these
     # minutes of mostly waiting (retries, outages) run beside `unit`, not after it. The
-    # minute without the bucket (`tiering_bucket_down`) stays in `unit`: it counts durable
-    # publishes made one at a time (500/s on an idle machine), so a loaded machine sets its
-    # rate; beside `unit` and four clusters it fell to 40 % of the rate it checks.
+    # minute without the bucket is tier-outage-test's (below).
     "tier-test": {
         "rustqueue-tier": ["bucket_round_trip", "bucket_damage", "bucket_faults"],
         "rustqueue-engine": [
@@ -44,6 +43,20 @@ CLAIMS = {
             "storage_restore", "storage_verify_remote", "tiering_small_volume",
             "tiering_full_volume", "config_tiering",
         ],
+    },
+    # The minute without the bucket: it publishes durably one message at a time at 500/s and
+    # checks 90 % of that rate, so it runs once the clusters and the power cuts have ended
+    # (scripts/test-suite.sh, AFTER); beside `unit` and four clusters it fell to 40 % of it.
+    "tier-outage-test": {"rustqueue-server": ["tiering_bucket_down"]},
+    # The engine's, discovery's and the gateway's integration tests (each starts brokers or
+    # discovery services of its own on loopback): about half of what `unit` ran, in a lane
+    # of their own beside it, so the two halves end together instead of one after the other.
+    # `protective_eviction` names a target of both the engine and the server.
+    "service-test": {
+        "rustqueue-engine": "*",
+        "rustqueue-discovery": "*",
+        "rustqueue-gateway": "*",
+        "rustqueue-server": ["protective_eviction"],
     },
     # root and /dev/fuse: the lazy FUSE file system, and rustqueued cut on it
     "powercut-test": {"rustqueue-powercut": "*", "rustqueue-server": ["power_cut"]},
@@ -56,6 +69,10 @@ CLAIMS = {
     "console-browser": {"rustqueue-console": ["pages"]},
 }
 
+
+# Stages whose tests need nothing but the test build: a target of one of them builds its
+# package's binaries before the images do (image-bins below).
+COMPILER_ONLY = {"unit", "service-test"}
 
 # The packages whose binaries the OCI images hold.
 IMAGE_PACKAGES = {"rustqueue-server", "rustqueue-operator", "rustqueue-discovery", "rustqueue-gateway",
@@ -89,6 +106,7 @@ def test_targets():
 def stage_of(targets):
     """Map each (package, target) to its stage; raise on a claim that names nothing."""
     owner = {}
+    named = {(pkg, n) for claims in CLAIMS.values() for pkg, names in claims.items() if names != "*" for n in names}
     for stage, claims in CLAIMS.items():
         for pkg, names in claims.items():
             mine = [t for t in targets if t[0] == pkg and (names == "*" or t[1] in names)]
@@ -97,7 +115,9 @@ def stage_of(targets):
             if found != wanted:
                 raise SystemExit(f"test-targets: stage {stage} claims {sorted(wanted - found)}, which no package has")
             for t in mine:
-                owner[t] = stage
+                # "*" takes the package's targets that no stage names one by one
+                if names != "*" or t not in named:
+                    owner[t] = stage
     for t in targets:
         owner.setdefault(t, "unit")
     return owner
@@ -164,11 +184,11 @@ def main():
         # integration tests
         first = {}
         for (pkg, name) in sorted(owner):
-            if pkg in SCENARIO_PACKAGES and owner[(pkg, name)] == "unit":
+            if pkg in SCENARIO_PACKAGES and owner[(pkg, name)] in COMPILER_ONLY:
                 first.setdefault(pkg, name)
         missing = SCENARIO_PACKAGES - first.keys()
         if missing:
-            raise SystemExit(f"test-targets: no unit test target builds the binaries of {sorted(missing)}")
+            raise SystemExit(f"test-targets: no test target of {sorted(COMPILER_ONLY)} builds the binaries of {sorted(missing)}")
         print(" ".join(f"--test {n}" for n in sorted(first.values())))
         return
     if arg == "--check":
