@@ -59,6 +59,9 @@ export IMAGE_PROFILE="${IMAGE_PROFILE:-debug}"
 #   It runs at a higher priority (NICE -5, as root; otherwise it warns and runs at 0): about
 #   half a minute of one core, taken from stages that wait on clusters and brokers far more
 #   than they compute.
+# - The official-client stages are two lanes: the client matrix (compat, about 2.5 minutes) and
+#   the lookup, Kodo and fleet runs (about 1.5 minutes), which start once the power cuts have
+#   ended. One after the other they ended the run, at +14m30s.
 # - The stages that run tests share nothing: each testbed lives in its own network namespace
 #   with its own Pod address block; the compat stages bind loopback ports they pick themselves.
 LANES=(
@@ -73,7 +76,8 @@ LANES=(
   "service-test"
   "tier-test tier-outage-test"
   "powercut-test"
-  "compat compat-lookupd compat-kodo compat-fleet monitoring-test"
+  "compat monitoring-test"
+  "compat-lookupd compat-kodo compat-fleet"
   "e2e-testbed e2e-install images-test chart-test bundle-test release-test"
   "console-ui console-browser"
   "deny"
@@ -90,6 +94,7 @@ declare -A NEEDS=(
   [e2e-tiering]="e2e-build e2e-images"
   [powercut-test]="test-build"
   [compat]="test-build"
+  [compat-lookupd]="test-build"
   [e2e-testbed]="test-build"
   [e2e-install]="e2e-build e2e-images"
   [console-browser]="test-build"
@@ -100,6 +105,7 @@ declare -A NEEDS=(
 # stage -> the stages of other lanes it starts after, whatever their result: it needs a quieter
 # machine, not their work (a failure there does not keep it from running)
 declare -A AFTER=(
+  [compat-lookupd]="powercut-test"
   [tier-outage-test]="e2e-operator e2e-storage e2e-kodo e2e-tiering e2e-testbed powercut-test"
   [bench-test]="e2e-operator e2e-storage e2e-kodo powercut-test tier-outage-test"
 )
