@@ -7,7 +7,8 @@ same package selection and features, so nothing is compiled twice. A test target
 more than a compiler (official nsqd, a Kubernetes control plane, root and /dev/fuse) is claimed
 below by the stage that provides it; every other test target, every library's and binary's
 unit tests and the doc tests are `unit`'s. A new file under some crate's `tests/` therefore runs
-in `unit` unless it is claimed here.
+in `unit` unless it is claimed here, by name or with its whole package ("*": the engine's,
+discovery's and the gateway's go to `service-test`).
 
 Usage: scripts/test-targets.py STAGE   prints the cargo target options of STAGE
        scripts/test-targets.py --check  fails when a claim names no target, or when one target
