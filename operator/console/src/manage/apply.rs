@@ -21,15 +21,11 @@ use crate::snapshot::ClusterView;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
     /// The operation id the brokers will see.
-    pub operation_id: String,
+    pub operation: CatalogOperation,
     /// The object's revision after the write.
     pub resource_revision: u64,
     /// `topic <topic>` or `channel <topic>/<channel>`.
     pub target: String,
-    /// What the operation does.
-    pub action: CatalogAction,
-    /// Its attempt (a retry adds one).
-    pub attempt: u32,
 }
 
 impl Accepted {
@@ -37,7 +33,7 @@ impl Accepted {
     pub fn body(&self) -> serde_json::Value {
         json!({
             "status": "accepted",
-            "operation_id": self.operation_id,
+            "operation_id": self.operation.id,
             "resource_revision": self.resource_revision,
             "refresh_required": true,
         })
@@ -276,7 +272,7 @@ async fn persist_topic(
     t.spec.revision = n.revision;
     t.spec.tombstone_until_ms = n.tombstone;
     t.spec.last_error = None;
-    let op = n.operation.clone();
+    let operation = n.operation.clone();
     t.spec.operation = Some(n.operation);
     let saved = match existing {
         Some(_) => m.store.replace_topic(t).await,
@@ -284,11 +280,9 @@ async fn persist_topic(
     }
     .map_err(store_error)?;
     Ok(Accepted {
-        operation_id: op.id,
+        operation,
         resource_revision: saved.spec.revision,
         target: format!("topic {}", w.req.topic),
-        action: op.action,
-        attempt: op.attempt,
     })
 }
 
@@ -332,7 +326,7 @@ async fn persist_channel(
     c.spec.revision = n.revision;
     c.spec.tombstone_until_ms = n.tombstone;
     c.spec.last_error = None;
-    let op = n.operation.clone();
+    let operation = n.operation.clone();
     c.spec.operation = Some(n.operation);
     let saved = match existing {
         Some(_) => m.store.replace_channel(c).await,
@@ -340,11 +334,9 @@ async fn persist_channel(
     }
     .map_err(store_error)?;
     Ok(Accepted {
-        operation_id: op.id,
+        operation,
         resource_revision: saved.spec.revision,
         target: format!("channel {}/{channel}", w.req.topic),
-        action: op.action,
-        attempt: op.attempt,
     })
 }
 

@@ -66,51 +66,51 @@ fn attempt_note(attempt: u32) -> String {
     }
 }
 
-/// The Event of operation `op` on `target` (`topic <t>`, `channel <t>/<c>`) being accepted.
-pub fn accepted_event(target: &str, op: &CatalogOperation) -> NewEvent {
-    accepted_parts(target, op.action, &op.id, op.attempt)
+/// An Event of `op` with `reason`, keyed by both ([`event_key`]).
+fn operation_event(
+    type_: &'static str,
+    reason: &'static str,
+    op: &CatalogOperation,
+    message: String,
+) -> NewEvent {
+    NewEvent {
+        key: event_key(reason, &op.id, op.attempt),
+        type_,
+        reason,
+        message,
+    }
 }
 
-fn accepted_parts(target: &str, action: CatalogAction, id: &str, attempt: u32) -> NewEvent {
-    NewEvent {
-        key: event_key(ACCEPTED, id, attempt),
-        type_: "Normal",
-        reason: ACCEPTED,
-        message: format!(
-            "{} of {target} accepted ({id}{})",
-            action_name(action),
-            attempt_note(attempt)
-        ),
-    }
+/// The Event of operation `op` on `target` (`topic <t>`, `channel <t>/<c>`) being accepted.
+pub fn accepted_event(target: &str, op: &CatalogOperation) -> NewEvent {
+    let message = format!(
+        "{} of {target} accepted ({}{})",
+        action_name(op.action),
+        op.id,
+        attempt_note(op.attempt)
+    );
+    operation_event("Normal", ACCEPTED, op, message)
 }
 
 /// The Event of operation `op` on `target` done on every owner.
 pub fn succeeded_event(target: &str, op: &CatalogOperation) -> NewEvent {
-    NewEvent {
-        key: event_key(SUCCEEDED, &op.id, op.attempt),
-        type_: "Normal",
-        reason: SUCCEEDED,
-        message: format!(
-            "{} of {target} done on every owner ({})",
-            action_name(op.action),
-            op.id
-        ),
-    }
+    let message = format!(
+        "{} of {target} done on every owner ({})",
+        action_name(op.action),
+        op.id
+    );
+    operation_event("Normal", SUCCEEDED, op, message)
 }
 
 /// The Event of operation `op` on `target` failing for `why`.
 pub fn failed_event(target: &str, op: &CatalogOperation, why: &str) -> NewEvent {
-    NewEvent {
-        key: event_key(FAILED, &op.id, op.attempt),
-        type_: "Warning",
-        reason: FAILED,
-        message: format!(
-            "{} of {target} failed ({}{}): {why}",
-            action_name(op.action),
-            op.id,
-            attempt_note(op.attempt)
-        ),
-    }
+    let message = format!(
+        "{} of {target} failed ({}{}): {why}",
+        action_name(op.action),
+        op.id,
+        attempt_note(op.attempt)
+    );
+    operation_event("Warning", FAILED, op, message)
 }
 
 /// What one try to record an Event came to.
@@ -157,7 +157,7 @@ pub async fn record(store: &dyn CatalogStore, e: NewEvent) -> Result<(), String>
 /// Records the Event of an accepted apply. Should that fail, the reconciler records it before
 /// it moves the operation.
 pub async fn accepted(m: &Manager, a: &Accepted) {
-    let e = accepted_parts(&a.target, a.action, &a.operation_id, a.attempt);
+    let e = accepted_event(&a.target, &a.operation);
     let key = e.key.clone();
     if record(m.store.as_ref(), e).await.is_ok() {
         m.remember_event(key);
