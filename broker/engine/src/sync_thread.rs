@@ -13,14 +13,15 @@
 //!
 //! The thread is started by the first durable hand-over and ends after [`IDLE`] without one,
 //! with nothing left to sync or answer, so idle topics hold no thread; the next hand-over
-//! starts another. At most [`MAX_THREADS`] run at once in the process: past that (and on a
+//! starts another. At most [`MAX_THREADS`] exist at once in the process (a place is given back
+//! once its thread has exited, not when the stage stops): past that (and on a
 //! current-thread runtime, or if a thread cannot be started) the stage runs as a task, as the
 //! relaxed modes' stages always do. A run of the stage, on a thread or as a task, is the same
 //! code; only [`on_own_thread`] tells them apart.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -36,8 +37,9 @@ pub(crate) const IDLE: Duration = Duration::from_secs(1);
 /// The 64 cost about 4 MiB of memory in all (`idle_topics`, docs/benchmarks.md).
 pub(crate) const MAX_THREADS: usize = 64;
 
-/// Sync threads running now, in this process.
-static THREADS: AtomicUsize = AtomicUsize::new(0);
+/// This process's sync threads that have not been joined: running, ending, or ended since
+/// the last start of a thread, which joins the ended ones. Its length is the places taken.
+static THREADS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 
 thread_local! {
     static OWN_THREAD: Cell<bool> = const { Cell::new(false) };
@@ -91,37 +93,59 @@ impl SyncHome {
 
     fn start(self: &Arc<Self>, rx: mpsc::UnboundedReceiver<Appended>, run: RunEnds) {
         let runtime = Handle::current();
-        let multi = runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-        let (rx, run) = if multi && claim_thread() {
-            // Handed through a slot so that a thread that could not be started gives it back.
-            let slot = Arc::new(Mutex::new(Some((rx, run))));
-            let (home, given) = (self.clone(), slot.clone());
-            let spawned = std::thread::Builder::new()
-                .name("rq-sync".into())
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    let _place = ThreadPlace;
-                    let handed = lock(&given).take();
-                    if let Some((rx, run)) = handed {
-                        home.run_on_thread(rx, run, &runtime);
-                    }
-                });
-            match spawned {
-                Ok(_) => return,
-                Err(e) => {
-                    // The closure, and the place it would have given back, never ran.
-                    THREADS.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!("cannot start a sync thread ({e}); syncing on the runtime");
-                    match lock(&slot).take() {
-                        Some(handed) => handed,
-                        None => return,
-                    }
-                }
+        let (rx, run) = if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            match self.start_thread(rx, run, runtime) {
+                Ok(()) => return,
+                Err(back) => back,
             }
         } else {
             (rx, run)
         };
         tokio::spawn(self.clone().run(rx, run));
+    }
+
+    /// Starts the run on a thread of its own if one of the [`MAX_THREADS`] places is free, or
+    /// hands the run back to go on the runtime.
+    fn start_thread(
+        self: &Arc<Self>,
+        rx: mpsc::UnboundedReceiver<Appended>,
+        run: RunEnds,
+        runtime: Handle,
+    ) -> Result<(), (mpsc::UnboundedReceiver<Appended>, RunEnds)> {
+        let mut threads = lock(&THREADS);
+        // A place is given back by joining its thread, which returns once the thread has
+        // exited: a thread that is still tearing down keeps its place.
+        for ended in threads.extract_if(.., |t| t.is_finished()) {
+            if ended.join().is_err() {
+                tracing::warn!("a sync thread panicked");
+            }
+        }
+        if threads.len() >= MAX_THREADS {
+            return Err((rx, run));
+        }
+        // Handed through a slot so that a thread that could not be started gives it back.
+        let slot = Arc::new(Mutex::new(Some((rx, run))));
+        let (home, given) = (self.clone(), slot.clone());
+        let spawned = std::thread::Builder::new()
+            .name("rq-sync".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let handed = lock(&given).take();
+                if let Some((rx, run)) = handed {
+                    home.run_on_thread(rx, run, &runtime);
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                threads.push(thread);
+                Ok(())
+            }
+            Err(e) => {
+                // The closure never ran, so the run is still in the slot.
+                tracing::warn!("cannot start a sync thread ({e}); syncing on the runtime");
+                lock(&slot).take().map_or(Ok(()), Err)
+            }
+        }
     }
 
     fn run_on_thread(
@@ -178,22 +202,4 @@ impl Drop for RunEnds {
     fn drop(&mut self) {
         self.0.runs.send_modify(|n| *n = n.saturating_sub(1));
     }
-}
-
-/// One of the [`MAX_THREADS`] places, given back when its thread ends (however it ends).
-struct ThreadPlace;
-
-impl Drop for ThreadPlace {
-    fn drop(&mut self) {
-        THREADS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Takes one of the [`MAX_THREADS`] places; `false` when all are taken.
-fn claim_thread() -> bool {
-    THREADS
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < MAX_THREADS).then_some(n + 1)
-        })
-        .is_ok()
 }

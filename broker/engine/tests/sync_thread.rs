@@ -16,12 +16,33 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// How long a stage waits for work before its thread ends (`sync_thread::IDLE`).
 const IDLE: Duration = Duration::from_secs(1);
 
-/// Threads of this process named `rq-sync`.
+/// PF_EXITING in /proc's `stat` flags: the thread has begun to exit and runs no more of our
+/// code, though /proc lists it until the kernel is done with it.
+const PF_EXITING: u64 = 0x4;
+
+/// Threads of this process named `rq-sync` that have not begun to exit. The list is read
+/// whole before any thread in it: read thread by thread, a thread that ends and the one
+/// started in its place would both be counted.
 fn sync_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
+    let tasks: Vec<_> = std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "rq-sync")
+        .filter_map(|t| Some(t.ok()?.path()))
+        .collect();
+    tasks
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("stat")).ok())
+        .filter(|stat| {
+            // "tid (comm) state ppid pgrp session tty_nr tpgid flags ..."; comm may hold spaces.
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                return false;
+            };
+            let flags = stat[close + 1..]
+                .split_whitespace()
+                .nth(6)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0);
+            &stat[open + 1..close] == "rq-sync" && flags & PF_EXITING == 0
+        })
         .count()
 }
 
