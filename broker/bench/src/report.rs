@@ -305,11 +305,11 @@ pub fn fsync_limit(results: &Results) -> Option<(f64, usize, f64, f64)> {
 
 /// The same bound for `mixed` in `rustqueue-durable`: each writer has one MPUB in flight, and
 /// a durable `OK` comes at least one fdatasync after the batch reached the broker, so
-/// `writers x batch / (the peer's ack round trip + one group fdatasync)`. The readers keep up
-/// in that case, so the bound on what is written bounds what is read. The fdatasync is the
-/// 16 KiB one of [`group_fsync_us`]; a group holds at least one 64 x 1 KiB batch and takes at
-/// least as long, so the bound errs high. Returns `(limit msg/s, writers, batch, rtt µs,
-/// fsync µs)`.
+/// `writers x batch / (the peer's ack round trip + one group fdatasync)`. The readers start
+/// with nothing to read and cannot outrun the writers, so it bounds what is read too. The
+/// fdatasync is the 16 KiB one of [`group_fsync_us`]; a group holds at least one 64 x 1 KiB
+/// batch and takes at least as long, so the bound errs high. Returns `(limit msg/s, writers,
+/// batch, rtt µs, fsync µs)`.
 pub fn mixed_fsync_limit(results: &Results) -> Option<(f64, usize, usize, f64, f64)> {
     let case = results.cases.iter().find(|c| c.name == "mixed")?;
     let rtt = median_of(results, "mixed", BASELINE, |r| Some(r.latency.mean_us))?;
@@ -1136,7 +1136,7 @@ mod tests {
     fn table_of_2026_12_07() -> Results {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../bench/results/2026-12-07.json"
+            "/../../bench/results/2026-12-07-33be967.json"
         );
         let text = std::fs::read_to_string(path).expect("the committed table");
         serde_json::from_str(&text).expect("a results file")
@@ -1150,7 +1150,7 @@ mod tests {
         (m, s)
     }
 
-    /// The table of 2026-12-07: nsqd read 367k msg/s in `mixed` at a 348 µs mean round trip,
+    /// The table of 2026-12-07 (`33be967`): nsqd read 367k msg/s in `mixed` at a 348 µs mean round trip,
     /// and a 16 KiB fdatasync took 137 µs, so no durable broker reads more than 2 x 64 / 485 µs
     /// = 264k (0.72x); `rustqueue-durable` read 228k, 87 % of that.
     #[test]
