@@ -11,6 +11,7 @@
 //! blocked by the fsync).
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -280,6 +281,33 @@ pub const ZERO_AHEAD_MARGIN: u64 = 2 * ZERO_AHEAD_BYTES as u64;
 const ZERO_AHEAD_MAX_GROUP: u64 = 256 * 1024;
 static ZEROS: [u8; ZERO_AHEAD_BYTES] = [0; ZERO_AHEAD_BYTES];
 
+/// Most record bytes a log with deferred appends ([`TopicLog::defer_appends`]) keeps
+/// unwritten: the append that would pass it writes them, with its own records, at once.
+pub const UNWRITTEN_MAX_BYTES: u64 = 64 * 1024;
+
+/// Records appended to the active segment and not yet written to its file
+/// ([`TopicLog::defer_appends`]): the bytes as they will be written, from `offset` on.
+#[derive(Default)]
+struct Unwritten {
+    /// Whether appends leave their records here (else each append writes its own).
+    on: bool,
+    /// The segment they belong to (always the active one: a seal writes them first).
+    base: u64,
+    offset: u64,
+    buf: Vec<u8>,
+}
+
+impl Unwritten {
+    /// The body of `e` if it is among the unwritten records.
+    fn body(&self, e: &Entry) -> Option<&[u8]> {
+        if self.buf.is_empty() || e.segment != self.base {
+            return None;
+        }
+        let start = usize::try_from(e.body_offset.checked_sub(self.offset)?).ok()?;
+        self.buf.get(start..start + e.body_len as usize)
+    }
+}
+
 /// Most bytes of recent bodies a log keeps in memory ([`TopicLog::recent_body`]). Consumers
 /// that keep up trail the newest append by about one publish group, far less than this; it
 /// is per topic, so 1,000 busy topics hold at most 125 MiB here.
@@ -368,6 +396,8 @@ pub struct TopicLog {
     index_writes: Vec<IndexWrite>,
     /// Zeros ahead of the tail written by the caller ([`TopicLog::defer_zero_writes`]).
     zeros: DeferredZeros,
+    /// Records appended and not yet written ([`TopicLog::defer_appends`]).
+    unwritten: Unwritten,
 }
 
 /// The state of zeros written outside the log lock.
@@ -502,6 +532,7 @@ impl TopicLog {
     /// segment's entries leave memory (its summary stays, pages come back on demand). With
     /// `defer` the index is left for the caller to write ([`IndexWrite`]).
     fn rotate(&mut self, defer: bool) -> Result<(), StorageError> {
+        self.write_unwritten()?;
         self.settle_zeros();
         let Some(active) = self.segments.last_mut() else {
             return self.create_segment();
@@ -554,7 +585,10 @@ impl TopicLog {
     }
 
     /// The active segment and how far the log reaches now, to fdatasync outside the lock.
-    pub fn sync_handle(&self) -> Option<SyncHandle> {
+    /// Unwritten records are written first; if that fails, storage is isolated and the
+    /// handle's sync fails, so it never reports them durable.
+    pub fn sync_handle(&mut self) -> Option<SyncHandle> {
+        let _ = self.write_unwritten();
         let s = self.segments.last()?;
         Some(SyncHandle {
             file: s.local().ok()?.clone(),
@@ -644,8 +678,12 @@ impl TopicLog {
         self.segments.get(i).filter(|s| s.base == base)
     }
 
-    /// Reads the body of `e`, checked against its CRC-32C (see [`read_body_from`]).
+    /// Reads the body of `e`, checked against its CRC-32C (see [`read_body_from`]); a body
+    /// not yet written comes from memory.
     pub fn read_body(&self, e: &Entry) -> Result<Vec<u8>, StorageError> {
+        if let Some(body) = self.unwritten.body(e) {
+            return Ok(body.to_vec());
+        }
         let file = self.body_source(e).ok_or_else(|| StorageError::Corrupt {
             file: self.dir.clone(),
             offset: e.body_offset,
@@ -930,6 +968,52 @@ impl TopicLog {
         self.zeros.on = true;
     }
 
+    /// From now on an append that fits beside the records already waiting (up to
+    /// [`UNWRITTEN_MAX_BYTES`]) leaves its records in memory instead of writing them: they
+    /// reach the file, in one write with the others, when [`TopicLog::write_unwritten`] is
+    /// called, when an append would pass the bound, and before anything that needs them on
+    /// file (an fdatasync's handle, a seal, a read past them, closing the log). Reads of their
+    /// bodies are served from memory meanwhile. Only for zeros written by the caller
+    /// ([`TopicLog::defer_zero_writes`]); the engine turns it on for the relaxed ack modes,
+    /// whose promise (docs/durability.md) already leaves the unsynced tail to a crash.
+    pub fn defer_appends(&mut self) {
+        self.unwritten.on = true;
+    }
+
+    /// Whether appended records are waiting to be written ([`TopicLog::defer_appends`]).
+    pub fn has_unwritten(&self) -> bool {
+        !self.unwritten.buf.is_empty()
+    }
+
+    /// Whether the body of `e` is among the records not yet written: write them
+    /// ([`TopicLog::write_unwritten`]) before reading it from the file.
+    pub fn is_unwritten(&self, e: &Entry) -> bool {
+        self.unwritten.body(e).is_some()
+    }
+
+    /// Writes the records appends left in memory ([`TopicLog::defer_appends`]) to the
+    /// active segment in one positional write. A failure isolates storage; the records stay
+    /// in memory (their bodies are still served from there) and are never written.
+    pub fn write_unwritten(&mut self) -> Result<(), StorageError> {
+        if self.unwritten.buf.is_empty() {
+            return Ok(());
+        }
+        self.fault.check()?;
+        let (base, offset) = (self.unwritten.base, self.unwritten.offset);
+        let r = match self.segments.last().filter(|s| s.base == base) {
+            Some(seg) => seg
+                .local()
+                .and_then(|f| f.write_at(&[IoSlice::new(&self.unwritten.buf)], offset))
+                .map_err(io_err("append", &seg.path)),
+            None => Err(StorageError::Isolated(format!(
+                "unwritten records of segment {base} outlived it"
+            ))),
+        };
+        self.fault.guard(r)?;
+        self.unwritten.buf = Vec::new();
+        Ok(())
+    }
+
     /// The zero write the appends since the last call asked for, to run outside the lock.
     pub fn take_zero_write(&mut self) -> Option<ZeroWrite> {
         self.zeros.asked.take()
@@ -1045,7 +1129,8 @@ impl Drop for TopicLog {
         // A clean close leaves the active segment exactly its records, as older builds expect
         // (not synced here: that would also sync records nobody asked to; a crash before the
         // kernel writes it leaves zeros, which the next open cuts). Never a write once storage
-        // is isolated.
+        // is isolated. Unwritten records are written first (a clean close loses none).
+        let _ = self.write_unwritten();
         self.settle_zeros();
         if self.fault.check().is_ok()
             && let Some(seg) = self.segments.last_mut()

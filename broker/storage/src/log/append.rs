@@ -1,6 +1,8 @@
 //! Appending. Each batch becomes one record; every record of a group that fits the active
 //! segment goes to the page cache in one positional write, so a publish group of many small
-//! requests costs one `pwritev`, not one per request. Nothing here fsyncs.
+//! requests costs one `pwritev`, not one per request. With deferred appends
+//! ([`TopicLog::defer_appends`]) a group's records may instead wait in memory and share the
+//! write of later groups. Nothing here fsyncs.
 
 use std::io::IoSlice;
 
@@ -172,8 +174,13 @@ impl TopicLog {
         {
             self.settle_zeros();
         }
+        if self.defers(&run) {
+            self.leave_unwritten(run, batches, results);
+            return;
+        }
         match self.fault.guard(self.write_records(&run, batches)) {
             Ok(written) => {
+                self.unwritten.buf = Vec::new();
                 self.commit(run, batches, written, results);
                 self.ask_for_zeros();
             }
@@ -192,7 +199,53 @@ impl TopicLog {
         }
     }
 
-    /// The write itself; returns where the run starts and how far the segment is now zeroed.
+    /// Whether `run` stays in memory ([`TopicLog::defer_appends`]): deferred appends are
+    /// on, it fits beside what already waits, and the log is not isolated.
+    fn defers(&self, run: &Run) -> bool {
+        self.unwritten.on
+            && self.zeros.on
+            && self.unwritten.buf.len() as u64 + run.bytes <= super::UNWRITTEN_MAX_BYTES
+            && self.fault.check().is_ok()
+            && self
+                .segments
+                .last()
+                .is_some_and(|s| self.unwritten.buf.is_empty() || s.base == self.unwritten.base)
+    }
+
+    /// Encodes `run` behind the records already waiting to be written and records its
+    /// entries as appended: readers get its bodies from memory until it is written.
+    fn leave_unwritten<B: AsRef<[u8]>>(
+        &mut self,
+        run: Run,
+        batches: &[AppendBatch<'_, B>],
+        results: &mut Results,
+    ) {
+        let Some(seg) = self.segments.last() else {
+            return;
+        };
+        let (base, offset, zeroed) = (seg.base, seg.len, seg.zeroed);
+        let u = &mut self.unwritten;
+        if u.buf.is_empty() {
+            (u.base, u.offset) = (base, offset);
+            u.buf.reserve(run.bytes as usize);
+        }
+        for r in &run.records {
+            u.buf.extend_from_slice(&r.header);
+            for part in payload_slices(&r.count, &r.items, batches[r.batch].bodies) {
+                u.buf.extend_from_slice(part);
+            }
+        }
+        let end = offset + run.bytes;
+        let written = Written {
+            offset,
+            zeroed: zeroed.max(end),
+        };
+        self.commit(run, batches, written, results);
+        self.ask_for_zeros();
+    }
+
+    /// The write itself, after the records waiting in memory if any (they come just before
+    /// the run); returns where the run starts and how far the segment is now zeroed.
     fn write_records<B: AsRef<[u8]>>(
         &self,
         run: &Run,
@@ -212,7 +265,18 @@ impl TopicLog {
             0
         };
         let parts: usize = run.records.iter().map(|r| 2 + 2 * r.items.len()).sum();
-        let mut slices = Vec::with_capacity(parts + 1);
+        let mut slices = Vec::with_capacity(parts + 2);
+        let mut at = seg.len;
+        if !self.unwritten.buf.is_empty() {
+            if self.unwritten.base != seg.base {
+                return Err(StorageError::Isolated(format!(
+                    "unwritten records of segment {} outlived it",
+                    self.unwritten.base
+                )));
+            }
+            slices.push(IoSlice::new(&self.unwritten.buf));
+            at = self.unwritten.offset;
+        }
         for r in &run.records {
             slices.push(IoSlice::new(&r.header));
             slices.extend(
@@ -225,7 +289,7 @@ impl TopicLog {
             slices.push(IoSlice::new(&ZEROS[..zeros]));
         }
         seg.local()
-            .and_then(|f| f.write_at(&slices, seg.len))
+            .and_then(|f| f.write_at(&slices, at))
             .map_err(io_err("append", &seg.path))?;
         Ok(Written {
             offset: seg.len,
@@ -464,6 +528,147 @@ mod tests {
         for (k, body) in again.iter().enumerate() {
             let e = log.entry(5 + k as u64).unwrap();
             assert_eq!(log.recent_body(&e).as_deref(), Some(&body[..]));
+        }
+    }
+
+    /// A log whose appends are left in memory ([`TopicLog::defer_appends`]), with zeros
+    /// left to the caller (who never writes them here).
+    fn deferred(fs: &SimFs, max_segment_bytes: u64) -> TopicLog {
+        let mut log = open(fs, max_segment_bytes);
+        log.defer_zero_writes();
+        log.defer_appends();
+        log
+    }
+
+    /// Appends `n` single-body batches (`tag`, i) with ids from `first_id`.
+    fn append_each(log: &mut TopicLog, first_id: u64, n: usize, tag: u8) -> Vec<Vec<u8>> {
+        let sets: Vec<Vec<Vec<u8>>> = (0..n).map(|i| vec![vec![tag, i as u8, 9]]).collect();
+        for (i, b) in sets.iter().enumerate() {
+            log.append(&batch(first_id + i as u64, b)).unwrap();
+        }
+        sets.into_iter().flatten().collect()
+    }
+
+    #[test]
+    fn deferred_appends_share_one_write_and_store_the_bytes_of_single_appends() {
+        let (one, each) = (SimFs::new(), SimFs::new());
+        let mut lazy = deferred(&one, 1 << 20);
+        let mut plain = open(&each, 1 << 20);
+        plain.defer_zero_writes();
+        // The first append creates the segment file; count from there.
+        let first = append_each(&mut lazy, 1, 1, 1);
+        append_each(&mut plain, 1, 1, 1);
+        lazy.write_unwritten().unwrap();
+        let before = one.ops();
+        let bodies = append_each(&mut lazy, 2, 20, 2);
+        append_each(&mut plain, 2, 20, 2);
+        assert_eq!(one.ops(), before, "nothing written yet");
+        assert!(lazy.has_unwritten());
+        // Bodies not yet written are read from memory, and are the bytes appended.
+        for (k, body) in first.iter().chain(&bodies).enumerate() {
+            let e = lazy.entry(k as u64 + 1).unwrap();
+            assert_eq!(lazy.is_unwritten(&e), k > 0, "position {}", k + 1);
+            assert_eq!(&lazy.read_body(&e).unwrap(), body);
+        }
+        lazy.write_unwritten().unwrap();
+        assert_eq!(one.ops(), before + 1, "one write for the twenty appends");
+        assert!(!lazy.has_unwritten());
+        assert_eq!(segment_files(&one), segment_files(&each));
+        assert_eq!(lazy.unsynced(), plain.unsynced());
+    }
+
+    #[test]
+    fn an_append_past_the_bound_writes_what_waits_with_its_own_records_in_one_write() {
+        let fs = SimFs::new();
+        let mut log = deferred(&fs, 4 << 20);
+        let mut small = append_each(&mut log, 1, 10, 1);
+        let before = fs.ops();
+        // Ten small records wait; a body of the whole bound cannot join them.
+        let big = vec![vec![7u8; super::super::UNWRITTEN_MAX_BYTES as usize]];
+        log.append(&batch(11, &big)).unwrap();
+        assert_eq!(
+            fs.ops(),
+            before + 1,
+            "one write for what waited and the large record"
+        );
+        assert!(!log.has_unwritten());
+        small.extend(big);
+        let mut reopened = open(&fs, 4 << 20);
+        for (k, body) in small.iter().enumerate() {
+            let e = reopened.entry(k as u64 + 1).unwrap();
+            assert_eq!(&reopened.read_body(&e).unwrap(), body);
+        }
+        reopened.seal_active().unwrap();
+    }
+
+    #[test]
+    fn unwritten_records_are_written_before_a_sync_a_seal_and_a_close() {
+        // A sync's handle.
+        let fs = SimFs::new();
+        let mut log = deferred(&fs, 1 << 20);
+        append_each(&mut log, 1, 5, 1);
+        log.sync_handle().unwrap().sync().unwrap();
+        assert!(!log.has_unwritten());
+        fs.crash(&mut |_| 0);
+        let reopened = open(&fs, 1 << 20);
+        assert_eq!(
+            reopened.next_position(),
+            6,
+            "the synced records survive power loss"
+        );
+        drop(log);
+        // A seal.
+        let fs = SimFs::new();
+        let mut log = deferred(&fs, 1 << 20);
+        append_each(&mut log, 1, 5, 2);
+        log.seal_active().unwrap();
+        fs.crash(&mut |_| 0);
+        assert_eq!(open(&fs, 1 << 20).next_position(), 6, "a seal fsyncs them");
+        // A segment filled by deferred appends continues in the next one, in order.
+        let fs = SimFs::new();
+        let record = HEADER_LEN as u64 + record::payload_len([3usize]);
+        let mut log = deferred(&fs, 3 * record);
+        let sets: Vec<Vec<Vec<u8>>> = (0..7).map(bodies_of).collect();
+        for (i, b) in sets.iter().enumerate() {
+            log.append(&batch(i as u64 + 1, b)).unwrap();
+        }
+        assert_eq!(log.segment_count(), 3);
+        // A close.
+        drop(log);
+        let reopened = open(&fs, 3 * record);
+        for (i, b) in sets.iter().enumerate() {
+            let e = reopened.entry(i as u64 + 1).unwrap();
+            assert_eq!(&reopened.read_body(&e).unwrap(), &b[0]);
+        }
+    }
+
+    fn bodies_of(i: u8) -> Vec<Vec<u8>> {
+        vec![vec![i, 1, 2]]
+    }
+
+    #[test]
+    fn a_failed_write_of_unwritten_records_isolates_the_log_and_keeps_them_readable() {
+        let fs = SimFs::new();
+        let mut log = deferred(&fs, 1 << 20);
+        let bodies = append_each(&mut log, 1, 3, 1);
+        fs.fail_after(0);
+        assert!(matches!(
+            log.write_unwritten(),
+            Err(StorageError::Io { .. })
+        ));
+        // Isolated: nothing more is appended or written, and the handle never syncs them.
+        assert!(matches!(
+            log.append(&batch(4, &bodies_of(4))),
+            Err(StorageError::Isolated(_))
+        ));
+        assert!(matches!(
+            log.write_unwritten(),
+            Err(StorageError::Isolated(_))
+        ));
+        assert!(log.sync_handle().unwrap().sync().is_err());
+        for (k, body) in bodies.iter().enumerate() {
+            let e = log.entry(k as u64 + 1).unwrap();
+            assert_eq!(&log.read_body(&e).unwrap(), body);
         }
     }
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{
-    DamageSink, DeferredZeros, PageCache, Recent, RemoteSegment, Segment, Stored, TopicLog, index,
-    pages, segment_path,
+    DamageSink, DeferredZeros, PageCache, Recent, RemoteSegment, Segment, Stored, TopicLog,
+    Unwritten, index, pages, segment_path,
 };
 use crate::fs::Fs;
 use crate::quarantine::Detector;
@@ -20,6 +20,26 @@ pub(super) struct OpenTail {
     pub(super) file: std::path::PathBuf,
     pub(super) range: (u64, u64),
     pub(super) prev: Option<u64>,
+}
+
+/// Removes the `.rqlog` of each segment the tiered record calls evicted (`remote_bases`)
+/// that is still in `bases`: a crash cut its eviction short, which is finished now.
+fn finish_evictions(
+    fs: &dyn Fs,
+    dir: &Path,
+    bases: &mut Vec<u64>,
+    remote_bases: &[u64],
+) -> Result<(), StorageError> {
+    for &base in remote_bases {
+        if let Ok(i) = bases.binary_search(&base) {
+            bases.remove(i);
+            let p = segment_path(dir, base, "rqlog");
+            fs.remove_file(&p)
+                .map_err(io_err("remove evicted segment", &p))?;
+            fs.sync_dir(dir).map_err(io_err("fsync directory", dir))?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_name(name: &str) -> Option<(u64, &str)> {
@@ -105,16 +125,7 @@ impl TopicLog {
                 lost.push(base);
             }
         }
-        for &base in &remote_bases {
-            if let Ok(i) = bases.binary_search(&base) {
-                // Recorded evicted before a crash cut the eviction short: finish it.
-                bases.remove(i);
-                let p = segment_path(dir, base, "rqlog");
-                fs.remove_file(&p)
-                    .map_err(io_err("remove evicted segment", &p))?;
-                fs.sync_dir(dir).map_err(io_err("fsync directory", dir))?;
-            }
-        }
+        finish_evictions(fs.as_ref(), dir, &mut bases, &remote_bases)?;
         let first_base = bases
             .first()
             .copied()
@@ -142,6 +153,7 @@ impl TopicLog {
             defer_index: false,
             index_writes: Vec::new(),
             zeros: DeferredZeros::default(),
+            unwritten: Unwritten::default(),
         };
         // Remote-only segments are sealed; the active segment is always local.
         let mut all: Vec<(u64, bool)> = bases.iter().map(|&b| (b, false)).collect();
