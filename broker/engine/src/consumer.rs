@@ -372,7 +372,7 @@ impl Consumer {
             return Vec::new();
         }
         let waited = Instant::now();
-        let log = lock(&self.topic.log);
+        let mut log = lock(&self.topic.log);
         let held = Instant::now();
         m.observe(Timer::DeliveryLockWait, held - waited);
         let mut taken = Vec::new();
@@ -386,7 +386,14 @@ impl Consumer {
                     }
                     let source = match log.recent_body(&entry) {
                         Some(body) => BodySource::Recent(body),
-                        None => BodySource::of(log.body_location(&entry)),
+                        None => {
+                            // Read from the file outside the lock: it must be there. A
+                            // failed write isolates storage and fails the read.
+                            if log.is_unwritten(&entry) {
+                                let _ = log.write_unwritten();
+                            }
+                            BodySource::of(log.body_location(&entry))
+                        }
                     };
                     taken.push((take, source));
                 }

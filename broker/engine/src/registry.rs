@@ -121,12 +121,16 @@ impl Registry {
             // publish path (`topic::append`).
             log.defer_index_writes();
             log.defer_zero_writes();
+            // The relaxed modes' appends share writes (`Topic::write_unwritten`).
+            if self.cfg.ack_mode != crate::AckMode::Durable {
+                log.defer_appends();
+            }
         }
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
-        // Only `nsq_relaxed` inline appends ask it for anything; idle topics pay no task.
+        // Only the relaxed modes' appends ask it for anything; idle topics pay no task.
         let (visibility_tx, visibility_rx) =
-            if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {
+            if self.cfg.ack_mode != crate::AckMode::Durable && !ephemeral {
                 let (tx, rx) = mpsc::channel(1);
                 (Some(tx), Some(rx))
             } else {

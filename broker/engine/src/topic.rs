@@ -77,9 +77,10 @@ pub(crate) struct Topic {
     pub settings: GroupSettings,
     /// Where appends tell the sync stage what waits for an fsync.
     pub(crate) handoff: Handoff,
-    /// Asks the topic's visibility task to move the visible position (capacity 1: a request
-    /// already pending covers every append made before that task runs; see
-    /// [`visibility_worker`]). Only `nsq_relaxed` topics, the ones that ask, have the task.
+    /// Asks the topic's visibility task to write what appends left unwritten and to move the
+    /// visible position (capacity 1: a request already pending covers every append made
+    /// before that task runs; see [`visibility_worker`]). Only the relaxed modes' topics, the
+    /// ones that ask, have the task.
     pub(crate) visibility_tx: Option<mpsc::Sender<()>>,
     pub metrics: Arc<EngineMetrics>,
     /// Writes into the topic's files that appends left for after their lock hold (sealed
@@ -175,9 +176,10 @@ impl Topic {
         let appended_at = Instant::now();
         m.observe(Timer::GroupCommitWait, Duration::ZERO);
         if result.is_ok() {
-            if let Some(tx) = &self.visibility_tx {
-                // Full: a request is pending, and it covers this append too.
-                let _ = tx.try_send(());
+            if self.settings.ack_mode == AckMode::NsqRelaxed {
+                // A request already pending (the append's own, when it left its record
+                // unwritten) covers this append too.
+                self.ask_visibility();
             } else {
                 // `write_ack` shows only synced positions: this moves nothing unless a relaxed
                 // sync has just completed, which it then shows before the sync stage's task is
@@ -201,9 +203,23 @@ impl Topic {
         *self.visible.borrow()
     }
 
-    /// Recomputes what consumers may see and wakes them if it moved.
+    /// Asks the topic's visibility task to run (relaxed modes; a request already pending
+    /// covers this one).
+    fn ask_visibility(&self) {
+        if let Some(tx) = &self.visibility_tx {
+            let _ = tx.try_send(());
+        }
+    }
+
+    /// Writes what appends left unwritten ([`TopicLog::defer_appends`]), then recomputes
+    /// what consumers may see and wakes them if it moved. A failed write isolates storage,
+    /// which fails what needs those records later (a sync, a read).
     pub fn publish_visibility(&self) {
-        let view = LogView::of(&lock(&self.log));
+        let view = {
+            let mut log = lock(&self.log);
+            let _ = log.write_unwritten();
+            LogView::of(&log)
+        };
         self.show(view);
     }
 
@@ -423,10 +439,12 @@ async fn append_stage(
 /// for them.
 const VISIBILITY_YIELDS: usize = 12;
 
-/// Moves an `nsq_relaxed` topic's visible position for the inline appends
-/// ([`Topic::try_publish_inline`]), once per request however many appends it covers: under
-/// load, the appends made while this task waited its turn become visible together and the
-/// woken consumers take them in one look each. Ends with the topic (its sender is the topic's).
+/// Writes a relaxed topic's records that appends left in memory
+/// ([`rustqueue_storage::TopicLog::defer_appends`]) and moves an `nsq_relaxed` topic's
+/// visible position for the inline appends ([`Topic::try_publish_inline`]), once per request
+/// however many appends it covers: under load, the appends made while this task waited its
+/// turn share one write and become visible together, and the woken consumers take them in one
+/// look each. Ends with the topic (its sender is the topic's).
 pub(crate) async fn visibility_worker(topic: Weak<Topic>, mut rx: mpsc::Receiver<()>) {
     while rx.recv().await.is_some() {
         // Behind the tasks already runnable (under load, publishers about to append): the
@@ -845,8 +863,13 @@ fn append_held(
     let sealed = log.take_index_writes();
     let zeros = log.take_zero_write();
     let view = LogView::of(&log);
+    let unwritten = log.has_unwritten();
     drop(log);
     m.since(Timer::PublishLockHold, held);
+    if unwritten {
+        // The visibility task writes them, with the appends made before it runs.
+        t.ask_visibility();
+    }
     write_indexes(t, sealed);
     if let Some(z) = zeros {
         write_zeros(t, z);

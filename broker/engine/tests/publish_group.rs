@@ -539,3 +539,76 @@ async fn the_engine_writes_the_zeros_ahead_of_the_tail_after_the_append() {
         e.shutdown().await;
     }
 }
+
+/// The bytes of topic `t`'s only segment file.
+fn active_segment(dir: &std::path::Path) -> Vec<u8> {
+    let files = common::segment_files(dir);
+    assert_eq!(files.len(), 1, "one segment: {files:?}");
+    std::fs::read(
+        common::tiering::topic_dir(dir)
+            .join("segments")
+            .join(&files[0]),
+    )
+    .unwrap()
+}
+
+/// In the relaxed modes an append may leave its record in memory, to share one write with
+/// the appends beside it (docs/architecture.md, "Acknowledgement modes"). The topic's
+/// visibility task writes what waits: with no sync and no later publish every body reaches
+/// the segment file, consumers get each once, and a clean shutdown loses none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relaxed_appends_left_in_memory_reach_the_file_without_a_sync() {
+    for mode in [AckMode::WriteAck, AckMode::NsqRelaxed] {
+        let dir = tempfile::tempdir().unwrap();
+        let (e, syncs) = without_interval_syncs(mode, dir.path()).await;
+        e.create_channel("t", "c").unwrap();
+        let body = |i: usize| format!("<body {i:03}>");
+        let mut tasks = Vec::new();
+        for p in 0..4 {
+            let e = e.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (p..40).step_by(4) {
+                    e.publish("t", vec![Bytes::from(body(i))], None)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let before = syncs.segment();
+        let what = format!("{mode:?}: every body in the segment file");
+        wait_for(10, &what, || {
+            let file = active_segment(dir.path());
+            (0..40).all(|i| {
+                let b = body(i).into_bytes();
+                file.windows(b.len()).any(|w| w == b)
+            })
+        })
+        .await;
+        assert_eq!(syncs.segment(), before, "{mode:?}: written without a sync");
+        e.shutdown().await;
+        let e = Engine::open(EngineConfig {
+            ack_mode: mode,
+            ..cfg(dir.path())
+        })
+        .await
+        .unwrap();
+        let mut c = e.subscribe("t", "c", ConsumerOptions::default()).unwrap();
+        c.set_ready(100);
+        let mut got = BTreeSet::new();
+        while got.len() < 40 {
+            let d = tokio::time::timeout(Duration::from_secs(5), c.next())
+                .await
+                .expect("every body delivered after the restart")
+                .unwrap();
+            assert!(got.insert(d.body.clone()), "{mode:?}: delivered twice");
+            c.finish(d.id).await.unwrap();
+        }
+        let all: BTreeSet<Bytes> = (0..40).map(|i| Bytes::from(body(i))).collect();
+        assert_eq!(got, all, "{mode:?}");
+        drop(c);
+        e.shutdown().await;
+    }
+}
