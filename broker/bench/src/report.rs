@@ -1137,7 +1137,7 @@ mod tests {
     fn table_of_2026_12_07() -> Results {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../bench/results/2026-12-07-33be967.json"
+            "/../../bench/results/2026-12-07.json"
         );
         let text = std::fs::read_to_string(path).expect("the committed table");
         serde_json::from_str(&text).expect("a results file")
