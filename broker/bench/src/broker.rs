@@ -524,10 +524,20 @@ fn listening_inodes(table: &str, ports: &[u16]) -> Vec<(u16, u64)> {
         .collect()
 }
 
-/// The last 20 lines of the log at `path`.
+/// The last 20 lines of the log at `path`, ending where a backtrace begins.
 pub(crate) fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
+    tail_of(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
+/// The last 20 lines of `text` before its first `Stack backtrace:` line, if any. A server that
+/// exits with an error under `RUST_BACKTRACE=1` prints the error, then some 30 lines of
+/// frames: a plain tail showed only frames, so neither a reader nor the cluster's retry on a
+/// taken port (which looks for "address already in use") saw what went wrong.
+fn tail_of(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| l.trim() != "Stack backtrace:")
+        .collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
@@ -544,6 +554,27 @@ mod tests {
         }
         assert!(p.iter().any(|p| p.name == BASELINE));
         assert!(p.iter().all(|p| !p.durability.is_empty()));
+    }
+
+    #[test]
+    fn a_log_tail_ends_where_a_backtrace_begins() {
+        let mut log = String::from("INFO starting\nError: bind 127.0.0.1:42401\n\nCaused by:\n");
+        log.push_str("    Address already in use (os error 98)\n\nStack backtrace:\n");
+        for k in 0..30 {
+            log.push_str(&format!(
+                "  {k}: frame\n             at src/main.rs:{k}:1\n"
+            ));
+        }
+        let tail = tail_of(&log);
+        assert!(tail.contains("Address already in use"), "{tail}");
+        assert!(!tail.contains("frame"), "{tail}");
+        // Without a backtrace, the last 20 lines.
+        let plain: String = (0..30).map(|k| format!("line {k}\n")).collect();
+        let tail = tail_of(&plain);
+        assert!(
+            tail.starts_with("line 10\n") && tail.ends_with("line 29"),
+            "{tail}"
+        );
     }
 
     #[test]
