@@ -121,7 +121,8 @@ impl Registry {
             // publish path (`topic::append`).
             log.defer_index_writes();
             log.defer_zero_writes();
-            // The relaxed modes' appends share writes (`Topic::write_unwritten`).
+            // The relaxed modes' appends share writes (`TopicLog::defer_appends`): the
+            // topic's visibility task writes what waits.
             if self.cfg.ack_mode != crate::AckMode::Durable {
                 log.defer_appends();
             }
