@@ -286,26 +286,14 @@ static ZEROS: [u8; ZERO_AHEAD_BYTES] = [0; ZERO_AHEAD_BYTES];
 pub const UNWRITTEN_MAX_BYTES: u64 = 64 * 1024;
 
 /// Records appended to the active segment and not yet written to its file
-/// ([`TopicLog::defer_appends`]): the bytes as they will be written, from `offset` on.
+/// ([`TopicLog::defer_appends`]): the bytes as they will be written. They always end at the
+/// active segment's length (a seal writes them first), so where they start is that length
+/// less theirs ([`TopicLog::unwritten_from`]).
 #[derive(Default)]
 struct Unwritten {
     /// Whether appends leave their records here (else each append writes its own).
     on: bool,
-    /// The segment they belong to (always the active one: a seal writes them first).
-    base: u64,
-    offset: u64,
     buf: Vec<u8>,
-}
-
-impl Unwritten {
-    /// The body of `e` if it is among the unwritten records.
-    fn body(&self, e: &Entry) -> Option<&[u8]> {
-        if self.buf.is_empty() || e.segment != self.base {
-            return None;
-        }
-        let start = usize::try_from(e.body_offset.checked_sub(self.offset)?).ok()?;
-        self.buf.get(start..start + e.body_len as usize)
-    }
 }
 
 /// Most bytes of recent bodies a log keeps in memory ([`TopicLog::recent_body`]). Consumers
@@ -681,7 +669,7 @@ impl TopicLog {
     /// Reads the body of `e`, checked against its CRC-32C (see [`read_body_from`]); a body
     /// not yet written comes from memory.
     pub fn read_body(&self, e: &Entry) -> Result<Vec<u8>, StorageError> {
-        if let Some(body) = self.unwritten.body(e) {
+        if let Some(body) = self.unwritten_body(e) {
             return Ok(body.to_vec());
         }
         let file = self.body_source(e).ok_or_else(|| StorageError::Corrupt {
@@ -988,7 +976,34 @@ impl TopicLog {
     /// Whether the body of `e` is among the records not yet written: write them
     /// ([`TopicLog::write_unwritten`]) before reading it from the file.
     pub fn is_unwritten(&self, e: &Entry) -> bool {
-        self.unwritten.body(e).is_some()
+        self.unwritten_body(e).is_some()
+    }
+
+    /// The active segment and the offset in it where the unwritten records start (`None`:
+    /// nothing waits). They end at its length, since a seal writes them first; if that ever
+    /// failed to hold, writing them anywhere would be wrong, so it is an error.
+    fn unwritten_from(&self) -> Result<Option<(&Segment, u64)>, StorageError> {
+        let len = self.unwritten.buf.len() as u64;
+        if len == 0 {
+            return Ok(None);
+        }
+        self.segments
+            .last()
+            .and_then(|seg| Some((seg, seg.len.checked_sub(len)?)))
+            .map(Some)
+            .ok_or_else(|| {
+                StorageError::Isolated("unwritten records outlived their segment".into())
+            })
+    }
+
+    /// The body of `e` if it is among the unwritten records.
+    fn unwritten_body(&self, e: &Entry) -> Option<&[u8]> {
+        let (seg, from) = self.unwritten_from().ok()??;
+        if e.segment != seg.base {
+            return None;
+        }
+        let start = usize::try_from(e.body_offset.checked_sub(from)?).ok()?;
+        self.unwritten.buf.get(start..start + e.body_len as usize)
     }
 
     /// Writes the records appends left in memory ([`TopicLog::defer_appends`]) to the
@@ -999,16 +1014,14 @@ impl TopicLog {
             return Ok(());
         }
         self.fault.check()?;
-        let (base, offset) = (self.unwritten.base, self.unwritten.offset);
-        let r = match self.segments.last().filter(|s| s.base == base) {
-            Some(seg) => seg
-                .local()
-                .and_then(|f| f.write_at(&[IoSlice::new(&self.unwritten.buf)], offset))
-                .map_err(io_err("append", &seg.path)),
-            None => Err(StorageError::Isolated(format!(
-                "unwritten records of segment {base} outlived it"
-            ))),
-        };
+        let r = self.unwritten_from().and_then(|at| {
+            let Some((seg, from)) = at else {
+                return Ok(());
+            };
+            seg.local()
+                .and_then(|f| f.write_at(&[IoSlice::new(&self.unwritten.buf)], from))
+                .map_err(io_err("append", &seg.path))
+        });
         self.fault.guard(r)?;
         self.unwritten.buf = Vec::new();
         Ok(())

@@ -206,10 +206,7 @@ impl TopicLog {
             && self.zeros.on
             && self.unwritten.buf.len() as u64 + run.bytes <= super::UNWRITTEN_MAX_BYTES
             && self.fault.check().is_ok()
-            && self
-                .segments
-                .last()
-                .is_some_and(|s| self.unwritten.buf.is_empty() || s.base == self.unwritten.base)
+            && !self.segments.is_empty()
     }
 
     /// Encodes `run` behind the records already waiting to be written and records its
@@ -223,16 +220,13 @@ impl TopicLog {
         let Some(seg) = self.segments.last() else {
             return;
         };
-        let (base, offset, zeroed) = (seg.base, seg.len, seg.zeroed);
-        let u = &mut self.unwritten;
-        if u.buf.is_empty() {
-            (u.base, u.offset) = (base, offset);
-            u.buf.reserve(run.bytes as usize);
-        }
+        let (offset, zeroed) = (seg.len, seg.zeroed);
+        let buf = &mut self.unwritten.buf;
+        buf.reserve(run.bytes as usize);
         for r in &run.records {
-            u.buf.extend_from_slice(&r.header);
+            buf.extend_from_slice(&r.header);
             for part in payload_slices(&r.count, &r.items, batches[r.batch].bodies) {
-                u.buf.extend_from_slice(part);
+                buf.extend_from_slice(part);
             }
         }
         let end = offset + run.bytes;
@@ -267,15 +261,9 @@ impl TopicLog {
         let parts: usize = run.records.iter().map(|r| 2 + 2 * r.items.len()).sum();
         let mut slices = Vec::with_capacity(parts + 2);
         let mut at = seg.len;
-        if !self.unwritten.buf.is_empty() {
-            if self.unwritten.base != seg.base {
-                return Err(StorageError::Isolated(format!(
-                    "unwritten records of segment {} outlived it",
-                    self.unwritten.base
-                )));
-            }
+        if let Some((_, from)) = self.unwritten_from()? {
             slices.push(IoSlice::new(&self.unwritten.buf));
-            at = self.unwritten.offset;
+            at = from;
         }
         for r in &run.records {
             slices.push(IoSlice::new(&r.header));
@@ -628,7 +616,7 @@ mod tests {
         let fs = SimFs::new();
         let record = HEADER_LEN as u64 + record::payload_len([3usize]);
         let mut log = deferred(&fs, 3 * record);
-        let sets: Vec<Vec<Vec<u8>>> = (0..7).map(bodies_of).collect();
+        let sets: Vec<Vec<Vec<u8>>> = (0..7).map(|i| bodies(1, i)).collect();
         for (i, b) in sets.iter().enumerate() {
             log.append(&batch(i as u64 + 1, b)).unwrap();
         }
@@ -642,15 +630,11 @@ mod tests {
         }
     }
 
-    fn bodies_of(i: u8) -> Vec<Vec<u8>> {
-        vec![vec![i, 1, 2]]
-    }
-
     #[test]
     fn a_failed_write_of_unwritten_records_isolates_the_log_and_keeps_them_readable() {
         let fs = SimFs::new();
         let mut log = deferred(&fs, 1 << 20);
-        let bodies = append_each(&mut log, 1, 3, 1);
+        let appended = append_each(&mut log, 1, 3, 1);
         fs.fail_after(0);
         assert!(matches!(
             log.write_unwritten(),
@@ -658,7 +642,7 @@ mod tests {
         ));
         // Isolated: nothing more is appended or written, and the handle never syncs them.
         assert!(matches!(
-            log.append(&batch(4, &bodies_of(4))),
+            log.append(&batch(4, &bodies(1, 4))),
             Err(StorageError::Isolated(_))
         ));
         assert!(matches!(
@@ -666,7 +650,7 @@ mod tests {
             Err(StorageError::Isolated(_))
         ));
         assert!(log.sync_handle().unwrap().sync().is_err());
-        for (k, body) in bodies.iter().enumerate() {
+        for (k, body) in appended.iter().enumerate() {
             let e = log.entry(k as u64 + 1).unwrap();
             assert_eq!(&log.read_body(&e).unwrap(), body);
         }
