@@ -177,9 +177,11 @@ impl Topic {
         m.observe(Timer::GroupCommitWait, Duration::ZERO);
         if result.is_ok() {
             if self.settings.ack_mode == AckMode::NsqRelaxed {
-                // A request already pending (the append's own, when it left its record
-                // unwritten) covers this append too.
-                self.ask_visibility();
+                // Asked already when the append left its record unwritten; a request
+                // pending covers this append too.
+                if !view.unwritten {
+                    self.ask_visibility();
+                }
             } else {
                 // `write_ack` shows only synced positions: this moves nothing unless a relaxed
                 // sync has just completed, which it then shows before the sync stage's task is
@@ -785,6 +787,8 @@ struct LogView {
     appended: u64,
     /// Appended-but-unsynced messages and record bytes.
     unsynced: (u64, u64),
+    /// Whether appended records wait to be written ([`TopicLog::defer_appends`]).
+    unwritten: bool,
 }
 
 impl LogView {
@@ -793,6 +797,7 @@ impl LogView {
             durable: log.durable_position(),
             appended: log.next_position() - 1,
             unsynced: log.unsynced(),
+            unwritten: log.has_unwritten(),
         }
     }
 }
@@ -863,10 +868,9 @@ fn append_held(
     let sealed = log.take_index_writes();
     let zeros = log.take_zero_write();
     let view = LogView::of(&log);
-    let unwritten = log.has_unwritten();
     drop(log);
     m.since(Timer::PublishLockHold, held);
-    if unwritten {
+    if view.unwritten {
         // The visibility task writes them, with the appends made before it runs.
         t.ask_visibility();
     }

@@ -505,14 +505,18 @@ async fn write_ack_publishes_that_roll_a_segment_take_the_pipeline() {
     }
 }
 
-/// The length of topic `t`'s only segment file.
-fn active_segment_len(dir: &std::path::Path) -> u64 {
+/// The path of topic `t`'s only segment file.
+fn active_segment_path(dir: &std::path::Path) -> std::path::PathBuf {
     let files = common::segment_files(dir);
     assert_eq!(files.len(), 1, "one segment: {files:?}");
-    let path = common::tiering::topic_dir(dir)
+    common::tiering::topic_dir(dir)
         .join("segments")
-        .join(&files[0]);
-    std::fs::metadata(path).unwrap().len()
+        .join(&files[0])
+}
+
+/// The length of topic `t`'s only segment file.
+fn active_segment_len(dir: &std::path::Path) -> u64 {
+    std::fs::metadata(active_segment_path(dir)).unwrap().len()
 }
 
 /// The zeros ahead of the active segment's tail are the engine's to write once the append
@@ -542,14 +546,7 @@ async fn the_engine_writes_the_zeros_ahead_of_the_tail_after_the_append() {
 
 /// The bytes of topic `t`'s only segment file.
 fn active_segment(dir: &std::path::Path) -> Vec<u8> {
-    let files = common::segment_files(dir);
-    assert_eq!(files.len(), 1, "one segment: {files:?}");
-    std::fs::read(
-        common::tiering::topic_dir(dir)
-            .join("segments")
-            .join(&files[0]),
-    )
-    .unwrap()
+    std::fs::read(active_segment_path(dir)).unwrap()
 }
 
 /// In the relaxed modes an append may leave its record in memory, to share one write with
