@@ -121,17 +121,18 @@ impl Registry {
             // publish path (`topic::append`).
             log.defer_index_writes();
             log.defer_zero_writes();
-            // The relaxed modes' appends share writes (`TopicLog::defer_appends`): the
-            // topic's visibility task writes what waits.
+            // The relaxed modes' appends share writes (`TopicLog::defer_appends`): in
+            // `nsq_relaxed` the topic's visibility task writes what waits, in `write_ack`
+            // (whose consumers see only synced records) the next relaxed sync does.
             if self.cfg.ack_mode != crate::AckMode::Durable {
                 log.defer_appends();
             }
         }
         let (tx, rx) = mpsc::channel(1_024);
         let (sync_tx, sync_rx) = mpsc::unbounded_channel();
-        // Only the relaxed modes' appends ask it for anything; idle topics pay no task.
+        // Only `nsq_relaxed` appends ask it for anything; idle topics pay no task.
         let (visibility_tx, visibility_rx) =
-            if self.cfg.ack_mode != crate::AckMode::Durable && !ephemeral {
+            if self.cfg.ack_mode == crate::AckMode::NsqRelaxed && !ephemeral {
                 let (tx, rx) = mpsc::channel(1);
                 (Some(tx), Some(rx))
             } else {

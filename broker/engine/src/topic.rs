@@ -79,8 +79,8 @@ pub(crate) struct Topic {
     pub(crate) handoff: Handoff,
     /// Asks the topic's visibility task to write what appends left unwritten and to move the
     /// visible position (capacity 1: a request already pending covers every append made
-    /// before that task runs; see [`visibility_worker`]). Only the relaxed modes' topics, the
-    /// ones that ask, have the task.
+    /// before that task runs; see [`visibility_worker`]). Only `nsq_relaxed` topics, whose
+    /// consumers see appended records, have the task; `write_ack` ones leave both to the sync.
     pub(crate) visibility_tx: Option<mpsc::Sender<()>>,
     pub metrics: Arc<EngineMetrics>,
     /// Writes into the topic's files that appends left for after their lock hold (sealed
@@ -441,12 +441,17 @@ async fn append_stage(
 /// for them.
 const VISIBILITY_YIELDS: usize = 12;
 
-/// Writes a relaxed topic's records that appends left in memory
-/// ([`rustqueue_storage::TopicLog::defer_appends`]) and moves an `nsq_relaxed` topic's
-/// visible position for the inline appends ([`Topic::try_publish_inline`]), once per request
-/// however many appends it covers: under load, the appends made while this task waited its
-/// turn share one write and become visible together, and the woken consumers take them in one
-/// look each. Ends with the topic (its sender is the topic's).
+/// Writes an `nsq_relaxed` topic's records that appends left in memory
+/// ([`rustqueue_storage::TopicLog::defer_appends`]) and moves its visible position for the
+/// inline appends ([`Topic::try_publish_inline`]), once per request however many appends it
+/// covers: under load, the appends made while this task waited its turn share one write and
+/// become visible together, and the woken consumers take them in one look each. Ends with the
+/// topic (its sender is the topic's).
+///
+/// A `write_ack` topic has no such task: its consumers see only synced records, and the sync
+/// writes what waits before its fdatasync. Given this task, it paid the twelve turns per lone
+/// append: 147-156 against 117-121 µs of broker CPU a message at 1,000 msg/s (docs/benchmarks.md,
+/// notes).
 pub(crate) async fn visibility_worker(topic: Weak<Topic>, mut rx: mpsc::Receiver<()>) {
     while rx.recv().await.is_some() {
         // Behind the tasks already runnable (under load, publishers about to append): the
@@ -871,7 +876,8 @@ fn append_held(
     drop(log);
     m.since(Timer::PublishLockHold, held);
     if view.unwritten {
-        // The visibility task writes them, with the appends made before it runs.
+        // The visibility task writes them, with the appends made before it runs
+        // (`nsq_relaxed`; in `write_ack` there is none, and the next sync writes them).
         t.ask_visibility();
     }
     write_indexes(t, sealed);
