@@ -205,8 +205,8 @@ impl Topic {
         *self.visible.borrow()
     }
 
-    /// Asks the topic's visibility task to run (relaxed modes; a request already pending
-    /// covers this one).
+    /// Asks the topic's visibility task to run (`nsq_relaxed`; a request already pending
+    /// covers this one). Other topics have no task, and asking does nothing.
     fn ask_visibility(&self) {
         if let Some(tx) = &self.visibility_tx {
             let _ = tx.try_send(());
